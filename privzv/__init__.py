@@ -1,0 +1,3 @@
+"""privzv: differential-privacy accounting for zeroth-order vertical federated learning."""
+
+__version__ = "0.1.0"

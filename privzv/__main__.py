@@ -1,0 +1,5 @@
+import sys
+
+from privzv.cli import main
+
+sys.exit(main())

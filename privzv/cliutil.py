@@ -1,0 +1,109 @@
+"""Shared CLI conventions: one-line errors with exit code 2, --json output, progress, atomic outputs."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from privzv.errors import PrivzvError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr and exit code 2 (no usage dump)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        raise PrivzvError(message)
+
+
+def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
+    """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2."""
+    try:
+        return main(argv)
+    except PrivzvError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def number(name: str, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False, integer: bool = False,
+           allow_inf: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` that checks a number's range and names the flag in its error."""
+
+    def parse(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise PrivzvError(f"{name} {text!r}: must be {kind}") from None
+        if not integer and math.isnan(value):
+            raise PrivzvError(f"{name} {text!r}: must be a number, not NaN")
+        if not integer and math.isinf(value) and not allow_inf:
+            raise PrivzvError(f"{name} {text!r}: must be finite")
+        bad_low = low is not None and (value <= low if low_open else value < low)
+        bad_high = high is not None and (value >= high if high_open else value > high)
+        if bad_low or bad_high:
+            lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+            hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+            raise PrivzvError(f"{name} {text!r}: must be {' and '.join(p for p in (lo, hi) if p)}")
+        return value
+
+    return parse
+
+
+def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
+    """Print one JSON object (``--json``) or the human rendering of it."""
+    if as_json:
+        print(json.dumps(obj, default=_jsonable))
+    else:
+        print(human(obj))
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+             quiet: bool = False):
+    """A tqdm bar on a terminal; silent under --json (``quiet``) or when stderr is piped."""
+    from tqdm.auto import tqdm
+
+    disable = quiet or not sys.stderr.isatty()
+    return tqdm(iterable, total=total, desc=desc, disable=disable, leave=False, dynamic_ncols=True)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | os.PathLike, *, resume: bool = False) -> Iterator[Path]:
+    """Write a results folder atomically: build it beside ``path``, rename it into place on success.
+
+    On any error the partial folder is removed, so nothing half-written is left. With ``resume``
+    the existing folder is copied first and replaced on success.
+    """
+    final = Path(path)
+    if final.exists() and not resume and any(final.iterdir()):
+        raise PrivzvError(f"--out {str(final)!r}: folder exists and is not empty (choose a new one)")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        if resume and final.exists():
+            shutil.copytree(final, work, dirs_exist_ok=True)
+        yield work
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(work, final)
