@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import json
 import math
+import re
 import os
 import shutil
 import sys
@@ -15,11 +16,16 @@ from typing import Callable, Iterable, Iterator, Sequence
 from privzv.errors import PrivzvError
 
 
+class BadValue(PrivzvError, argparse.ArgumentTypeError):
+    """A flag's value is out of range; argparse keeps this message (it rewrites plain ValueErrors)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line on stderr and exit code 2 (no usage dump)."""
 
     def error(self, message: str):  # noqa: D102 - argparse API
-        raise PrivzvError(message)
+        # "argument --x: --x '3': must be ..." -> "--x '3': must be ..."
+        raise PrivzvError(re.sub(r"^argument (\S+): (?=\1 )", "", message))
 
 
 def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
@@ -44,17 +50,17 @@ def number(name: str, *, low: float | None = None, high: float | None = None,
             value = int(text) if integer else float(text)
         except ValueError:
             kind = "an integer" if integer else "a number"
-            raise PrivzvError(f"{name} {text!r}: must be {kind}") from None
+            raise BadValue(f"{name} {text!r}: must be {kind}") from None
         if not integer and math.isnan(value):
-            raise PrivzvError(f"{name} {text!r}: must be a number, not NaN")
+            raise BadValue(f"{name} {text!r}: must be a number, not NaN")
         if not integer and math.isinf(value) and not allow_inf:
-            raise PrivzvError(f"{name} {text!r}: must be finite")
+            raise BadValue(f"{name} {text!r}: must be finite")
         bad_low = low is not None and (value <= low if low_open else value < low)
         bad_high = high is not None and (value >= high if high_open else value > high)
         if bad_low or bad_high:
             lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
             hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
-            raise PrivzvError(f"{name} {text!r}: must be {' and '.join(p for p in (lo, hi) if p)}")
+            raise BadValue(f"{name} {text!r}: must be {' and '.join(p for p in (lo, hi) if p)}")
         return value
 
     return parse

@@ -1,0 +1,86 @@
+"""One-sided root finding: the smallest noise multiplier whose epsilon is at most a target.
+
+``epsilon(z)`` decreases in z for every accountant. :func:`smallest_feasible` returns a z with
+``epsilon(z) <= target`` (checked by evaluating it), within a relative tolerance of the smallest
+such z. It needs few evaluations because it starts from a Gaussian-DP model of the accountant:
+the model's mu(z) is rescaled by the ratio of the accountant's effective mu (the mu whose GDP
+curve passes through (epsilon(z), delta)) to the model's, which changes slowly with z; after
+that, secant steps in (log z, log epsilon) aimed just below the target, kept inside the bracket
+(geometric bisection when a step would leave it).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from privzv import gdp
+from privzv.errors import PrivzvError
+
+MAX_EVALUATIONS = 60
+Z_RANGE = (1e-4, 1e6)
+
+
+def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: float,
+                      model_mu: Callable[[float], float],
+                      model_inverse: Callable[[float], float], *, start: float | None = None,
+                      eps_rtol: float = 6e-4, z_rtol: float = 1e-6) -> tuple[float, float]:
+    """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
+    or z within z_rtol (relative) of an infeasible z.
+
+    ``model_mu(z)`` and its inverse ``model_inverse(mu)`` are a GDP approximation of the
+    accountant; ``start`` defaults to the model's answer. Raises PrivzvError if no z in Z_RANGE
+    reaches the target.
+    """
+    aim = target * (1.0 - 0.5 * eps_rtol)
+    mu_aim = gdp.mu_from_epsilon(aim, delta)
+    z = start if start is not None else model_inverse(mu_aim)
+    lo: tuple[float, float] | None = None   # largest z seen with epsilon > target
+    hi: tuple[float, float] | None = None   # smallest z seen with epsilon <= target
+    last: tuple[float, float] | None = None
+    for _ in range(MAX_EVALUATIONS):
+        z = min(max(z, Z_RANGE[0]), Z_RANGE[1])
+        e = epsilon(z)
+        if e <= target:
+            hi = (z, e) if hi is None or z < hi[0] else hi
+        else:
+            lo = (z, e) if lo is None or z > lo[0] else lo
+        if hi is not None and (target - hi[1] <= eps_rtol * target
+                               or (lo is not None and hi[0] - lo[0] <= z_rtol * hi[0])):
+            return hi
+        if hi is None and z >= Z_RANGE[1]:
+            raise PrivzvError(f"epsilon {target:g}: unreachable (even noise multiplier "
+                              f"{Z_RANGE[1]:g} gives epsilon {e:.4g})")
+        if lo is not None and lo[0] >= Z_RANGE[1]:
+            break
+        z_next = _secant(last, (z, e), aim) if last is not None else _rescaled(
+            z, e, delta, mu_aim, model_mu, model_inverse)
+        low = lo[0] if lo is not None else 0.0
+        high = hi[0] if hi is not None else math.inf
+        if not (low < z_next < high):
+            z_next = math.sqrt(low * high) if lo is not None and hi is not None else (
+                z * 4.0 if hi is None else z / 4.0)
+        last = (z, e)
+        z = z_next
+    if hi is None:
+        raise PrivzvError(f"epsilon {target:g}: unreachable (no noise multiplier up to "
+                          f"{Z_RANGE[1]:g} reaches it)")
+    return hi
+
+
+def _rescaled(z, e, delta, mu_aim, model_mu, model_inverse) -> float:
+    """The model's answer after rescaling its mu by mu_effective(z) / model_mu(z)."""
+    if not math.isfinite(e) or e <= 0:
+        return z * 4.0 if not math.isfinite(e) else z / 4.0
+    ratio = gdp.mu_from_epsilon(e, delta) / model_mu(z)
+    if not (math.isfinite(ratio) and ratio > 0):
+        return z * 2.0
+    return model_inverse(mu_aim / ratio)
+
+
+def _secant(p0, p1, aim) -> float:
+    """Secant step for log epsilon against log z through two points, aimed at ``aim``."""
+    (z0, e0), (z1, e1) = p0, p1
+    if not (math.isfinite(e0) and math.isfinite(e1) and e0 > 0 and e1 > 0) or e0 == e1:
+        return math.nan
+    x0, x1, y0, y1 = math.log(z0), math.log(z1), math.log(e0), math.log(e1)
+    return math.exp(x1 + (math.log(aim) - y1) * (x1 - x0) / (y1 - y0))

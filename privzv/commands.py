@@ -1,0 +1,174 @@
+"""The privacy subcommands of ``privzv``: convert, calibrate, account.
+
+``build_parser()`` returns the parser; each subparser sets ``args.func(args) -> exit code``.
+Bad input raises PrivzvError, which :func:`privzv.cliutil.run` prints as one line (exit code 2).
+"""
+from __future__ import annotations
+
+from privzv import cliutil
+from privzv.accounting import ACCOUNTANTS
+from privzv.errors import PrivzvError
+from privzv.release import NEIGHBORS, THREATS
+
+
+
+_DELTA = cliutil.number("--delta", low=0, high=1, low_open=True, high_open=True)
+
+
+def build_parser() -> cliutil.Parser:
+    parser = cliutil.Parser(prog="privzv", description="Differential-privacy accounting for "
+                            "zeroth-order vertical federated learning (DPZV).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cliutil.Parser)
+    _add_convert(sub)
+    _add_release_command(sub, "calibrate", _calibrate,
+                         "the smallest sigma whose epsilon is at most a target")
+    _add_release_command(sub, "account", _account, "the epsilon that a given sigma gives")
+    return parser
+
+
+# ----------------------------------------------------------------------------------- convert
+def _add_convert(sub) -> None:
+    p = sub.add_parser("convert", help="Gaussian DP: any two of mu, epsilon, delta give the third")
+    p.add_argument("--mu", type=cliutil.number("--mu", low=0, low_open=True))
+    p.add_argument("--epsilon", type=cliutil.number("--epsilon", low=0))
+    p.add_argument("--delta", type=_DELTA)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_convert)
+
+
+def _convert(args) -> int:
+    from privzv import gdp
+
+    given = [name for name in ("mu", "epsilon", "delta") if getattr(args, name) is not None]
+    if len(given) != 2:
+        raise PrivzvError(f"convert got {', '.join('--' + g for g in given) or 'no values'}: "
+                          "give exactly two of --mu, --epsilon, --delta")
+    mu, epsilon, delta = args.mu, args.epsilon, args.delta
+    if mu is None:
+        mu = gdp.mu_from_epsilon(epsilon, delta)
+    elif epsilon is None:
+        epsilon = gdp.epsilon_from_delta(mu, delta)
+    else:
+        delta = gdp.delta_from_epsilon(epsilon, mu)
+    out = {"mu": mu, "epsilon": epsilon, "delta": delta}
+    cliutil.emit(out, args.json, lambda o: f"mu = {o['mu']:.6g}   epsilon = {o['epsilon']:.6g}"
+                                          f"   delta = {o['delta']:.6g}")
+    return 0
+
+
+# ------------------------------------------------------------------- calibrate and account
+def _add_release_command(sub, name: str, func, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    if name == "calibrate":
+        p.add_argument("--epsilon", required=True, help="target epsilon (> 0)",
+                       type=cliutil.number("--epsilon", low=0, low_open=True))
+    else:
+        p.add_argument("--sigma", required=True, help="noise std of the release (> 0)",
+                       type=cliutil.number("--sigma", low=0, low_open=True))
+    p.add_argument("--delta", required=True, type=_DELTA, help="target delta, 0 < delta < 1")
+    p.add_argument("--steps", required=True, type=cliutil.number("--steps", low=1, integer=True),
+                   help="T: releases in total over the run")
+    p.add_argument("--dataset-size", required=True, help="D: records",
+                   type=cliutil.number("--dataset-size", low=1, integer=True))
+    p.add_argument("--batch-size", required=True, help="B: records per release",
+                   type=cliutil.number("--batch-size", low=1, integer=True))
+    p.add_argument("--clip", required=True, type=cliutil.number("--clip", low=0, low_open=True),
+                   help="C: clipping bound of each record's contribution")
+    p.add_argument("--devices", default=1, type=cliutil.number("--devices", low=1, integer=True),
+                   help="M: devices the releases are spread over (default 1)")
+    p.add_argument("--threat", default="device", choices=THREATS, help="observer (default device)")
+    p.add_argument("--super-batch", type=cliutil.number("--super-batch", low=1, integer=True),
+                   help="B': super-batch size for --threat secret-subsampling")
+    p.add_argument("--accountant", default="pld", choices=ACCOUNTANTS, help="default pld")
+    p.add_argument("--neighbors", default="replace-one", choices=NEIGHBORS,
+                   help="neighbouring relation (default replace-one: sensitivity 2C/B)")
+    p.add_argument("--all", action="store_true",
+                   help="every threat x accountant side by side (secret-subsampling needs "
+                        "--super-batch)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=func)
+
+
+def _release_and_schedule(args):
+    from privzv.release import Release, Schedule
+
+    b, d, bp = args.batch_size, args.dataset_size, args.super_batch
+    if b > d:
+        raise PrivzvError(f"--batch-size {b}: must be <= --dataset-size {d}")
+    if bp is not None and not b <= bp <= d:
+        raise PrivzvError(f"--super-batch {bp}: must be >= --batch-size {b} and <= "
+                          f"--dataset-size {d}")
+    if bp is None and args.threat == "secret-subsampling":
+        raise PrivzvError("--threat secret-subsampling: needs --super-batch B' (B <= B' <= D)")
+    if bp is not None and args.threat != "secret-subsampling" and not args.all:
+        raise PrivzvError(f"--super-batch {bp}: only used with --threat secret-subsampling "
+                          "or --all")
+    release = Release(clip=args.clip, batch_size=b, sigma=getattr(args, "sigma", None),
+                      neighbors=args.neighbors)
+    schedule = Schedule(steps=args.steps, dataset_size=d, devices=args.devices,
+                        threat=args.threat, super_batch=bp)
+    return release, schedule
+
+
+def _calibrate(args) -> int:
+    from privzv import accounting
+
+    release, schedule = _release_and_schedule(args)
+    if args.all:
+        results = accounting.calibrate_all(args.epsilon, args.delta, release, schedule)
+    else:
+        results = [accounting.calibrate(args.epsilon, args.delta, release, schedule,
+                                        args.accountant)]
+    return _emit(args, results, compare="sigma")
+
+
+def _account(args) -> int:
+    from privzv import accounting
+
+    release, schedule = _release_and_schedule(args)
+    if args.all:
+        results = accounting.account_all(release, schedule, args.delta)
+    else:
+        results = [accounting.account(release, schedule, args.delta, args.accountant)]
+    return _emit(args, results, compare="epsilon")
+
+
+def _emit(args, results, compare: str) -> int:
+    if args.all:
+        out = {"results": [r.to_dict() for r in results]}
+        cliutil.emit(out, args.json, lambda o: _table(o["results"], compare))
+    else:
+        cliutil.emit(results[0].to_dict(), args.json, _single)
+    return 0
+
+
+def _single(r: dict) -> str:
+    kind = "rigorous upper bound" if r["rigorous"] else "NOT a rigorous bound"
+    return "\n".join([
+        f"sigma             {r['sigma']:.6g}",
+        f"noise multiplier  {r['noise_multiplier']:.6g}   (sigma / sensitivity)",
+        f"epsilon           {r['epsilon']:.6g}   at delta {r['delta']:.3g}",
+        f"accountant        {r['accountant']} ({kind}), threat {r['threat']}, "
+        f"neighbors {r['neighbors']}",
+        f"note              {r['note']}",
+    ])
+
+
+def _table(rows: list[dict], compare: str) -> str:
+    """A small table; the last column is sigma (calibrate) or epsilon (account) over the seed's."""
+    seed = next(r[compare] for r in rows if r["accountant"] == "seed")
+    head = f"{'threat':<19}{'accountant':<11}{'guarantee':<13}{'sigma':>11}{'noise mult.':>12}" \
+           f"{'epsilon':>11}{'k':>8}{'q':>10}{f'{compare} / seed':>16}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        guarantee = ("NOT RIGOROUS" if r["accountant"] == "seed" else
+                     "upper bound" if r["rigorous"] else "approximate")
+        threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
+        q = "-" if r["sampling_rate"] is None else f"{r['sampling_rate']:.4g}"
+        lines.append(f"{threat:<19}{r['accountant']:<11}{guarantee:<13}{r['sigma']:>11.5g}"
+                     f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
+                     f"{r['compositions']:>8}{q:>10}{r[compare] / seed:>15.3g}x")
+    lines.append(f"delta {rows[0]['delta']:.3g}, neighbors {rows[0]['neighbors']}. The seed row is "
+                 "the DPZV paper's formula (Theorem VI.5), not a privacy guarantee; compare it "
+                 "with the rigorous rows.")
+    return "\n".join(lines)

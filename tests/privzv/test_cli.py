@@ -1,0 +1,121 @@
+"""The convert / calibrate / account subcommands: outputs, JSON keys and every error path."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from privzv import gdp
+from privzv.cli import main
+
+RELEASE = ["--delta", "1e-5", "--steps", "100", "--dataset-size", "1000", "--batch-size", "100",
+           "--clip", "1"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_convert_gives_the_third_value(capsys):
+    mu = run_json(capsys, "convert", "--epsilon", "1", "--delta", "1e-5")["mu"]
+    assert mu == pytest.approx(gdp.mu_from_epsilon(1.0, 1e-5), rel=1e-12)
+    eps = run_json(capsys, "convert", "--mu", str(mu), "--delta", "1e-5")
+    assert eps["epsilon"] == pytest.approx(1.0, rel=1e-8) and eps["delta"] == 1e-5
+    delta = run_json(capsys, "convert", "--mu", str(mu), "--epsilon", "1")["delta"]
+    assert delta == pytest.approx(1e-5, rel=1e-8)
+    code, out, _ = run(capsys, "convert", "--mu", "0.5", "--epsilon", "1")
+    assert code == 0 and "delta =" in out
+
+
+@pytest.mark.parametrize("command, flag", [("calibrate", ["--epsilon", "1"]),
+                                           ("account", ["--sigma", "0.05"])])
+def test_release_commands_print_the_contract_keys(capsys, command, flag):
+    obj = run_json(capsys, command, *flag, *RELEASE)
+    assert {"sigma", "noise_multiplier", "epsilon", "delta", "accountant", "threat"} <= set(obj)
+    assert obj["accountant"] == "pld" and obj["threat"] == "device" and obj["rigorous"]
+    code, out, _ = run(capsys, command, *flag, *RELEASE, "--accountant", "seed")
+    assert code == 0 and "NOT a rigorous bound" in out
+
+
+def test_calibrate_then_account_roundtrip(capsys):
+    cal = run_json(capsys, "calibrate", "--epsilon", "1", *RELEASE, "--threat", "eavesdropper",
+                   "--neighbors", "add-remove", "--accountant", "rdp")
+    acc = run_json(capsys, "account", "--sigma", repr(cal["sigma"]), *RELEASE, "--threat",
+                   "eavesdropper", "--neighbors", "add-remove", "--accountant", "rdp")
+    assert acc["epsilon"] <= 1.0 and acc["epsilon"] == pytest.approx(cal["epsilon"], rel=1e-8)
+
+
+def test_all_lists_every_threat_and_shows_the_gap(capsys):
+    obj = run_json(capsys, "account", "--sigma", "0.05", *RELEASE, "--all")
+    threats = {r["threat"] for r in obj["results"] if r["accountant"] != "seed"}
+    assert threats == {"device", "eavesdropper"}
+    obj = run_json(capsys, "calibrate", "--epsilon", "1", *RELEASE, "--all",
+                   "--super-batch", "400")
+    assert "secret-subsampling" in {r["threat"] for r in obj["results"]}
+    code, out, _ = run(capsys, "calibrate", "--epsilon", "1", *RELEASE, "--all")
+    assert code == 0 and "NOT RIGOROUS" in out and "sigma / seed" in out
+
+
+BAD = [
+    (["convert", "--epsilon", "1"], "exactly two"),
+    (["convert", "--mu", "1", "--epsilon", "1", "--delta", "1e-5"], "exactly two"),
+    (["convert", "--mu", "0", "--delta", "1e-5"], "--mu '0'"),
+    (["convert", "--mu", "-1", "--delta", "1e-5"], "--mu '-1'"),
+    (["convert", "--epsilon", "-1", "--delta", "1e-5"], "--epsilon '-1'"),
+    (["convert", "--epsilon", "1", "--delta", "0"], "--delta '0'"),
+    (["convert", "--epsilon", "1", "--delta", "1"], "--delta '1'"),
+    (["convert", "--epsilon", "1", "--delta", "1.5"], "--delta '1.5'"),
+    (["convert", "--epsilon", "one", "--delta", "1e-5"], "--epsilon 'one'"),
+    (["convert", "--epsilon", "nan", "--delta", "1e-5"], "--epsilon 'nan'"),
+    (["calibrate", "--epsilon", "-1", *RELEASE], "--epsilon '-1'"),
+    (["calibrate", "--epsilon", "0", *RELEASE], "--epsilon '0'"),
+    (["calibrate", "--epsilon", "inf", *RELEASE], "--epsilon 'inf'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--steps", "0"], "--steps '0'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--steps", "2.5"], "--steps '2.5'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--batch-size", "1001"], "--batch-size 1001"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--clip", "0"], "--clip '0'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--clip", "x"], "--clip 'x'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--devices", "0"], "--devices '0'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--dataset-size", "-5"], "--dataset-size '-5'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--threat", "secret-subsampling",
+      "--super-batch", "50"], "--super-batch 50"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--threat", "secret-subsampling",
+      "--super-batch", "2000"], "--super-batch 2000"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--threat", "secret-subsampling"],
+     "needs --super-batch"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--super-batch", "200"], "only used with"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--threat", "server"], "'server'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--accountant", "moments"], "'moments'"),
+    (["calibrate", "--epsilon", "1", *RELEASE, "--neighbors", "swap"], "'swap'"),
+    (["calibrate", *RELEASE], "--epsilon"),
+    (["calibrate", "--epsilon", "1e-9", *RELEASE[:1], "1e-12", *RELEASE[2:]], "unreachable"),
+    (["account", "--sigma", "0", *RELEASE], "--sigma '0'"),
+    (["account", "--sigma", "abc", *RELEASE], "--sigma 'abc'"),
+    (["account", *RELEASE], "--sigma"),
+    (["frobnicate"], "'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv, named", BAD, ids=[" ".join(a[:4]) + "|" + n for a, n in BAD])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, named):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("privzv: error: ") and err.count("\n") == 1
+    assert named in err and "Traceback" not in err
+
+
+def test_console_entry_point_exit_code_and_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "privzv", "convert", "--delta", "2",
+                           "--epsilon", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "privzv: error: --delta '2': must be > 0 and < 1"]

@@ -1,0 +1,121 @@
+"""PrivacyLedger: spending grows, the budget is enforced, state survives, totals match account()."""
+import json
+
+import numpy as np
+import pytest
+
+from privzv.accounting import account
+from privzv.errors import PrivzvError
+from privzv.ledger import BudgetExceeded, PrivacyLedger
+from privzv.release import Release, Schedule
+
+D, B = 100, 10
+RELEASE = Release(clip=1.0, batch_size=B, sigma=1.0)     # noise multiplier 5
+
+
+def run_epochs(ledger, devices, epochs, batch=B, seed=0):
+    """Each device draws epoch-shuffled batches, as the trainer does; returns epsilons seen."""
+    rng = np.random.default_rng(seed)
+    spent = []
+    for _ in range(epochs):
+        for device in range(devices):
+            order = rng.permutation(D)
+            for start in range(0, D, batch):
+                ledger.record(device, order[start:start + batch])
+                spent.append(ledger.epsilon_spent())
+    return spent
+
+
+@pytest.mark.parametrize("threat, super_batch, accountant", [
+    ("device", None, "pld"), ("device", None, "rdp"), ("eavesdropper", None, "gdp-clt"),
+    ("device", None, "seed"),
+])
+def test_full_run_matches_account(threat, super_batch, accountant):
+    schedule = Schedule(steps=2 * 2 * D // B, dataset_size=D, devices=2, threat=threat,
+                        super_batch=super_batch)
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant)
+    spent = run_epochs(ledger, devices=2, epochs=2)
+    assert ledger.releases == schedule.steps
+    assert np.all(np.diff(spent) >= 0) and spent[-1] > spent[0]
+    assert ledger.epsilon_spent() == pytest.approx(
+        account(RELEASE, schedule, 1e-5, accountant).epsilon, rel=1e-12)
+
+
+def test_secret_subsampling_counts_super_batches():
+    schedule = Schedule(steps=2 * D // B, dataset_size=D, threat="secret-subsampling",
+                        super_batch=2 * B)
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, "pld")
+    run_epochs(ledger, devices=1, epochs=4, batch=2 * B)   # 20 super-batches, 4 per record
+    assert ledger.releases == schedule.steps
+    assert ledger.epsilon_spent() == pytest.approx(account(RELEASE, schedule, 1e-5).epsilon)
+
+
+def test_device_epsilon_counts_the_worst_record_per_device():
+    schedule = Schedule(steps=100, dataset_size=D, devices=2)
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, "gdp-clt")
+    assert ledger.epsilon_spent() == 0.0
+    ledger.record(0, np.arange(B))
+    one = ledger.epsilon_spent()
+    ledger.record(1, np.arange(B))           # another device: its own view, still one release
+    assert ledger.epsilon_spent() == one
+    ledger.record(0, np.arange(B, 2 * B))    # other records: still one release per record
+    assert ledger.epsilon_spent() == one
+    ledger.record(0, np.arange(B))           # the same records again: two compositions
+    assert ledger.epsilon_spent() > one
+
+
+def test_refuses_a_release_over_budget_and_records_nothing():
+    schedule = Schedule(steps=100, dataset_size=D)
+    budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), "pld")
+    run_epochs(ledger, devices=1, epochs=2)   # exactly two compositions per record: allowed
+    batch = np.arange(B)
+    assert ledger.would_exceed(0, batch)
+    before = ledger.state_dict()
+    with pytest.raises(BudgetExceeded, match="epsilon budget"):
+        ledger.record(0, batch)
+    assert ledger.state_dict() == before
+
+
+def test_budget_too_small_for_one_release():
+    ledger = PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D), 1e-5, 0.01)
+    assert ledger.would_exceed(0, np.arange(B))
+    with pytest.raises(BudgetExceeded):
+        ledger.record(0, np.arange(B))
+    assert ledger.releases == 0
+
+
+def test_state_dict_roundtrip_through_json_continues_identically():
+    schedule = Schedule(steps=40, dataset_size=D, devices=2, threat="eavesdropper")
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 5.0, "gdp-clt")
+    run_epochs(ledger, devices=2, epochs=1)
+    restored = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
+    assert restored.releases == ledger.releases == 20
+    assert restored.epsilon_spent() == ledger.epsilon_spent()
+    for led in (ledger, restored):
+        led.record(1, np.arange(B))
+    assert restored.state_dict() == ledger.state_dict()
+    assert restored.epsilon_spent() == ledger.epsilon_spent()
+
+
+@pytest.mark.parametrize("device, ids, bad", [
+    (2, np.arange(B), "device=2"),
+    (0, np.array([0, 0, 1]), "appears twice"),
+    (0, np.array([D]), "indices"),
+    (0, np.array([], dtype=int), "non-empty"),
+    (0, np.array([0.5]), "record indices"),
+])
+def test_bad_records_are_refused(device, ids, bad):
+    ledger = PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D, devices=2), 1e-5, 10.0)
+    with pytest.raises(PrivzvError, match=bad):
+        ledger.record(device, ids)
+    assert ledger.releases == 0
+
+
+def test_bad_construction_is_refused():
+    with pytest.raises(PrivzvError, match="epsilon_budget"):
+        PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D), 1e-5, 0.0)
+    with pytest.raises(PrivzvError, match="sigma"):
+        PrivacyLedger(Release(1.0, B), Schedule(steps=10, dataset_size=D), 1e-5, 1.0)
+    with pytest.raises(PrivzvError, match="version"):
+        PrivacyLedger.from_state_dict({"version": 99})
