@@ -95,14 +95,27 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                 discretization: float | None = None) -> float:
     """Pessimistic PLD epsilon (dp-accounting PLDAccountant) of the exposure; see module docs.
 
+    Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
+    (mu = sqrt(k)/z; Dong, Roth & Su 2022, Cor. 3.3) and its (epsilon, delta) curve is the
+    closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
+    With sampling that closed form stays a valid upper bound (subsampling is a randomised
+    pre-processing; joint convexity), used where dp-accounting's grid overflows (tiny z).
+
     ``discretization`` defaults to PLD_DISCRETIZATION * max(1, mu^2) with mu the CLT/exact GDP
     estimate, which keeps the grid small when epsilon is large. The estimate is an upper bound at
     any discretisation (``pessimistic_estimate=True``, dp-accounting's default).
     """
+    exact = gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
+    if exposure.sampling_rate is None:
+        return exact
     if discretization is None:
         discretization = PLD_DISCRETIZATION * max(1.0, min(clt_mu(z, exposure), 1e4) ** 2)
-    return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                        float(delta), float(discretization))
+    try:
+        eps = _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
+                           float(delta), float(discretization))
+    except (OverflowError, FloatingPointError):
+        return exact
+    return min(eps, exact)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -247,3 +247,21 @@ def test_vanishing_seed_mu_is_epsilon_zero_not_an_error():
     result = account(release, Schedule(steps=1, dataset_size=10 ** 9), 1e-5, "seed")
     assert result.mu < 1e-300 and result.epsilon == 0.0
     assert gdp_epsilon(0.0, 1e-5) == 0.0
+
+
+@pytest.mark.parametrize("threat", ["device", "eavesdropper"])
+def test_tiny_noise_multiplier_gives_huge_finite_epsilon_not_overflow(threat):
+    # z = 0.0016 with ~21 compositions overflowed dp-accounting's PLD grid (found via training).
+    release = Release(clip=10.0, batch_size=32, sigma=0.001)
+    schedule = Schedule(steps=100, dataset_size=1000, threat=threat)
+    eps = account(release, schedule, 1e-5, "pld").epsilon
+    assert math.isfinite(eps) and eps > 1e5
+
+
+def test_unsampled_pld_is_the_exact_gaussian_composition():
+    release, schedule = small(sigma=0.05)  # device threat: k = 10 releases, z = 2.5
+    exact = gdp.epsilon_from_delta(math.sqrt(10) / 2.5, 1e-5)
+    assert account(release, schedule, 1e-5, "pld").epsilon == pytest.approx(exact, rel=1e-12)
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(dpa.GaussianDpEvent(2.5), 10)
+    assert exact <= accountant.get_epsilon(1e-5) <= exact * 1.01
