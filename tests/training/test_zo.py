@@ -1,0 +1,167 @@
+"""The ZO estimator, the sphere direction, restore-and-update, and the clipping bound."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from training import zo
+from training.messages import Message, SERVER
+from training.methods import dpzv
+
+
+
+def test_direction_is_on_the_sqrt_d_sphere_over_all_parameters():
+    params = [torch.zeros(3), torch.zeros(40)]     # very different sizes
+    shares = []
+    for seed in range(400):
+        u = zo.direction(params, seed)
+        assert u.numel() == 43
+        assert float(u.norm()) == pytest.approx(math.sqrt(43), rel=1e-5)
+        shares.append(float(u[:3].square().sum()) / 43)
+    # uniform on the whole sphere: the first tensor's share of ||u||^2 is Beta(3/2, 40/2), mean 3/43,
+    # and varies; per-tensor normalisation would make it 0.5 every time.
+    shares = np.array(shares)
+    assert shares.mean() == pytest.approx(3 / 43, abs=4 * shares.std() / math.sqrt(len(shares)))
+    assert shares.std() > 0.01
+
+
+def test_zo_estimator_mean_is_twice_the_smoothed_gradient_on_a_quadratic():
+    """eq. (7): delta = (f(w + lam u) - f(w - lam u)) / lam; for f(w) = w'Aw/2 + b'w the smoothed
+    gradient is the gradient, and E[delta u] = 2 grad f (E[u u'] = I on the sqrt(d) sphere)."""
+    d, lam, n = 6, 1e-2, 6000
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(d, d, generator=gen, dtype=torch.float64)
+    a = a @ a.T / d + torch.eye(d, dtype=torch.float64)
+    b = torch.randn(d, generator=gen, dtype=torch.float64)
+    w = torch.randn(d, generator=gen, dtype=torch.float64)
+    grad = a @ w + b
+    f = lambda v: 0.5 * v @ a @ v + b @ v  # noqa: E731
+    param = w.clone()
+    samples = []
+    for seed in range(n):
+        norm = zo.gaussian_norm([param], seed)
+        zo.perturb_([param], seed, lam, norm)
+        plus = f(param)
+        zo.perturb_([param], seed, -2 * lam, norm)
+        minus = f(param)
+        zo.perturb_([param], seed, lam, norm)
+        samples.append(float((plus - minus) / lam) * zo.direction([param], seed).double())
+    samples = torch.stack(samples)
+    mean, se = samples.mean(0), samples.std(0) / math.sqrt(n)
+    assert torch.allclose(param, w, atol=1e-12)                      # perturbations cancel
+    assert ((mean - 2 * grad).abs() <= 5 * se).all()                 # matches within 5 s.e.
+    assert ((mean - grad).abs() > 5 * se).any()                      # and the test can tell 1x from 2x
+
+
+def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
+    sched = tiny_scheduler(lr_device=0.1)
+    device, method = sched.devices[0], sched.method
+    w0 = [p.detach().clone() for p in device.model.parameters()]
+    up = method.device_send(device, torch.arange(8))
+    seed, norm = device.scratch["seed"], device.scratch["norm"]
+    delta = 0.37
+    method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([delta])}))
+    u = zo.direction(w0, seed)
+    expected = torch.cat([p.reshape(-1) for p in w0]).double() - 0.1 * delta * u.double()
+    got = torch.cat([p.detach().reshape(-1) for p in device.model.parameters()])
+    assert torch.allclose(got.double(), expected, rtol=0, atol=1e-6)
+    # bitwise: exactly the three in-place float32 passes +lam u, -2 lam u, (lam - eta Delta) u
+    d = sum(p.numel() for p in w0)
+    lam = method.lam
+    replay = [p.clone() for p in w0]
+    for scale in (lam, -2 * lam, lam - 0.1 * delta):
+        g = torch.Generator().manual_seed(seed)
+        for p in replay:
+            p.add_(torch.randn(p.shape, generator=g), alpha=scale * math.sqrt(d) / norm)
+    assert all(torch.equal(a, b) for a, b in zip(replay, device.model.parameters()))
+    assert set(device.scratch) == {"seed", "norm"}     # no copy of the parameters or of u kept
+    assert up.kind == "embeddings"
+
+
+def test_frozen_devices_are_restored_exactly_up_to_rounding(tiny_scheduler):
+    sched = tiny_scheduler(freeze="devices")
+    device = sched.devices[0]
+    w0 = [p.detach().clone() for p in device.model.parameters()]
+    sched.method.device_send(device, torch.arange(8))
+    sched.method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([5.0])}))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(w0, device.model.parameters()))
+
+
+values = st.floats(allow_nan=True, allow_infinity=True, width=32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(values, min_size=1, max_size=20), st.data())
+def test_replacing_one_record_moves_the_clipped_mean_by_at_most_2c_over_b(deltas, data):
+    clip = 10.0
+    b = len(deltas)
+    i = data.draw(st.integers(0, b - 1))
+    other = list(deltas)
+    other[i] = data.draw(values)
+    a = zo.clip_scalars(torch.tensor(deltas), clip).sum() / b
+    c = zo.clip_scalars(torch.tensor(other), clip).sum() / b
+    assert torch.isfinite(a) and torch.isfinite(c)
+    assert abs(float(a - c)) <= 2 * clip / b * (1 + 1e-6)
+
+
+def test_clip_maps_nan_to_zero_and_inf_to_the_bounds():
+    out = zo.clip_scalars(torch.tensor([float("nan"), float("inf"), -float("inf"), 25.0, -3.0]), 10.0)
+    assert out.tolist() == [0.0, 10.0, -10.0, 10.0, -3.0]
+
+
+def test_server_delta_sensitivity_with_a_poisoned_record(tiny_scheduler):
+    """End to end through DPZV's server: replace one record's embeddings by inf/NaN/huge values."""
+    for poison in (float("inf"), float("nan"), 1e30, -1e30):
+        sched = tiny_scheduler(clip=0.5)
+        method, server = sched.method, sched.server
+        gen = torch.Generator().manual_seed(1)
+        ids = torch.arange(8)
+        h_plus, h_minus = torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
+        msg = lambda hp: Message(0, "device0", SERVER, "embeddings",  # noqa: E731
+                                 {"ids": ids, "h_plus": hp, "h_minus": h_minus})
+        method.train_server = False
+        base = float(method.server_reply(server, msg(h_plus))["delta"])
+        bad = h_plus.clone()
+        bad[3] = poison
+        moved = float(method.server_reply(server, msg(bad))["delta"])
+        assert math.isfinite(moved)
+        assert abs(moved - base) <= 2 * 0.5 / 8 + 1e-6
+
+
+def test_no_clip_ablation_differs_from_clipping():
+    deltas = torch.tensor([50.0, -1.0])
+    assert float(zo.clip_scalars(deltas, None).sum()) == 49.0
+    assert float(zo.clip_scalars(deltas, 10.0).sum()) == 9.0
+
+
+def test_dpzv_default_release_is_the_clipped_batch_mean():
+    from training.config import TrainConfig
+
+    r = dpzv.DPZV.release(TrainConfig(batch_size=64, clip=10.0))
+    assert (r.aggregate, r.batch_size, r.clip, r.sensitivity) == ("mean", 64, 10.0, 20.0 / 64)
+
+
+def test_secret_subsampling_delta_divides_the_kept_sum_by_b(tiny_scheduler):
+    from training.methods import common
+
+    sched = tiny_scheduler(threat="secret-subsampling", batch_size=4, super_batch=8, clip=0.05)
+    method, server = sched.method, sched.server
+    method.train_server = False
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.arange(8)
+    hp, hm = torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
+    stale = server.table.gather(ids)
+    y = server.labels[ids]
+    with torch.no_grad():
+        deltas = (common.losses(server.head, common.with_row(stale, 0, hp), y)
+                  - common.losses(server.head, common.with_row(stale, 0, hm), y)) / method.lam
+    got = float(method.server_reply(server, Message(0, "device0", SERVER, "embeddings",
+                                                    {"ids": ids, "h_plus": hp, "h_minus": hm}))["delta"])
+    kept = torch.as_tensor(sched.recorder.transcripts[SERVER].select("local", "keep")[-1].fields["mask"])
+    expected = float(zo.clip_scalars(deltas, 0.05)[kept].sum() / 4)     # / B, not / |kept|
+    assert got == pytest.approx(expected, abs=1e-6)
+    assert 0 < int(kept.sum()) < 8          # (fixed secret seed) a real subset was kept

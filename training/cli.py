@@ -1,0 +1,108 @@
+"""``privzv train``: train DPZV or a baseline on vertically partitioned data.
+
+Precedence: built-in defaults < ``--config FILE`` (JSON object of ``TrainConfig`` fields) <
+explicit flags. ``--resume DIR`` continues the run in DIR with its saved config (only
+``--epochs``, to extend it, and ``--json`` may be given with it). Bad input: one stderr line, exit 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from privzv import cliutil
+from privzv.errors import PrivzvError
+from training.config import FREEZE, TrainConfig
+
+FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
+               "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server")
+
+
+def build_parser() -> cliutil.Parser:
+    from training import data, methods
+
+    p = cliutil.Parser(prog="privzv train", description=__doc__.splitlines()[0])
+    n = cliutil.number
+    p.add_argument("--dataset", choices=data.DATASETS, help="default digits")
+    p.add_argument("--data-dir", help="folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
+    p.add_argument("--method", choices=methods.METHODS, help="default dpzv")
+    p.add_argument("--devices", type=n("--devices", low=1, integer=True), help="M, default 4")
+    p.add_argument("--epochs", type=n("--epochs", low=0, low_open=True), help="device epochs, default 10")
+    p.add_argument("--batch-size", type=n("--batch-size", low=1, integer=True), help="B, default 32")
+    p.add_argument("--epsilon", type=n("--epsilon", low=0, low_open=True, allow_inf=True),
+                   help="privacy budget; inf (default) for no noise")
+    p.add_argument("--delta", type=n("--delta", low=0, high=1, low_open=True, high_open=True),
+                   help="default 1e-5")
+    p.add_argument("--threat", choices=("device", "eavesdropper", "secret-subsampling"))
+    p.add_argument("--accountant", choices=("pld", "rdp", "gdp-clt", "seed"))
+    p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
+    p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
+    p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")
+    p.add_argument("--lr-server", type=n("--lr-server", low=0), help="server learning rate")
+    p.add_argument("--seed", type=n("--seed", low=0, integer=True), help="default 0")
+    p.add_argument("--config", help="JSON file of config fields (see docs/training.md)")
+    p.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
+    p.add_argument("--out", help="run folder (default runs/DATASET-METHOD-TIME)")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary object")
+    return p
+
+
+def config_from(args) -> TrainConfig:
+    """Defaults, then --config, then the flags given."""
+    config = TrainConfig.from_json(args.config) if args.config else TrainConfig()
+    given = {f: getattr(args, f) for f in FLAG_FIELDS if getattr(args, f) is not None}
+    if args.no_transcripts:
+        given["transcripts"] = False
+    return dataclasses.replace(config, **given)
+
+
+def _resume_config(args) -> TrainConfig:
+    folder = Path(args.resume)
+    if not (folder / "config.json").exists() or not (folder / "checkpoint.pt").exists():
+        raise PrivzvError(f"--resume {args.resume!r}: not a finished run folder (no config.json/checkpoint.pt)")
+    others = [f for f in FLAG_FIELDS if f != "epochs" and getattr(args, f) is not None]
+    if others or args.config or args.out or args.no_transcripts:
+        bad = others[0].replace("_", "-") if others else ("config" if args.config else
+                                                           "out" if args.out else "no-transcripts")
+        raise PrivzvError(f"--{bad}: cannot be changed with --resume (only --epochs and --json)")
+    config = TrainConfig.from_dict(json.loads((folder / "config.json").read_text())["config"])
+    if args.epochs is not None:
+        config = dataclasses.replace(config, epochs=args.epochs)
+    return config
+
+
+def _human(s: dict) -> str:
+    eps = "no noise" if s["epsilon_spent"] is None else f"epsilon spent {s['epsilon_spent']:.4g}"
+    stop = f" (stopped: {s['stopped']})" if s["stopped"] else ""
+    return (f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
+            f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop}\n"
+            f"bytes up {s['bytes_up']:,}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
+            f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}")
+
+
+def _main(argv: Sequence[str]) -> int:
+    from training import run
+
+    args = build_parser().parse_args(list(argv))
+    if args.resume:
+        config, out, resume = _resume_config(args), Path(args.resume), True
+    else:
+        config = config_from(args).resolved()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
+        resume = False
+    config.validate()
+    with cliutil.atomic_output_dir(out, resume=resume) as work:
+        bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
+        summary = run.train(config, work, resume=resume, progress=bar)
+    summary["out"] = str(out)
+    cliutil.emit(summary, args.json, _human)
+    return 130 if summary["stopped"] == "interrupted" else 0
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``privzv train`` (dispatched by ``privzv.cli``)."""
+    return cliutil.run(_main, argv, prog="privzv train")

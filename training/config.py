@@ -1,0 +1,173 @@
+"""The run configuration: one dataclass, built from CLI flags and/or a JSON file, validated.
+
+Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``.
+Defaults: papers/001 App. H (C=10, lambda=1e-3, server momentum 0.9, delta=1e-5) where they
+apply, and tuned values for the embedded datasets (docs/training.md) elsewhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import secrets
+from pathlib import Path
+
+from privzv.errors import PrivzvError
+
+FREEZE = ("devices", "server")
+SERVER_UPDATES = ("fo", "zo")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    dataset: str = "digits"
+    data_dir: str | None = None
+    method: str = "dpzv"
+    devices: int = 4
+    epochs: float = 10.0
+    batch_size: int = 32
+    epsilon: float = math.inf        # inf: no noise (unless sigma is given)
+    delta: float = 1e-5
+    threat: str = "device"
+    accountant: str = "pld"
+    neighbors: str = "replace-one"
+    super_batch: int | None = None   # B' of threat "secret-subsampling"
+    sigma: float | None = None       # give the noise std directly instead of calibrating it
+    clip: float = 10.0               # C
+    no_clip: bool = False            # ablation (needs no noise)
+    lam: float = 1e-3                # ZO smoothing lambda
+    lr_device: float | None = None   # None: the method's default
+    lr_server: float | None = None
+    momentum: float = 0.9            # server (and first-order device) SGD momentum
+    device_momentum: float = 0.0     # ZO device momentum (keeps a buffer of d_m floats)
+    server_update: str = "fo"        # dpzv: first-order (fo) or zeroth-order (zo) server update
+    embed_dim: int = 16
+    server_kind: str = "mlp"
+    activation: list[float] | None = None   # activation probabilities, uniform if None
+    max_delay: int = 0               # bounded staleness of the server's table, in rounds
+    freeze: str | None = None        # ablation: "devices" or "server"
+    evals: int = 10                  # evaluations over the run
+    transcripts: bool = True
+    threads: int = 1                 # torch CPU threads (1 is fastest for the small models)
+    seed: int = 0
+    secret_seed: int | None = None   # root of private noise; drawn from the OS if None
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with the secret seed drawn (recorded in config.json, for exact replays)."""
+        secret = self.secret_seed if self.secret_seed is not None else secrets.randbits(63)
+        return dataclasses.replace(self, secret_seed=secret)
+
+    @property
+    def private(self) -> bool:
+        """True when the run adds DP noise (finite epsilon or a positive sigma)."""
+        return math.isfinite(self.epsilon) or bool(self.sigma)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise PrivzvError(f"config key {unknown[0]!r}: allowed are {', '.join(sorted(names))}")
+        d = dict(d)
+        if d.get("epsilon", 0) is None:
+            d["epsilon"] = math.inf
+        for name, value in d.items():
+            kinds = _KINDS[name]
+            if not (value is None and name in _OPTIONAL) and (
+                    not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+                allowed = " or ".join(k.__name__ for k in kinds) + (" or null" if name in _OPTIONAL else "")
+                raise PrivzvError(f"config {name} {value!r}: must be {allowed}")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "TrainConfig":
+        try:
+            d = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise PrivzvError(f"--config {str(path)!r}: no such file") from None
+        except json.JSONDecodeError as exc:
+            raise PrivzvError(f"--config {str(path)!r}: not JSON ({exc.msg}, line {exc.lineno})") from None
+        if not isinstance(d, dict):
+            raise PrivzvError(f"--config {str(path)!r}: must hold a JSON object")
+        return cls.from_dict(d)
+
+    def validate(self) -> "TrainConfig":
+        """Check names and ranges; raise PrivzvError naming the field. Returns self."""
+        from training import data, methods
+
+        _choice("dataset", self.dataset, data.DATASETS)
+        methods.get(self.method)
+        _choice("threat", self.threat, ("device", "eavesdropper", "secret-subsampling"))
+        _choice("accountant", self.accountant, ("pld", "rdp", "gdp-clt", "seed"))
+        _choice("neighbors", self.neighbors, ("replace-one", "add-remove"))
+        _choice("server_update", self.server_update, SERVER_UPDATES)
+        _choice("server_kind", self.server_kind, ("mlp", "sum"))
+        if self.freeze is not None:
+            _choice("freeze", self.freeze, FREEZE)
+        for name in ("devices", "batch_size", "embed_dim", "evals", "threads"):
+            _int_at_least(name, getattr(self, name), 1)
+        _int_at_least("max_delay", self.max_delay, 0)
+        _int_at_least("seed", self.seed, 0)
+        for name in ("epochs", "clip", "lam"):
+            _positive(name, getattr(self, name))
+        for name in ("lr_device", "lr_server", "sigma"):
+            value = getattr(self, name)
+            if value is not None and not (_finite(value) and value >= 0):
+                raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be a finite number >= 0")
+        for name in ("momentum", "device_momentum"):
+            value = getattr(self, name)
+            if not (_finite(value) and 0 <= value < 1):
+                raise PrivzvError(f"{name} {value!r}: must be in [0, 1)")
+        if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
+            raise PrivzvError(f"--epsilon {self.epsilon!r}: must be > 0 (inf for no noise)")
+        if not (_finite(self.delta) and 0 < self.delta < 1):
+            raise PrivzvError(f"--delta {self.delta!r}: must be in (0, 1)")
+        if self.threat == "secret-subsampling":
+            if self.super_batch is None or self.super_batch < self.batch_size:
+                raise PrivzvError(f"super_batch {self.super_batch!r}: threat secret-subsampling needs"
+                                  f" super_batch >= --batch-size {self.batch_size} (set it in --config)")
+        if self.no_clip and self.private:
+            raise PrivzvError("no_clip: the no-clipping ablation has unbounded sensitivity; use it"
+                              " only without noise (--epsilon inf, no --sigma)")
+        if self.activation is not None:
+            probs = self.activation
+            if (len(probs) != self.devices or any(not _finite(p) or p < 0 for p in probs)
+                    or not math.isclose(sum(probs), 1.0, rel_tol=1e-6)):
+                raise PrivzvError(f"activation {probs!r}: must be {self.devices} probabilities >= 0"
+                                  " summing to 1")
+        return self
+
+
+_KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (int,), "epochs": (int, float),
+          "batch_size": (int,), "epsilon": (int, float), "delta": (int, float), "threat": (str,),
+          "accountant": (str,), "neighbors": (str,), "super_batch": (int,), "sigma": (int, float),
+          "clip": (int, float), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
+          "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
+          "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
+          "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
+          "seed": (int,), "secret_seed": (int,)}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze", "secret_seed"}
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: allowed are {', '.join(allowed)}")
+
+
+def _int_at_least(name: str, value, low: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+        raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be an integer >= {low}")
+
+
+def _positive(name: str, value) -> None:
+    if not (_finite(value) and value > 0):
+        raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be a finite number > 0")

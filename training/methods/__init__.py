@@ -1,0 +1,22 @@
+"""Training methods: the registry ``--method NAME`` -> Method class (see ``methods.base``)."""
+from __future__ import annotations
+
+import importlib
+
+from privzv.errors import PrivzvError
+
+MODULES = {
+    "dpzv": "training.methods.dpzv",
+    "vafl": "training.methods.vafl",
+    "fo-vector": "training.methods.fo_vector",
+    "zoo-vfl": "training.methods.zoo_vfl",
+    "czofo": "training.methods.czofo",
+}
+METHODS = tuple(MODULES)
+
+
+def get(name: str):
+    """The Method class registered as ``name`` (each module defines exactly one ``METHOD``)."""
+    if name not in MODULES:
+        raise PrivzvError(f"--method {name!r}: allowed are {', '.join(METHODS)}")
+    return importlib.import_module(MODULES[name]).METHOD

@@ -1,0 +1,96 @@
+"""The Method strategy: what one training method does in one asynchronous round.
+
+The scheduler (``training.scheduler``) owns everything that is shared: which device is active,
+its epoch-shuffled batch, the server's embedding table and its staleness, message transport,
+byte counting, transcripts, the privacy ledger, evaluation and checkpoints. A method supplies
+only the three halves of a round, each run by one party with that party's state only::
+
+    up   = method.device_send(device, ids)        # on device m: the uplink Message
+    down = method.server_reply(server, up)        # on the server: the downlink Message
+    method.device_receive(device, down)           # on device m: its update
+
+Rules for implementers (``training/methods/dpzv.py`` is the reference example):
+
+* Build messages with ``self.message(sender, receiver, kind, **tensors)``; tensors must be
+  detached. Everything sent is counted (bytes) and recorded (transcripts), so send nothing
+  the protocol does not send.
+* Device-side: read ``device.x[ids]``, ``device.model``; keep what is needed until
+  ``device_receive`` in ``device.scratch`` (cleared by the scheduler after the round). Draw a
+  device's random perturbations from ``device.step_seed()``, its private noise from
+  ``device.noise``; record device-known facts with ``device.note(kind, {name: tensor})``.
+* Server-side: ``server.table`` (stale embeddings; update the active device's rows),
+  ``server.head``, ``server.labels[ids]``, ``server.noise`` (the server's private generator: DP
+  noise and secret keep decisions come only from it).
+* Honour ``self.train_devices`` / ``self.train_server`` (the ``--freeze`` ablation) and
+  ``self.sigma`` (the noise std set by the scheduler, calibrated by privzv or given; 0 = none).
+* ``release(config)`` describes the DP release a round makes (a ``privzv.release.Release``
+  with ``sigma=None``), or ``None`` when the method has no DP option; the scheduler calibrates
+  sigma from it and records every round in the privacy ledger.
+* ``extra_state`` / ``load_extra_state``: optimiser states etc. for checkpoints (tensors/dicts).
+"""
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+import torch
+
+from training.messages import Message
+
+if TYPE_CHECKING:
+    from privzv.release import Release
+    from training.config import TrainConfig
+    from training.parties import Device, Server
+
+
+class Method(abc.ABC):
+    """Base class of a training method (a strategy inside the one scheduler).
+
+    ``name`` is the registry name (``--method``). ``config`` is the run's ``TrainConfig``;
+    ``sigma`` the per-coordinate noise std of its release (0.0: no noise).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, config: "TrainConfig", sigma: float = 0.0):
+        self.config = config
+        self.sigma = float(sigma)
+        self.train_devices = config.freeze != "devices"
+        self.train_server = config.freeze != "server"
+        self.round = 0  # set by the scheduler before each round
+
+    @classmethod
+    def release(cls, config: "TrainConfig") -> "Release | None":
+        """The DP release of one round (sigma unset), or None if this method has no DP option."""
+        return None
+
+    @classmethod
+    def uplink_batch(cls, config: "TrainConfig") -> int:
+        """How many records a device sends per round (B; B' under secret subsampling)."""
+        return config.batch_size
+
+    def setup(self, devices: Sequence["Device"], server: "Server") -> None:
+        """Create optimisers etc. once the parties exist (called once, before any round)."""
+
+    @abc.abstractmethod
+    def device_send(self, device: "Device", ids: torch.Tensor) -> Message:
+        """Device side, first half: compute on the batch ``ids`` and return the uplink message."""
+
+    @abc.abstractmethod
+    def server_reply(self, server: "Server", up: Message) -> Message:
+        """Server side: consume the uplink, update the table and head, return the downlink."""
+
+    @abc.abstractmethod
+    def device_receive(self, device: "Device", down: Message) -> None:
+        """Device side, second half: update the device's model from the downlink."""
+
+    def extra_state(self) -> dict:
+        """Method state for a checkpoint (optimiser states, momentum buffers)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        """Restore what ``extra_state`` returned."""
+
+    def message(self, sender: str, receiver: str, kind: str, **tensors: torch.Tensor) -> Message:
+        """A Message of this round."""
+        return Message(self.round, sender, receiver, kind, tensors)

@@ -1,0 +1,126 @@
+"""VFL-CZOFO (papers/002, "cascaded hybrid optimisation"): ZO across the wire, first order inside.
+
+Round with active device m, batch I (|I| = B), n = ``PERTURBATIONS`` directions, lam = smoothing:
+
+device   h_i = F_m(w_m; x_i) (autograd graph kept locally); for k = 1..n draw u_ik uniform on the
+         unit sphere of R^E, one per record, from the device's step seed; send ids, h [B, E] and
+         h^_ik = h_i + lam * u_ik [B, n, E].           (papers/002 Sec. III-B; the authors' code)
+server   d_ik = (L_i(h^_ik) - L_i(h_i)) / lam: per-record loss differences with the stale table for
+         the other devices (papers/002: the losses h_{i,m}, h^_{i,m} per sample). Send d [B, n].
+         Head: first-order SGD on the batch mean loss (eq. (4)). table[m, I] <- h.
+device   g_i = (E / n) * sum_k d_ik u_ik estimates dL_i/dh_i (eq. (3), phi(E) = E for the unit
+         sphere); backpropagate g / B through the local model, SGD step (first order, with the
+         run's ``momentum``).
+
+The server sends d_ik / the loss differences rather than both losses of papers/002: the same
+information for the device's estimator, one value per record and direction.
+
+DP option (per-sample feedback, no batch averaging; DESIGN.md "Vector-noise counterparts"): the
+server clips each record's vector (d_i1..d_in) to L2 norm C (NaN/inf zeroed first, so the bound
+holds whatever the losses) and adds N(0, sigma^2) to every value from its own generator. One
+round is ``Release(clip=C, batch_size=B, aggregate="per-sample", dim=n)``: replacing one record
+changes one row by at most 2C in L2. Without DP the feedback is not clipped (the baseline of the
+paper). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
+"""
+from __future__ import annotations
+
+import torch
+
+from privzv.errors import PrivzvError
+from privzv.release import Release
+from training import zo
+from training.messages import SERVER, device_index, device_name
+from training.methods import common
+from training.methods.base import Method
+
+PERTURBATIONS = 5  # n, papers/001 App. H Table 3
+LR_DEVICE = 0.05
+LR_SERVER = 0.05
+
+
+def unit_directions(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """Directions uniform on the unit sphere of the last axis of ``shape``, from ``seed``."""
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    return g / g.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def embedding_gradient(d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """ZO estimate of dL_i/dh_i, [B, E]: (E / n) * sum_k d_ik u_ik (papers/002 eq. (3), phi(E) = E
+    for u uniform on the unit sphere, averaged over the n directions). ``d`` [B, n], ``u`` [B, n, E]."""
+    n, embed_dim = u.shape[1], u.shape[2]
+    return (embed_dim / n) * (d[:, :, None] * u).sum(dim=1)
+
+
+def only_device_threats(config) -> None:
+    """The baselines have no secret subsampling: refuse an accounting that would assume it."""
+    if config.threat == "secret-subsampling":
+        raise PrivzvError(f"--threat secret-subsampling: --method {config.method} does not "
+                          "implement it (only dpzv does); use device or eavesdropper")
+
+
+class CZOFO(common.FirstOrderDevices, Method):
+    name = "czofo"
+
+    @classmethod
+    def release(cls, config) -> Release:
+        only_device_threats(config)
+        return Release(clip=config.clip, batch_size=config.batch_size, aggregate="per-sample",
+                       neighbors=config.neighbors, dim=PERTURBATIONS)
+
+    def setup(self, devices, server) -> None:
+        cfg = self.config
+        self.lam = cfg.lam
+        self.clip = cfg.clip if (cfg.private or self.sigma > 0) else None
+        self.setup_devices(devices, LR_DEVICE)
+        self.optimizer = common.sgd(server.head.parameters(), common.lr(cfg.lr_server, LR_SERVER),
+                                    cfg.momentum)
+
+    def device_send(self, device, ids):
+        seed = device.step_seed()
+        device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
+        with torch.set_grad_enabled(self.train_devices):
+            h = device.model(device.x[ids])
+        u = unit_directions(seed, (len(h), PERTURBATIONS, h.shape[1]))
+        device.scratch.update(seed=seed, h=h)
+        h = h.detach()
+        return self.message(device_name(device.index), SERVER, "embeddings",
+                            ids=ids, h=h, h_perturbed=h[:, None, :] + self.lam * u)
+
+    def server_reply(self, server, up):
+        m = device_index(up.sender)
+        ids, h, h_perturbed = up["ids"], up["h"], up["h_perturbed"]
+        labels = server.labels[ids]
+        rows = common.with_row(server.table.gather(ids), m, h)
+        with torch.set_grad_enabled(self.train_server):
+            base = common.losses(server.head, rows, labels)
+        with torch.no_grad():
+            diffs = torch.stack([common.losses(server.head, common.with_row(rows, m, hp), labels)
+                                 for hp in h_perturbed.unbind(dim=1)], dim=1) - base[:, None]
+        per_record = self.clip_feedback(diffs / self.lam)                 # [B, n]
+        noisy = per_record + zo.gaussian(per_record.shape, self.sigma, server.noise)
+        server.table.update(m, ids, h)
+        if self.train_server:   # after the feedback is computed (papers/002 Alg. 1, lines 9-11)
+            common.first_order_step(self.optimizer, base.mean())
+        return self.message(SERVER, up.sender, "loss_differences", d=noisy.float())
+
+    def clip_feedback(self, per_record: torch.Tensor) -> torch.Tensor:
+        """Each record's row of n values clipped to L2 norm C (DP); non-finite values -> 0."""
+        if self.clip is None:
+            return torch.nan_to_num(per_record, nan=0.0, posinf=0.0, neginf=0.0)
+        return zo.clip_rows(per_record, self.clip)
+
+    def device_receive(self, device, down):
+        if not self.train_devices:
+            return
+        h = device.scratch["h"]
+        u = unit_directions(device.scratch["seed"], (len(h), PERTURBATIONS, h.shape[1]))
+        self.backpropagate(device, embedding_gradient(down["d"], u) / len(h))  # d(mean loss)/dh
+
+    def extra_state(self) -> dict:
+        return self.optimizer_states(self.optimizer)
+
+    def load_extra_state(self, state: dict) -> None:
+        self.load_optimizer_states(self.optimizer, state)
+
+
+METHOD = CZOFO

@@ -1,0 +1,141 @@
+"""DPZV (papers/000 Algorithm 1, with the corrections of DESIGN.md "DPZV as implemented").
+
+Round with active device m, batch I (|I| = B):
+
+device   seed s = device.step_seed(); u = u(s) uniform on the sqrt(d_m) sphere (training.zo).
+         w <- w + lam*u; h+ = h(w; x_I); w <- w - 2*lam*u; h- = h(w; x_I)     (eq. (6))
+         send ids, h+, h-.                 (keeps only s and ||g||; no copy of w or u)
+server   delta_i = (f~(h+_i) - f~(h-_i)) / lam with the stale table for the other devices (eq. (7));
+         c_i = clip_[-C,C](delta_i), NaN -> 0, +-inf -> +-C;  Delta = sum_i c_i / B + z,
+         z ~ N(0, sigma^2) from the server's own generator                      (eq. (8))
+         table[m, I] <- (h+ + h-)/2; head update: first-order SGD (default) or ZO (eq. (3)).
+         send Delta (one float32).
+device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass       (eq. (9))
+
+Secret subsampling (threat ``secret-subsampling``): the device sends a super-batch of B' records;
+the server keeps each with probability p = B/B' using its own generator and tells nobody;
+Delta = sum_{i kept} c_i / B + z (divided by the expected size B, so the sensitivity stays
+2C/B). The release is ``Release(clip=C, batch_size=B, aggregate="mean")``.
+Ablations: sigma = 0 (no noise), ``no_clip`` (no clipping; NaN/inf -> 0; never with noise).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from privzv.release import Release
+from training import zo
+from training.messages import SERVER, device_index, device_name
+from training.methods import common
+from training.methods.base import Method
+
+LR_DEVICE = 0.03
+LR_SERVER = 0.05
+
+
+class DPZV(Method):
+    name = "dpzv"
+
+    @classmethod
+    def release(cls, config) -> Release:
+        return Release(clip=config.clip, batch_size=config.batch_size, aggregate="mean",
+                       neighbors=config.neighbors)
+
+    @classmethod
+    def uplink_batch(cls, config) -> int:
+        return config.super_batch if config.threat == "secret-subsampling" else config.batch_size
+
+    def setup(self, devices, server) -> None:
+        cfg = self.config
+        self.lam = cfg.lam
+        self.clip = None if cfg.no_clip else cfg.clip
+        self.lr_device = common.lr(cfg.lr_device, LR_DEVICE)
+        self.lr_server = common.lr(cfg.lr_server, LR_SERVER)
+        self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
+        self.optimizer = (common.sgd(server.head.parameters(), self.lr_server, cfg.momentum)
+                          if cfg.server_update == "fo" else None)
+        self.buffers = ({d.index: [torch.zeros_like(p) for p in d.model.parameters()] for d in devices}
+                        if cfg.device_momentum else {})
+
+    # device, first half ---------------------------------------------------------------------
+    def device_send(self, device, ids):
+        seed, norm = common.begin_zo_step(device)
+        x = device.x[ids]
+        with torch.no_grad():
+            zo.perturb_(device.model, seed, self.lam, norm)
+            h_plus = device.model(x)
+            zo.perturb_(device.model, seed, -2.0 * self.lam, norm)
+            h_minus = device.model(x)
+        return self.message(device_name(device.index), SERVER, "embeddings",
+                            ids=ids, h_plus=h_plus, h_minus=h_minus)
+
+    # server ---------------------------------------------------------------------------------
+    def server_reply(self, server, up):
+        m = device_index(up.sender)
+        ids, h_plus, h_minus = up["ids"], up["h_plus"], up["h_minus"]
+        labels = server.labels[ids]
+        stale = server.table.gather(ids)
+        delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
+        kept = torch.ones(len(ids), dtype=torch.bool)
+        if self.keep is not None:
+            kept = torch.rand(len(ids), generator=server.noise) < self.keep
+            server.note("keep", {"mask": kept})
+        clipped = zo.clip_scalars(delta, self.clip)
+        total = clipped[kept].sum() / self.config.batch_size
+        big_delta = (total + zo.gaussian((), self.sigma, server.noise)).reshape(1).float()
+        h_mid = (h_plus + h_minus) / 2
+        server.table.update(m, ids, h_mid)
+        if self.train_server and kept.any():
+            rows = [r[kept] for r in common.with_row(stale, m, h_mid)]
+            self._server_update(server, rows, labels[kept])
+        return self.message(SERVER, up.sender, "delta", delta=big_delta)
+
+    def _server_update(self, server, rows, labels) -> None:
+        if self.config.server_update == "fo":
+            common.first_order_step(self.optimizer, common.losses(server.head, rows, labels).mean())
+            return
+        params = [p for p in server.head.parameters() if p.requires_grad]
+        if not params:
+            return
+        seed = int(torch.randint(0, 2**62, (1,), generator=server.noise))
+        norm = zo.gaussian_norm(params, seed)
+        with torch.no_grad():
+            zo.perturb_(params, seed, self.lam, norm)
+            plus = common.losses(server.head, rows, labels).mean()
+            zo.perturb_(params, seed, -2.0 * self.lam, norm)
+            minus = common.losses(server.head, rows, labels).mean()
+            grad = float(plus - minus) / (2.0 * self.lam)     # eq. (3)
+            if not math.isfinite(grad):
+                grad = 0.0
+            zo.perturb_(params, seed, self.lam - self.lr_server * grad, norm)
+
+    # device, second half --------------------------------------------------------------------
+    def device_receive(self, device, down):
+        seed, norm = device.scratch["seed"], device.scratch["norm"]
+        step = self.lr_device * float(down["delta"]) if self.train_devices else 0.0
+        if device.index not in self.buffers:
+            zo.perturb_(device.model, seed, self.lam - step, norm)   # restore + update, one pass
+            return
+        params = list(device.model.parameters())
+        d = sum(p.numel() for p in params)
+        unit = math.sqrt(d) / norm
+        gen = torch.Generator().manual_seed(seed)
+        mu = self.config.device_momentum
+        with torch.no_grad():
+            for p, buf in zip(params, self.buffers[device.index]):
+                u = torch.randn(p.shape, generator=gen, dtype=p.dtype) * unit
+                buf.mul_(mu).add_(u, alpha=float(down["delta"]) if self.train_devices else 0.0)
+                p.add_(u, alpha=self.lam).add_(buf, alpha=-self.lr_device)
+
+    def extra_state(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict() if self.optimizer else None,
+                "buffers": self.buffers}
+
+    def load_extra_state(self, state: dict) -> None:
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.buffers = state["buffers"]
+
+
+METHOD = DPZV

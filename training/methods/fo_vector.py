@@ -1,0 +1,42 @@
+"""fo-vector: first-order VFL with backward vector noise, the downlink counterpart of DPZV.
+
+Round with active device m, batch I:
+device   h = h(w; x_I); send ids, h.
+server   table[m, I] <- h; per-record gradients g_i = dl_i/dh_i; each clipped to L2 norm C;
+         g~_i = g_i + N(0, sigma^2 I) from the server's own generator; head SGD step;
+         send g~ [B, E].
+device   backpropagate g~ / B (the batch mean) through h; SGD step (momentum).
+
+The release is one noisy clipped gradient per record: ``Release(clip=C, batch_size=B,
+aggregate="per-sample", dim=embed_dim)``: same secret (labels, via the downlink) and observer
+(the device) as DPZV, noise of dimension E instead of 1.
+"""
+from __future__ import annotations
+
+from training import zo
+from training.messages import SERVER, device_index, device_name
+from training.methods import common
+
+
+class FOVector(common.FirstOrderMethod):
+    name = "fo-vector"
+
+    def device_send(self, device, ids):
+        h = device.model(device.x[ids])
+        device.scratch["h"] = h
+        return self.message(device_name(device.index), SERVER, "embedding", ids=ids, h=h.detach())
+
+    def server_reply(self, server, up):
+        m, ids, h = device_index(up.sender), up["ids"], up["h"]
+        server.table.update(m, ids, h)
+        grads = common.embedding_gradients(server, self.optimizer, m, ids, h, self.train_server)
+        if not self.config.no_clip:
+            grads = zo.clip_rows(grads, self.config.clip)
+        noisy = grads + zo.gaussian(grads.shape, self.sigma, server.noise)
+        return self.message(SERVER, up.sender, "gradient", g=noisy)
+
+    def device_receive(self, device, down):
+        self.backpropagate(device, down["g"] / len(down["g"]))
+
+
+METHOD = FOVector

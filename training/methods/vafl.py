@@ -1,0 +1,43 @@
+"""VAFL (Chen et al. 2020), the papers' first-order asynchronous baseline with forward vector noise.
+
+Round with active device m, batch I:
+device   h = h(w; x_I); each row clipped to L2 norm C; h~ = h + N(0, sigma^2 I) drawn from the
+         device's private generator (the server never sees h or the noise); send ids, h~.
+server   table[m, I] <- h~; loss on the batch (stale rows for the others); head SGD step;
+         send g = d mean-loss / d h~  [B, E].
+device   backpropagate g through the clipped embedding; SGD step (momentum).
+
+The release is the noisy embedding, one per record: ``Release(clip=C, batch_size=B,
+aggregate="per-sample", dim=embed_dim)``. Its secret is the device's features, observed by the
+server: a different secret and observer than DPZV's downlink (DESIGN.md "Vector-noise
+counterparts").
+"""
+from __future__ import annotations
+
+from training import zo
+from training.messages import SERVER, device_index, device_name
+from training.methods import common
+
+
+class VAFL(common.FirstOrderMethod):
+    name = "vafl"
+
+    def device_send(self, device, ids):
+        h = device.model(device.x[ids])
+        if not self.config.no_clip:
+            h = zo.clip_rows(h, self.config.clip)
+        device.scratch["h"] = h
+        noisy = h.detach() + zo.gaussian(h.shape, self.sigma, device.noise)
+        return self.message(device_name(device.index), SERVER, "embedding", ids=ids, h=noisy)
+
+    def server_reply(self, server, up):
+        m, ids, h = device_index(up.sender), up["ids"], up["h"]
+        server.table.update(m, ids, h)
+        grads = common.embedding_gradients(server, self.optimizer, m, ids, h, self.train_server)
+        return self.message(SERVER, up.sender, "gradient", g=grads / len(ids))
+
+    def device_receive(self, device, down):
+        self.backpropagate(device, down["g"])
+
+
+METHOD = VAFL

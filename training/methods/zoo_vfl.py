@@ -1,0 +1,82 @@
+"""ZOO-VFL (Zhang et al., CIKM 2021, as the baseline of papers/000-003): ZO on devices and server.
+
+Round with active device m, batch I (|I| = B):
+
+device   seed s, u = u(s) uniform on the sqrt(d_m) sphere (training.zo, as DPZV).
+         h = h(w; x_I); w <- w - lam*u; h^ = h(w; x_I); send ids, h, h^.
+         (one-sided two-point estimator, papers/002 eqs. (2)-(3); perturbing by -lam*u instead of
+         +lam*u is the same estimator, u and -u being equally likely, and leaves w where DPZV's
+         restore-and-update step expects it)
+server   delta_i = (L_i(h) - L_i(h^)) / lam with the stale table for the other devices;
+         Delta = mean_i delta_i, sent as one float32. table[m, I] <- h.
+         Head: zeroth-order update (two-point, seeded from the server's own generator; DPZV's).
+device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass (DPZV's step).
+
+DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
++-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the batch mean:
+``Release(clip=C, batch_size=B, aggregate="mean")``. Without DP nothing is clipped (the baseline
+as published). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from training import zo
+from training.messages import SERVER, device_index, device_name
+from training.methods import common
+from training.methods.czofo import only_device_threats
+from training.methods.dpzv import DPZV
+
+LR_DEVICE = 5e-3
+LR_SERVER = 0.005
+
+
+class ZooVFL(DPZV):
+    name = "zoo-vfl"
+
+    @classmethod
+    def release(cls, config):
+        only_device_threats(config)
+        return super().release(config)
+
+    @classmethod
+    def uplink_batch(cls, config) -> int:
+        return config.batch_size
+
+    def setup(self, devices, server) -> None:
+        only_device_threats(self.config)
+        self.config = dataclasses.replace(self.config, server_update="zo")
+        super().setup(devices, server)
+        cfg = self.config
+        self.clip = cfg.clip if (cfg.private or self.sigma > 0) else None
+        self.keep = None
+        self.lr_device = common.lr(cfg.lr_device, LR_DEVICE)
+        self.lr_server = common.lr(cfg.lr_server, LR_SERVER)
+
+    def device_send(self, device, ids):
+        seed, norm = common.begin_zo_step(device)
+        x = device.x[ids]
+        with torch.no_grad():
+            h = device.model(x)
+            zo.perturb_(device.model, seed, -self.lam, norm)
+            h_perturbed = device.model(x)
+        return self.message(device_name(device.index), SERVER, "embeddings",
+                            ids=ids, h=h, h_perturbed=h_perturbed)
+
+    def server_reply(self, server, up):
+        m = device_index(up.sender)
+        ids, h, h_perturbed = up["ids"], up["h"], up["h_perturbed"]
+        labels = server.labels[ids]
+        rows = common.with_row(server.table.gather(ids), m, h)
+        delta = common.loss_differences(server, m, rows, labels, h, h_perturbed, self.lam)
+        mean = zo.clip_scalars(delta, self.clip).mean()
+        big_delta = (mean + zo.gaussian((), self.sigma, server.noise)).reshape(1).float()
+        server.table.update(m, ids, h)
+        if self.train_server:
+            self._server_update(server, rows, labels)
+        return self.message(SERVER, up.sender, "delta", delta=big_delta)
+
+
+METHOD = ZooVFL

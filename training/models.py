@@ -1,0 +1,109 @@
+"""Party models (papers/000 App. C): device bottom models and the server's head.
+
+Devices: a small MLP for tabular data and digits; a two-layer CNN per MNIST row band; a four-layer
+CNN per CIFAR-10 patch. Server: two linear layers with a ReLU on the concatenated embeddings
+(``kind="mlp"``), or the sum of the device outputs (``kind="sum"``, no parameters: the "model
+without split" of Fu et al. that the direct label-inference attack needs). All parameters fp32.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from privzv.errors import PrivzvError
+
+SERVER_KINDS = ("mlp", "sum")
+MLP_HIDDEN = 32
+SERVER_HIDDEN = 64
+
+
+def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
+    """Bottom model of device ``m`` of a ``training.data.VerticalDataset``: x_train[m] batch -> [B, embed_dim]."""
+    if not 0 <= m < dataset.devices:
+        raise PrivzvError(f"device {m!r}: allowed are 0..{dataset.devices - 1}")
+    _check_positive("embed_dim", embed_dim)
+    shape = tuple(dataset.x_train[m].shape[1:])
+    if dataset.name in ("mnist", "mnist-5k"):
+        net = _cnn(shape, (16, 32), convs_per_block=1, embed_dim=embed_dim)
+    elif dataset.name == "cifar10":
+        net = _cnn(shape, (32, 64), convs_per_block=2, embed_dim=embed_dim)
+    else:
+        inputs = math.prod(shape)
+        net = nn.Sequential(nn.Flatten(), nn.Linear(inputs, MLP_HIDDEN), nn.ReLU(),
+                            nn.Linear(MLP_HIDDEN, embed_dim))
+    return net.float()
+
+
+def _cnn(shape: tuple[int, ...], widths: tuple[int, ...], convs_per_block: int,
+         embed_dim: int) -> nn.Sequential:
+    """Blocks of ``convs_per_block`` 3x3 conv+ReLU then 2x2 max-pool, then a linear embedding.
+
+    One conv per block and two blocks: the two-layer MNIST CNN; two per block: the four-layer
+    CIFAR CNN. Pooling rounds up (ceil_mode) so that thin bands (1 row) still work.
+    """
+    layers: list[nn.Module] = []
+    channels = shape[0]
+    for width in widths:
+        for _ in range(convs_per_block):
+            layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.ReLU()]
+            channels = width
+        layers.append(nn.MaxPool2d(2, ceil_mode=True))
+    layers.append(nn.Flatten())
+    with torch.no_grad():
+        features = nn.Sequential(*layers)(torch.zeros(1, *shape)).shape[1]
+    return nn.Sequential(*layers, nn.Linear(features, embed_dim))
+
+
+class ConcatServer(nn.Module):
+    """Two linear layers with a ReLU on the concatenation of the M embeddings."""
+
+    def __init__(self, devices: int, embed_dim: int, num_classes: int, hidden: int = SERVER_HIDDEN):
+        super().__init__()
+        self.devices = devices
+        self.net = nn.Sequential(nn.Linear(devices * embed_dim, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, num_classes))
+
+    def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        _check_count(embeddings, self.devices)
+        return self.net(torch.cat(list(embeddings), dim=1))
+
+
+class SumServer(nn.Module):
+    """Logits are the sum of the device outputs (embed_dim == num_classes); no parameters."""
+
+    def __init__(self, devices: int):
+        super().__init__()
+        self.devices = devices
+
+    def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
+        _check_count(embeddings, self.devices)
+        return torch.stack(list(embeddings)).sum(dim=0)
+
+
+def server_model(devices: int, embed_dim: int, num_classes: int, kind: str = "mlp") -> nn.Module:
+    """The server's head: a list of M embeddings [B, embed_dim] -> logits [B, num_classes]."""
+    _check_positive("devices", devices)
+    _check_positive("embed_dim", embed_dim)
+    _check_positive("num_classes", num_classes)
+    if kind == "mlp":
+        return ConcatServer(devices, embed_dim, num_classes).float()
+    if kind == "sum":
+        if embed_dim != num_classes:
+            raise PrivzvError(f"embed_dim {embed_dim}: a summing server needs embed_dim == "
+                              f"num_classes ({num_classes})")
+        return SumServer(devices)
+    raise PrivzvError(f"server kind {kind!r}: allowed are {', '.join(SERVER_KINDS)}")
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PrivzvError(f"{name} {value!r}: must be an integer >= 1")
+
+
+def _check_count(embeddings: Sequence[torch.Tensor], devices: int) -> None:
+    if len(embeddings) != devices:
+        raise PrivzvError(f"server got {len(embeddings)} embeddings: expected one per device "
+                          f"({devices})")

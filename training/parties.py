@@ -1,0 +1,107 @@
+"""The parties' state: devices (a slice of every record, a bottom model) and the server (labels,
+a head, the table of the latest, possibly stale, embedding of every device for every record).
+
+Methods get a :class:`Device` or the :class:`Server` and nothing else, so a method step cannot
+read another party's data. ``note`` puts a party-local fact (its u seed, a private keep mask) in
+that party's transcript.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from training import seeds
+
+Note = Callable[[str, dict], None]
+
+
+def _no_note(kind: str, fields: dict) -> None:
+    return None
+
+
+@dataclasses.dataclass
+class Device:
+    """Device ``index``: its model, its training features ``x`` [N, ...] and its private state.
+
+    ``step`` is the device's own step counter t_m (incremented by the scheduler after each of its
+    rounds). ``scratch`` holds what a method keeps between sending and receiving (a seed, an
+    autograd graph); the scheduler clears it after each round. ``noise`` is the device's private
+    generator (forward noise), never seen by the server.
+    """
+
+    index: int
+    model: nn.Module
+    x: torch.Tensor
+    seed: int
+    noise: torch.Generator
+    step: int = 0
+    scratch: dict = dataclasses.field(default_factory=dict)
+    note: Note = _no_note
+
+    def step_seed(self) -> int:
+        """The seed of this device's perturbation u at its current step (device-known)."""
+        return seeds.derive(self.seed, "u", self.index, self.step)
+
+
+class EmbeddingTable:
+    """The server's copy h~[m, i] of every device's latest embedding (zeros until first sent).
+
+    With ``max_delay`` > 0 an update becomes visible after d rounds, d uniform in
+    {0..max_delay} (bounded delay, papers/000 eq. (5)); ``gather`` applies the due updates first.
+    """
+
+    def __init__(self, devices: int, records: int, dim: int, max_delay: int = 0,
+                 rng: np.random.Generator | None = None):
+        self.data = torch.zeros(devices, records, dim)
+        self.max_delay = max_delay
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.round = 0
+        self.pending: list[tuple[int, int, int, torch.Tensor, torch.Tensor]] = []
+        self._seq = 0
+
+    def update(self, m: int, ids: torch.Tensor, emb: torch.Tensor) -> None:
+        delay = int(self.rng.integers(0, self.max_delay + 1)) if self.max_delay else 0
+        if delay == 0:
+            self.data[m, ids] = emb.detach().to(self.data.dtype)
+            return
+        self.pending.append((self.round + delay, self._seq, m, ids.clone(), emb.detach().clone()))
+        self._seq += 1
+
+    def gather(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """The M stale embeddings [B, dim] of records ``ids``, after applying due updates."""
+        if self.pending:
+            due = sorted(p for p in self.pending if p[0] <= self.round)
+            self.pending = [p for p in self.pending if p[0] > self.round]
+            for _, _, m, pids, emb in due:
+                self.data[m, pids] = emb
+        return [self.data[m, ids] for m in range(self.data.shape[0])]
+
+    def state_dict(self) -> dict:
+        return {"data": self.data.clone(), "round": self.round, "seq": self._seq,
+                "pending": list(self.pending), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.data = state["data"].clone()
+        self.round, self._seq = state["round"], state["seq"]
+        self.pending = list(state["pending"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+@dataclasses.dataclass
+class Server:
+    """The server: ``head`` model, training ``labels`` [N], ``table``, private ``noise`` generator.
+
+    ``round`` is the global round t. The noise generator is seeded from the run's secret seed,
+    never from anything a device knows.
+    """
+
+    head: nn.Module
+    labels: torch.Tensor
+    table: EmbeddingTable
+    noise: torch.Generator
+    round: int = 0
+    note: Note = _no_note

@@ -1,0 +1,70 @@
+"""The bridge to privzv: the release a run makes, its sigma (calibrated or given), its ledger."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from privzv.errors import PrivzvError
+from privzv.release import Release, Schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A run's privacy: ``release`` (with its sigma; None for a method without DP), ``schedule``,
+    ``sigma`` (0.0 without noise) and the calibration ``result`` (a dict) when privzv computed it."""
+
+    release: Release | None
+    schedule: Schedule | None
+    sigma: float
+    result: dict | None
+
+    @property
+    def private(self) -> bool:
+        return self.release is not None and self.sigma > 0
+
+
+def plan(config, method_cls, records: int, rounds: int) -> Plan:
+    """Work out the release and sigma of a run with ``rounds`` rounds over ``records`` records.
+
+    Sigma: ``config.sigma`` if given, else 0 for ``--epsilon inf``, else
+    ``privzv.accounting.calibrate`` for (epsilon, delta, threat, accountant).
+    """
+    schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
+                        threat=config.threat, super_batch=config.super_batch)
+    release = method_cls.release(config)
+    if not config.private:
+        return Plan(release, schedule, 0.0, None)
+    if release is None:
+        raise PrivzvError(f"--method {config.method}: has no DP option; use --epsilon inf")
+    if config.sigma is not None:
+        return Plan(release.with_sigma(config.sigma), schedule, float(config.sigma), None)
+    from privzv import accounting
+
+    result = accounting.calibrate(config.epsilon, config.delta, release, schedule,
+                                  accountant=config.accountant)
+    return Plan(release.with_sigma(result.sigma), schedule, float(result.sigma), result.to_dict())
+
+
+def resumed(config, method_cls, sigma: float, result: dict | None) -> Plan:
+    """The plan of a resumed run: its saved sigma (never re-calibrated; the ledger continues)."""
+    release = method_cls.release(config)
+    if release is not None and sigma > 0:
+        release = release.with_sigma(sigma)
+    return Plan(release, None, sigma, result)
+
+
+def ledger(config, p: Plan):
+    """A fresh PrivacyLedger for a private run (budget: --epsilon, inf when only sigma is given)."""
+    if not p.private:
+        return None
+    from privzv.ledger import PrivacyLedger
+
+    budget = config.epsilon if math.isfinite(config.epsilon) else math.inf
+    return PrivacyLedger(p.release, p.schedule, config.delta, budget,
+                         accountant=config.accountant, dataset_size=p.schedule.dataset_size)
+
+
+def restore_ledger(state: dict):
+    from privzv.ledger import PrivacyLedger
+
+    return PrivacyLedger.from_state_dict(state)

@@ -1,0 +1,24 @@
+"""Seed derivation: every random stream of a run is named, and derived from a seed by SHA-256.
+
+Two roots: the public ``seed`` (data split, model init, batch order, activation, the devices'
+perturbation seeds) and the ``secret_seed`` (the parties' private noise: the server's DP noise
+and Poisson keep decisions, a device's forward noise). A device learns only the seeds of its own
+streams; SHA-256 is one-way, so they reveal neither root, and the secret root is drawn from the
+operating system's entropy unless a config fixes it (see ``training.config``).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+
+def derive(root: int, *names: object) -> int:
+    """A 63-bit seed for the stream ``names`` under ``root`` (SHA-256 of their text)."""
+    text = "/".join(str(part) for part in (root, *names)).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 1
+
+
+def generator(root: int, *names: object) -> torch.Generator:
+    """A CPU torch.Generator seeded with ``derive(root, *names)``."""
+    return torch.Generator().manual_seed(derive(root, *names))
