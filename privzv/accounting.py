@@ -101,7 +101,9 @@ def _result(z: float, eps: float, mu: float | None, release: Release, schedule: 
         note = f"rdp (dp-accounting RdpAccountant): {threat}; rigorous upper bound{extra}"
     else:
         rigorous = True
-        note = f"pld (dp-accounting PLDAccountant, pessimistic): {threat}; rigorous upper bound"
+        how = ("exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
+               if exp.sampling_rate is None else "dp-accounting PLDAccountant, pessimistic")
+        note = f"pld ({how}): {threat}; rigorous upper bound"
     k, q = exp.compositions, exp.sampling_rate
     if accountant == "seed":  # the formula composes all T releases at "sampling rate" B/D
         k, q = schedule.steps, release.batch_size / schedule.dataset_size
@@ -128,7 +130,8 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     """The smallest sigma with epsilon(sigma) <= ``epsilon`` at ``delta`` (release.sigma ignored).
 
     One-sided: the returned Result's epsilon is the accountant's value at the returned sigma,
-    re-evaluated, and is <= the target. seed and gdp-clt are solved in closed form; pld and rdp
+    re-evaluated, and is <= the target. seed, gdp-clt and unsampled pld are solved in closed
+    form; sampled pld and rdp
     by :func:`privzv.calibration.smallest_feasible` (pld: a coarse solve at COARSE_FACTOR times
     the discretisation first, then the account() discretisation; relative precision ~1e-4).
     """
@@ -141,7 +144,8 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     def evaluate(z, discretization=None):
         return epsilon_for_exposure(z, release, schedule, exp, delta, accountant, discretization)
 
-    if accountant in ("seed", "gdp-clt"):
+    if accountant in ("seed", "gdp-clt") or (accountant == "pld" and exp.sampling_rate is None):
+        # closed forms; pld without sampling is the exact Gaussian composition (accountants.py)
         mu_target = gdp.mu_from_epsilon(epsilon, delta)
         z = (accountants.seed_noise_multiplier(mu_target, b, d, t) if accountant == "seed"
              else accountants.clt_noise_multiplier(mu_target, exp))

@@ -185,9 +185,19 @@ def test_calibrate_is_one_sided_and_minimal(accountant, threat, super_batch):
 
 
 def test_unreachable_target_is_a_clear_error():
-    release, schedule = small()
-    with pytest.raises(PrivzvError, match="unreachable"):
-        calibrate(1e-9, 1e-12, release, schedule, "pld")
+    # the numerical solver (sampled pld, rdp) searches noise multipliers up to 1e6
+    release, schedule = small("eavesdropper")
+    for accountant in ("pld", "rdp"):
+        with pytest.raises(PrivzvError, match="unreachable"):
+            calibrate(1e-9, 1e-12, release, schedule, accountant)
+
+
+def test_tiny_targets_without_sampling_have_exact_closed_form_answers():
+    release, schedule = small()  # device threat: k = 10 unsampled releases
+    result = calibrate(1e-9, 1e-12, release, schedule, "pld")
+    assert result.epsilon <= 1e-9
+    assert result.noise_multiplier == pytest.approx(
+        math.sqrt(10) / gdp.mu_from_epsilon(1e-9, 1e-12), rel=1e-9)
 
 
 def test_side_by_side_lists_seed_once_and_every_threat():
