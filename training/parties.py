@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training import seeds
+from training import seeds, zo
 
 Note = Callable[[str, dict], None]
 
@@ -28,8 +28,10 @@ class Device:
     """Device ``index``: its model, its training features ``x`` [N, ...] and its private state.
 
     ``step`` is the device's own step counter t_m (incremented by the scheduler after each of its
-    rounds). ``scratch`` holds what a method keeps between sending and receiving (a seed, an
-    autograd graph); the scheduler clears it after each round. ``noise`` is the device's private
+    rounds). ``flat`` is the model's parameters as one 1-D buffer (``training.zo.flatten_``, done
+    once here): the parameters are views of it, so a ZO pass over them is one draw and one add.
+    ``scratch`` holds what a method keeps between sending and receiving (a seed, an autograd
+    graph); the scheduler clears it after each round. ``noise`` is the device's private
     generator (forward noise), never seen by the server.
     """
 
@@ -41,6 +43,10 @@ class Device:
     step: int = 0
     scratch: dict = dataclasses.field(default_factory=dict)
     note: Note = _no_note
+    flat: torch.Tensor = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.flat = zo.flatten_(self.model)
 
     def step_seed(self) -> int:
         """The seed of this device's perturbation u at its current step (device-known)."""

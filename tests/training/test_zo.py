@@ -29,6 +29,41 @@ def test_direction_is_on_the_sqrt_d_sphere_over_all_parameters():
     assert shares.std() > 0.01
 
 
+def test_flatten_makes_the_parameters_views_of_one_buffer_and_keeps_u():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    ids = [id(p) for p in model.parameters()]
+    x = torch.randn(4, 3)
+    out = model(x).detach()
+    u_before = zo.direction(model, 7)
+    flat = zo.flatten_(model)
+    assert flat.shape == (sum(p.numel() for p in before),) and flat.is_contiguous()
+    assert [id(p) for p in model.parameters()] == ids                  # same Parameter objects
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(model(x), out)
+    assert torch.equal(flat, torch.cat([b.reshape(-1) for b in before]))
+    flat[0] = 42.0                                                     # a view, not a copy
+    assert float(next(model.parameters()).detach().reshape(-1)[0]) == 42.0
+    flat[0] = before[0].reshape(-1)[0]
+    # u depends on the seed and d only: the same for the model, its parameter list and the buffer
+    assert torch.equal(zo.direction(flat, 7), u_before)
+    assert torch.equal(zo.direction(list(model.parameters()), 7), u_before)
+    # a pass over the buffer moves the parameters as a pass over the separate tensors would
+    twin = [b.clone() for b in before]
+    norm = zo.perturb_(flat, 7, 0.5)
+    assert norm == zo.gaussian_norm(twin, 7)
+    assert zo.perturb_(twin, 7, 0.5, norm) == norm
+    assert all(torch.equal(a, b) for a, b in zip(twin, model.parameters()))
+    # optimisers and load_state_dict still act on the buffer
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x).sum().backward()
+    opt.step()
+    assert torch.equal(flat, torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    model.load_state_dict({k: torch.zeros_like(v) for k, v in model.state_dict().items()})
+    assert not flat.any()
+
+
 def test_zo_estimator_mean_is_twice_the_smoothed_gradient_on_a_quadratic():
     """eq. (7): delta = (f(w + lam u) - f(w - lam u)) / lam; for f(w) = w'Aw/2 + b'w the smoothed
     gradient is the gradient, and E[delta u] = 2 grad f (E[u u'] = I on the sqrt(d) sphere)."""
@@ -69,15 +104,16 @@ def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
     expected = torch.cat([p.reshape(-1) for p in w0]).double() - 0.1 * delta * u.double()
     got = torch.cat([p.detach().reshape(-1) for p in device.model.parameters()])
     assert torch.allclose(got.double(), expected, rtol=0, atol=1e-6)
-    # bitwise: exactly the three in-place float32 passes +lam u, -2 lam u, (lam - eta Delta) u
+    # bitwise: exactly the three in-place float32 passes +lam u, -2 lam u, (lam - eta Delta) u, each
+    # one draw g = randn(d) of all the parameters (in parameters() order) added to the flat buffer
     d = sum(p.numel() for p in w0)
     lam = method.lam
-    replay = [p.clone() for p in w0]
+    replay = torch.cat([p.reshape(-1) for p in w0])
     for scale in (lam, -2 * lam, lam - 0.1 * delta):
-        g = torch.Generator().manual_seed(seed)
-        for p in replay:
-            p.add_(torch.randn(p.shape, generator=g), alpha=scale * math.sqrt(d) / norm)
-    assert all(torch.equal(a, b) for a, b in zip(replay, device.model.parameters()))
+        g = torch.randn(d, generator=torch.Generator().manual_seed(seed))
+        replay.add_(g, alpha=scale * math.sqrt(d) / norm)
+    assert torch.equal(replay, got)
+    assert norm == zo.gaussian_norm(w0, seed)
     assert set(device.scratch) == {"seed", "norm"}     # no copy of the parameters or of u kept
     assert up.kind == "embeddings"
 

@@ -116,11 +116,21 @@ def loss_differences(server, m: int, stale: list[torch.Tensor], labels: torch.Te
                 - losses(server.head, with_row(stale, m, h_b), labels)) / lam
 
 
-def begin_zo_step(device) -> tuple[int, float]:
-    """Device side of a seeded ZO step: the step's u seed and ||g||, kept in ``device.scratch``
-    and noted in the device's transcript (the device knows its own seed)."""
+def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float]) -> list[torch.Tensor]:
+    """Device side of a seeded ZO step (DPZV, ZOO-VFL): for each shift s in ``shifts``, in order,
+    move the parameters in place by s * u (one draw and one add over ``device.flat``; nothing for
+    s == 0) and run the model on the batch ``ids``; return the embeddings. u = u(seed) with
+    seed = ``device.step_seed()``; the seed and ||g|| (computed from the first draw) are kept in
+    ``device.scratch`` and the seed is noted in the device's transcript (the device knows it).
+    At least one shift must be non-zero (lambda > 0)."""
     seed = device.step_seed()
-    norm = zo.gaussian_norm(device.model, seed)
-    device.scratch.update(seed=seed, norm=norm)
     device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
-    return seed, norm
+    x = device.x[ids]
+    norm, outputs = None, []
+    with torch.no_grad():
+        for shift in shifts:
+            if shift:
+                norm = zo.perturb_(device.flat, seed, shift, norm)
+            outputs.append(device.model(x))
+    device.scratch.update(seed=seed, norm=norm)
+    return outputs

@@ -36,6 +36,7 @@ LR_SERVER = 0.05
 
 class DPZV(Method):
     name = "dpzv"
+    UPLINK = ("h_plus", "h_minus")   # names of the two embeddings sent, in order of computation
 
     @classmethod
     def release(cls, config) -> Release:
@@ -55,26 +56,27 @@ class DPZV(Method):
         self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
         self.optimizer = (common.sgd(server.head.parameters(), self.lr_server, cfg.momentum)
                           if cfg.server_update == "fo" else None)
-        self.buffers = ({d.index: [torch.zeros_like(p) for p in d.model.parameters()] for d in devices}
+        self.buffers = ({d.index: torch.zeros_like(d.flat) for d in devices}
                         if cfg.device_momentum else {})
 
     # device, first half ---------------------------------------------------------------------
+    def shifts(self) -> tuple[float, float]:
+        """In-place moves of the parameters before each forward: +lam u, then -2 lam u (eq. (6))."""
+        return (self.lam, -2.0 * self.lam)
+
     def device_send(self, device, ids):
-        seed, norm = common.begin_zo_step(device)
-        x = device.x[ids]
-        with torch.no_grad():
-            zo.perturb_(device.model, seed, self.lam, norm)
-            h_plus = device.model(x)
-            zo.perturb_(device.model, seed, -2.0 * self.lam, norm)
-            h_minus = device.model(x)
+        embeddings = common.perturbed_forwards(device, ids, self.shifts())
         return self.message(device_name(device.index), SERVER, "embeddings",
-                            ids=ids, h_plus=h_plus, h_minus=h_minus)
+                            ids=ids, **dict(zip(self.UPLINK, embeddings)))
 
     # server ---------------------------------------------------------------------------------
+    def received(self, server, up) -> tuple:
+        """(m, ids, labels, first embedding, second embedding) of an uplink."""
+        ids = up["ids"]
+        return (device_index(up.sender), ids, server.labels[ids], *(up[k] for k in self.UPLINK))
+
     def server_reply(self, server, up):
-        m = device_index(up.sender)
-        ids, h_plus, h_minus = up["ids"], up["h_plus"], up["h_minus"]
-        labels = server.labels[ids]
+        m, ids, labels, h_plus, h_minus = self.received(server, up)
         stale = server.table.gather(ids)
         delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
         kept = torch.ones(len(ids), dtype=torch.bool)
@@ -99,9 +101,8 @@ class DPZV(Method):
         if not params:
             return
         seed = int(torch.randint(0, 2**62, (1,), generator=server.noise))
-        norm = zo.gaussian_norm(params, seed)
         with torch.no_grad():
-            zo.perturb_(params, seed, self.lam, norm)
+            norm = zo.perturb_(params, seed, self.lam)
             plus = common.losses(server.head, rows, labels).mean()
             zo.perturb_(params, seed, -2.0 * self.lam, norm)
             minus = common.losses(server.head, rows, labels).mean()
@@ -113,20 +114,15 @@ class DPZV(Method):
     # device, second half --------------------------------------------------------------------
     def device_receive(self, device, down):
         seed, norm = device.scratch["seed"], device.scratch["norm"]
-        step = self.lr_device * float(down["delta"]) if self.train_devices else 0.0
+        delta = float(down["delta"]) if self.train_devices else 0.0
         if device.index not in self.buffers:
-            zo.perturb_(device.model, seed, self.lam - step, norm)   # restore + update, one pass
+            # restore + update in one pass (eq. (9))
+            zo.perturb_(device.flat, seed, self.lam - self.lr_device * delta, norm)
             return
-        params = list(device.model.parameters())
-        d = sum(p.numel() for p in params)
-        unit = math.sqrt(d) / norm
-        gen = torch.Generator().manual_seed(seed)
-        mu = self.config.device_momentum
+        u = zo.direction(device.flat, seed)       # transient: this pass's draw, then dropped
         with torch.no_grad():
-            for p, buf in zip(params, self.buffers[device.index]):
-                u = torch.randn(p.shape, generator=gen, dtype=p.dtype) * unit
-                buf.mul_(mu).add_(u, alpha=float(down["delta"]) if self.train_devices else 0.0)
-                p.add_(u, alpha=self.lam).add_(buf, alpha=-self.lr_device)
+            buf = self.buffers[device.index].mul_(self.config.device_momentum).add_(u, alpha=delta)
+            device.flat.add_(u, alpha=self.lam).add_(buf, alpha=-self.lr_device)
 
     def extra_state(self) -> dict:
         return {"optimizer": self.optimizer.state_dict() if self.optimizer else None,

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from training import zo
-from training.messages import SERVER, device_index, device_name
+from training.messages import SERVER
 from training.methods import common
 from training.methods.czofo import only_device_threats
 from training.methods.dpzv import DPZV
@@ -35,6 +33,7 @@ LR_SERVER = 0.005
 
 class ZooVFL(DPZV):
     name = "zoo-vfl"
+    UPLINK = ("h", "h_perturbed")
 
     @classmethod
     def release(cls, config):
@@ -55,20 +54,12 @@ class ZooVFL(DPZV):
         self.lr_device = common.lr(cfg.lr_device, LR_DEVICE)
         self.lr_server = common.lr(cfg.lr_server, LR_SERVER)
 
-    def device_send(self, device, ids):
-        seed, norm = common.begin_zo_step(device)
-        x = device.x[ids]
-        with torch.no_grad():
-            h = device.model(x)
-            zo.perturb_(device.model, seed, -self.lam, norm)
-            h_perturbed = device.model(x)
-        return self.message(device_name(device.index), SERVER, "embeddings",
-                            ids=ids, h=h, h_perturbed=h_perturbed)
+    def shifts(self) -> tuple[float, float]:
+        """h at w itself, then h^ after moving the parameters by -lam u."""
+        return (0.0, -self.lam)
 
     def server_reply(self, server, up):
-        m = device_index(up.sender)
-        ids, h, h_perturbed = up["ids"], up["h"], up["h_perturbed"]
-        labels = server.labels[ids]
+        m, ids, labels, h, h_perturbed = self.received(server, up)
         rows = common.with_row(server.table.gather(ids), m, h)
         delta = common.loss_differences(server, m, rows, labels, h, h_perturbed, self.lam)
         mean = zo.clip_scalars(delta, self.clip).mean()
