@@ -1,28 +1,34 @@
-"""The ``privzv`` command: privacy subcommands here, ``train`` and ``attack`` dispatched lazily."""
+"""The ``privzv`` command: privacy subcommands here; ``train``, ``attack`` and ``demo`` are
+dispatched lazily to the layers above (privzv itself never imports training or attacks)."""
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
 from typing import Sequence
 
 from privzv import cliutil
-from privzv.errors import PrivzvError
 
 LAZY = {
-    "train": ("training.cli", "train"),
-    "attack": ("attacks.cli", "attack"),
+    "train": "training.cli",
+    "attack": "attacks.cli",
+    "demo": "attacks.demo",
 }
+LAZY_HELP = """further commands (each has --help):
+  train     train DPZV or a baseline on vertically partitioned data
+  attack    attack a training run, audit a release, run the scalar-vs-vector study
+  demo      the main job on embedded data: accounting, audit, DPZV training"""
 
 
 def _main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if argv and argv[0] in LAZY:
-        import importlib
-
-        module, _ = LAZY[argv[0]]
-        return importlib.import_module(module).main(argv[1:])
+        return importlib.import_module(LAZY[argv[0]]).main(argv[1:])
     from privzv import commands
 
     parser = commands.build_parser()
+    parser.epilog = LAZY_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     if not argv:
         parser.print_help()
         return 2

@@ -1,0 +1,117 @@
+"""End-to-end audit of a real training run: label canaries, the attacker device's transcript.
+
+``canaries`` training records get a pair of candidate labels (a_i, b_i) and, by a fair coin,
+one of them as their training label (replace-one neighbours: the record with label a_i or b_i).
+The run is trained with training's own builder and scheduler; the attacker (device 0) sees only
+its transcript and scores each canary by s_i = sum over its rows of g[b_i] - g[a_i], g the
+per-sample gradient it can tell (``View.gradient_rows``: the gradient itself for first-order
+methods, Delta * (h+ - h-) for DPZV). Under a summing server dL/dz is negative only at the true
+label, so s_i > 0 points to a_i.
+
+All canaries share one training run, so they are not independent trials. The bound uses the
+one-run audit of Steinke, Nasr & Jagielski (NeurIPS 2023, Thm. 5.2, as in jax_privacy
+``auditing._one_run_p_value``): the attacker guesses the r canaries with the largest |s_i| and
+abstains on the rest; under (eps, delta)-DP the number v of correct guesses satisfies
+P[V >= v] <= P[B >= v] + 2 m delta max_{1<=i<=v} (P[B >= v - i] - P[B >= v]) / i with
+B ~ Binomial(r, e^eps/(1+e^eps)); eps_lb is
+the largest eps whose p-value is <= alpha. The r values in ``GUESS_FRACTIONS`` are fixed in
+advance and Bonferroni-corrected.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from privzv.errors import PrivzvError
+
+GUESS_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """p-value of >= v correct out of r guesses on m canaries under (eps, delta)-DP (Thm. 5.2)."""
+    q = special.expit(eps)
+    beta = stats.binom.sf(v - 1, r, q)
+    if delta == 0 or v == 0:
+        return float(beta)
+    i = np.arange(1, v + 1)
+    cum = stats.binom.sf(v - i - 1, r, q) - beta
+    return float(min(1.0, beta + np.max(cum / i) * delta * 2 * m))
+
+
+def one_run_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float:
+    """Largest eps rejected at level alpha (0 when even eps = 0 is not rejected)."""
+    objective = lambda e: alpha - one_run_p_value(m, r, v, e, delta)   # noqa: E731
+    if objective(0.0) <= 0:
+        return 0.0
+    hi = 1.0
+    while objective(hi) > 0 and hi < 100:
+        hi *= 2
+    if objective(hi) > 0:
+        return hi
+    return float(optimize.brentq(objective, 0.0, hi, xtol=1e-6))
+
+
+def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
+                    alpha: float = 0.05) -> dict:
+    """One-run eps lower bound from canary scores (positive: guess bit 1) and their true bits."""
+    s, t = np.asarray(scores, float), np.asarray(truth, int)
+    m = s.size
+    order = np.argsort(-np.abs(s), kind="stable")
+    best = {"eps_lb": 0.0, "guesses": 0, "correct": 0}
+    for frac in GUESS_FRACTIONS:
+        r = max(1, int(round(frac * m)))
+        pick = order[:r]
+        v = int(((s[pick] > 0).astype(int) == t[pick]).sum())
+        eps = one_run_epsilon(m, r, v, delta, alpha / len(GUESS_FRACTIONS))
+        if eps > best["eps_lb"] or best["guesses"] == 0:
+            best = {"eps_lb": eps, "guesses": r, "correct": v}
+    return {**best, "canaries": m, "alpha": alpha, "delta": delta}
+
+
+def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
+        epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0) -> dict:
+    """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below."""
+    import torch
+
+    from attacks.study_settings import CLIP
+    from attacks.transcript_view import wire_view
+    from training import data, methods, privacy
+    from training import run as training_run
+    from training.config import TrainConfig
+
+    ds = data.load(dataset, TrainConfig().devices, seed=seed)
+    n, k = len(ds.y_train), ds.num_classes
+    if not 2 <= canaries <= n:
+        raise PrivzvError(f"--canaries {canaries}: must be in [2, {n}]")
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(n, canaries, replace=False)
+    a = rng.integers(0, k, canaries)
+    b = (a + rng.integers(1, k, canaries)) % k                     # b != a
+    bit = rng.integers(0, 2, canaries)
+    y = ds.y_train.clone()
+    y[torch.as_tensor(ids)] = torch.as_tensor(np.where(bit == 1, a, b))
+    ds.y_train = y
+    cfg = TrainConfig(dataset=dataset, method=method, epsilon=epsilon, delta=delta,
+                      clip=CLIP.get(method, 10.0), epochs=epochs, server_kind="sum",
+                      embed_dim=k, evals=1, seed=seed, secret_seed=10_000 + seed)
+    cfg.validate()
+    rounds = training_run.rounds_for(cfg, n)
+    plan = privacy.plan(cfg, methods.get(method), n, rounds)
+    sched = training_run.build(cfg, ds, sigma=plan.sigma)
+    sched.run(rounds, lambda r: False, lambda r: None)
+    view = wire_view(sched.recorder.transcripts["device0"])
+    g = view.gradient_rows()
+    pos = {int(r): i for i, r in enumerate(ids)}
+    scores = np.zeros(canaries)
+    for row, rec in enumerate(view.records):
+        i = pos.get(int(rec))
+        if i is not None:
+            scores[i] += g[row, b[i]] - g[row, a[i]]
+    bound = eps_lower_bound(scores, bit, delta)
+    upper = plan.result["epsilon"] if plan.result else math.inf
+    return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
+            "sigma": plan.sigma, "epsilon_upper": upper, "accountant": cfg.accountant,
+            "threat": cfg.threat, "epochs": epochs, "seed": seed,
+            "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}

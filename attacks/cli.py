@@ -1,0 +1,189 @@
+"""``privzv attack run|audit|canary-audit|study``: attack a finished run, audit a release or a
+training run, run the scalar-vs-vector study."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from attacks import study_settings
+from privzv.accountants import ACCOUNTANTS
+from privzv.cliutil import BadValue, Parser, emit, number
+from privzv.errors import PrivzvError
+from privzv.release import NEIGHBORS, THREATS
+
+
+def _choice(flag: str, allowed: Sequence[str]):
+    """An argparse ``type`` accepting one of ``allowed``; the error names the flag and the list."""
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise BadValue(f"{flag} {text!r}: allowed are {', '.join(allowed)}")
+        return text
+    return parse
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="privzv attack", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="attack a finished training run")
+    run.add_argument("--attack", required=True, help="attack name (see attacks.registry.ATTACKS)")
+    run.add_argument("--run", required=True, type=Path, help="training run folder")
+    run.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(func=_run)
+
+    aud = sub.add_parser("audit", help="optimal likelihood-ratio attacker on one record's releases")
+    noise = aud.add_mutually_exclusive_group(required=True)
+    noise.add_argument("--sigma", type=number("--sigma", low=0, low_open=True))
+    noise.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True))
+    aud.add_argument("--delta", required=True, type=number("--delta", low=0, high=1,
+                                                           low_open=True, high_open=True))
+    aud.add_argument("--steps", required=True, type=number("--steps", low=1, integer=True),
+                     help="T, releases in the whole run")
+    aud.add_argument("--dataset-size", required=True,
+                     type=number("--dataset-size", low=1, integer=True))
+    aud.add_argument("--batch-size", required=True,
+                     type=number("--batch-size", low=1, integer=True))
+    aud.add_argument("--clip", type=number("--clip", low=0, low_open=True), default=10.0)
+    aud.add_argument("--devices", type=number("--devices", low=1, integer=True), default=1)
+    aud.add_argument("--threat", type=_choice("--threat", THREATS), default="device")
+    aud.add_argument("--accountant", type=_choice("--accountant", ACCOUNTANTS), default="pld")
+    aud.add_argument("--neighbors", type=_choice("--neighbors", NEIGHBORS), default="replace-one")
+    aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
+                     help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
+    aud.add_argument("--dim", type=number("--dim", low=2, integer=True), default=16)
+    aud.add_argument("--trials", type=number("--trials", low=100, integer=True), default=20000,
+                     help="trials per class (in and out)")
+    aud.add_argument("--alpha", type=number("--alpha", low=0, high=1, low_open=True,
+                                            high_open=True), default=0.05)
+    aud.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    aud.add_argument("--json", action="store_true")
+    aud.set_defaults(func=_audit)
+
+    can = sub.add_parser("canary-audit", help="end-to-end audit: label canaries in a real run")
+    can.add_argument("--method", type=_choice("--method", tuple(study_settings.METHODS)),
+                     default="fo-vector")
+    can.add_argument("--dataset", type=_choice("--dataset", study_settings.DATASETS),
+                     default="digits")
+    can.add_argument("--canaries", type=number("--canaries", low=2, integer=True), default=400)
+    can.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True, allow_inf=True),
+                     default=1.0)
+    can.add_argument("--delta", type=number("--delta", low=0, high=1, low_open=True,
+                                            high_open=True), default=1e-5)
+    can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=3.0)
+    can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    can.add_argument("--json", action="store_true")
+    can.set_defaults(func=_canary_audit)
+
+    study = sub.add_parser("study", help="scalar vs vector noise at equal (epsilon, delta)")
+    study.add_argument("--dataset", type=_choice("--dataset", study_settings.DATASETS),
+                       default="digits")
+    study.add_argument("--out", required=True, type=Path, help="results folder (must be new)")
+    study.add_argument("--seeds", type=number("--seeds", low=1, integer=True), default=3)
+    study.add_argument("--epsilons", nargs="+", default=list(study_settings.EPSILONS),
+                       type=number("--epsilons", low=0, low_open=True, allow_inf=True),
+                       help="target epsilons (inf: calibrated to no noise)")
+    study.add_argument("--delta", type=number("--delta", low=0, high=1, low_open=True,
+                                              high_open=True), default=1e-5)
+    study.add_argument("--threat", type=_choice("--threat", THREATS), default="device")
+    study.add_argument("--accountant", type=_choice("--accountant", ACCOUNTANTS), default="pld")
+    study.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=None,
+                       help="training epochs per run (default: the study's per-dataset value)")
+    study.add_argument("--methods", nargs="+", default=list(study_settings.METHODS),
+                       type=_choice("--methods", tuple(study_settings.METHODS)),
+                       help="noise kinds (default: all three)")
+    study.add_argument("--keep-runs", action="store_true",
+                       help="keep each run's transcripts and checkpoint (for privzv attack run)")
+    study.add_argument("--json", action="store_true")
+    study.set_defaults(func=_study)
+    return parser
+
+
+def _run(args) -> int:
+    if not args.run.is_dir():
+        raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
+    from attacks import registry
+
+    result = registry.run_attack(args.attack, args.run, args.seed)
+    emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
+    return 0
+
+
+def _audit(args) -> int:
+    from attacks.release_audit import audit_release
+    from privzv import accounting
+    from privzv.release import Release, Schedule
+
+    vector = args.noise == "vector"
+    release = Release(clip=args.clip, batch_size=args.batch_size, neighbors=args.neighbors,
+                      aggregate="per-sample" if vector else "mean", dim=args.dim if vector else 1)
+    schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size, devices=args.devices,
+                        threat=args.threat)
+    sigma = args.sigma
+    if sigma is None:
+        sigma = accounting.calibrate(args.epsilon, args.delta, release, schedule,
+                                     args.accountant).sigma
+    release = release.with_sigma(sigma)
+    out = audit_release(release, schedule, args.delta, accountant=args.accountant,
+                        trials=args.trials, alpha=args.alpha, seed=args.seed)
+    out["target_epsilon"] = args.epsilon
+    if args.accountant != "pld":
+        out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
+    out["refuted"] = out["lower"]["eps_lb"] > out["upper"]["epsilon"]
+    emit(out, args.json, _audit_text)
+    return 0
+
+
+def _audit_text(o: dict) -> str:
+    lo, up = o["lower"], o["upper"]
+    lines = [
+        f"release: {o['noise']} ({o['aggregate']}, dim {o['dim']}), sigma {o['sigma']:.6g}, "
+        f"sensitivity {o['sensitivity']:.6g}, {o['releases_per_record']} releases per record",
+        f"lower bound (LR attacker, {o['trials']} trials per class, confidence "
+        f"{1 - lo['alpha']:.0%}, {lo['method']}): eps >= {lo['eps_lb']:.4g}, "
+        f"mu >= {lo['mu_lb']:.4g}",
+        f"upper bound ({up['accountant']}, threat {up['threat']}): eps <= {up['epsilon']:.4g}"
+        + (f", mu <= {up['mu']:.4g}" if up.get("mu") is not None else "")
+        + ("" if up.get("rigorous", True) else "  [NOT rigorous]"),
+    ]
+    if "upper_pld" in o:
+        lines.append(f"upper bound (pld, same sigma): eps <= {o['upper_pld']['epsilon']:.4g}")
+    lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
+    if o["refuted"]:
+        lines.append("the lower bound exceeds the upper bound: the claimed guarantee is refuted")
+    return "\n".join(lines)
+
+
+def _canary_audit(args) -> int:
+    import torch
+
+    from attacks import canary_audit
+
+    torch.set_num_threads(1)
+    out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
+                           args.epochs, args.seed)
+    emit(out, args.json, lambda o: (
+        f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
+        f"{o['correct']}/{o['guesses']} guesses right\n"
+        f"lower bound (one run, 95%): eps >= {o['eps_lb']:.4g}; "
+        f"upper bound ({o['accountant']}, {o['threat']} threat): eps <= {o['epsilon_upper']:.4g}"))
+    return 0
+
+
+def _study(args) -> int:
+    from attacks import study
+
+    return study.main_from_args(args)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point for ``privzv attack ...`` (called by privzv.cli with errors already handled)."""
+    parser = build_parser()
+    argv = list(argv)
+    if not argv:
+        parser.print_help()
+        return 2
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        raise PrivzvError("attack: choose a subcommand: run, audit, canary-audit, study")
+    return args.func(args)

@@ -1,0 +1,137 @@
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from attacks import audit, clopper_pearson, likelihood_ratio, releases
+from privzv import gdp
+from privzv.errors import PrivzvError
+from privzv.release import Release
+
+
+def single_gaussian(mu, trials, seed):
+    """One per-sample release with sensitivity/sigma = mu (replace-one: sensitivity 2C)."""
+    return likelihood_ratio.simulate(
+        Release(clip=0.5, batch_size=1, sigma=1.0 / mu, aggregate="per-sample"), 1, trials, seed)
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (57, 1000)])
+def test_clopper_pearson_matches_scipy_exact_interval(k, n):
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.9, method="exact")
+    assert clopper_pearson.lower(k, n, 0.05) == pytest.approx(ci.low, abs=1e-12)
+    assert clopper_pearson.upper(k, n, 0.05) == pytest.approx(ci.high, abs=1e-12)
+
+
+def test_clopper_pearson_upper_covers():
+    rng = np.random.default_rng(0)
+    p, n = 0.03, 200
+    k = rng.binomial(n, p, size=4000)
+    miss = np.mean(clopper_pearson.upper(k, n, 0.05) < p)
+    assert miss <= 0.05
+
+
+def test_counts_and_bounds_on_a_perfect_split():
+    s_in, s_out = np.full(1000, 1.0), np.full(1000, -1.0)
+    eps, mu = audit.bounds_at(s_in, s_out, [0.0], 0.0, 0.025)
+    fpr_ub = 1 - 0.025 ** (1 / 1000)           # CP upper bound for 0 of 1000
+    assert eps[0] == pytest.approx(math.log((1 - fpr_ub) / fpr_ub))
+    assert mu[0] == pytest.approx(2 * stats.norm.isf(fpr_ub))
+
+
+def test_single_gaussian_mu_lb_approaches_and_respects_truth():
+    mu = 1.0
+    t = single_gaussian(mu, 100_000, seed=1)
+    assert t.mu == pytest.approx(mu)
+    b = audit.audit_scores(t.scores_in, t.scores_out, 1e-5, alpha=0.05)
+    assert 0.9 <= b.mu_lb <= mu
+    assert 0 < b.eps_lb <= gdp.epsilon_from_delta(mu, 1e-5)
+
+
+def test_mu_lb_exceeds_truth_no_more_often_than_alpha():
+    rng = np.random.default_rng(2)
+    mu, n, runs, alpha = 1.0, 3000, 60, 0.1
+    over_mu = over_eps = 0
+    eps_true = gdp.epsilon_from_delta(mu, 1e-3)
+    for r in range(runs):
+        s_out, s_in = rng.normal(0, 1, n), rng.normal(mu, 1, n)
+        b = audit.audit_scores(s_in, s_out, 1e-3, alpha=alpha, seed=r)
+        over_mu += b.mu_lb > mu
+        over_eps += b.eps_lb > eps_true
+    # P(Binomial(60, 0.1) >= 13) < 0.01
+    assert over_mu < 13 and over_eps < 13
+
+
+def test_bound_falls_to_zero_on_pure_noise():
+    rel = Release(clip=1.0, batch_size=64, sigma=1e4)
+    t = likelihood_ratio.simulate(rel, 5, 20_000, seed=3)
+    b = audit.audit_scores(t.scores_in, t.scores_out, 1e-3)
+    assert b.mu_lb < 0.05 and b.eps_lb < 0.1
+
+
+def test_scalar_and_vector_release_same_attacker_power():
+    scalar = Release(clip=1.0, batch_size=64, sigma=2 / 64 / 0.4)            # mean, dim 1
+    vector = Release(clip=1.0, batch_size=8, sigma=2 / 0.4, aggregate="per-sample", dim=16)
+    ts, tv = (likelihood_ratio.simulate(r, 9, 20_000, seed=4) for r in (scalar, vector))
+    assert ts.mu == pytest.approx(1.2) and tv.mu == pytest.approx(1.2)
+    for t in (ts, tv):        # both z statistics are N(0,1) out and N(mu,1) in
+        assert abs(t.scores_out.mean()) < 0.03 and abs(t.scores_in.mean() - 1.2) < 0.03
+        assert abs(t.scores_in.std() - 1) < 0.03
+    bs, bv = (audit.audit_scores(t.scores_in, t.scores_out, 1e-3) for t in (ts, tv))
+    assert abs(bs.mu_lb - bv.mu_lb) < 0.1
+
+
+def test_clip_and_sensitivity_of_simulated_release():
+    x = np.array([[3.0, 4.0], [0.3, 0.4], [np.nan, 1.0], [np.inf, 0.0]])
+    c = releases.clip(x, 1.0)
+    np.testing.assert_allclose(np.linalg.norm(c, axis=1), [1.0, 0.5, 1.0, 1.0])
+    rel = Release(clip=1.0, batch_size=4, sigma=0.0)
+    rng = np.random.default_rng(5)
+    batch = rng.normal(0, 5, size=(4, 1))
+    a, b = batch.copy(), batch.copy()
+    a[0], b[0] = 1e6, -1e6
+    gap = abs(releases.noiseless(rel, a) - releases.noiseless(rel, b))[0]
+    assert gap == pytest.approx(rel.sensitivity)
+    noisy = releases.sample(rel.with_sigma(0.3), np.broadcast_to(batch, (20_000, 4, 1)), rng)
+    assert noisy.std() == pytest.approx(0.3, rel=0.03)
+    assert noisy.mean() == pytest.approx(releases.noiseless(rel, batch)[0], abs=0.01)
+
+
+def test_bad_input():
+    with pytest.raises(PrivzvError):
+        audit.audit_scores([1, 2], [0, 1], 1e-3, method="bonferroni")
+    with pytest.raises(PrivzvError):
+        audit.audit_scores([1, 2], [0, 1], 1e-3, method="magic")
+    with pytest.raises(PrivzvError):
+        likelihood_ratio.simulate(Release(clip=1.0, batch_size=2, sigma=1.0), 0, 10)
+
+
+@pytest.mark.parametrize("noise", ["scalar", "vector"])
+def test_rigorous_sigma_keeps_lower_bound_below_upper_bound(noise):
+    from attacks.release_audit import audit_release
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    vector = noise == "vector"
+    release = Release(clip=10.0, batch_size=64, aggregate="per-sample" if vector else "mean",
+                      dim=8 if vector else 1)
+    schedule = Schedule(steps=9375, dataset_size=60000, threat="device")     # 10 epochs, k = 10
+    cal = accounting.calibrate(1.0, 1e-3, release, schedule, "pld")
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, trials=20_000, seed=6)
+    assert out["releases_per_record"] == 10
+    assert out["mu_exact"] == pytest.approx(math.sqrt(10) / cal.noise_multiplier)
+    assert 0.3 < out["lower"]["eps_lb"] < out["upper"]["epsilon"] <= 1.0 + 1e-6
+
+
+def test_seed_formula_sigma_is_refuted_under_device_threat():
+    from attacks.release_audit import audit_release
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=93750, dataset_size=60000, threat="device")   # MNIST, 100 epochs
+    cal = accounting.calibrate(1.0, 1e-3, release, schedule, "seed")
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed",
+                        trials=5000, seed=7)
+    assert out["upper"]["epsilon"] == pytest.approx(1.0) and not out["upper"]["rigorous"]
+    assert out["lower"]["eps_lb"] > 1.0
