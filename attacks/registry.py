@@ -1,0 +1,124 @@
+"""The transcript attacks by name: ``run_attack(name, run_dir, seed)`` attacks a finished run.
+
+An attack reads the attacker's transcript only (``training.transcript.load``). The run's
+dataset is loaded beside it for two things the attacker is granted or the scorer needs, kept
+apart: the attacker's own features and its auxiliary knowledge (a few labels per class, a few
+victim records), and the ground truth that scores the attack (labels, victim features).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from attacks import feature_inference, label_inference, model_completion
+from attacks.transcript_view import record_embeddings, wire_view
+from privzv.errors import PrivzvError
+
+ATTACKS = {
+    "direct-label": "device reads labels from the sign of its per-sample gradients (Fu et al.)",
+    "direct-label-eavesdropper": "the same rule on all the wire's downlinks (no device state)",
+    "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
+    "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
+    "model-completion": "classifier on the device's own embeddings with a few labels (Fu et al.)",
+    "feature-server": "server inverts a device's embeddings with auxiliary records (He et al.)",
+    "feature-device": "device infers another device's features from its downlink + own features",
+}
+DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
+
+
+def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
+    """Attack the finished training run in ``run_dir``; returns the metrics and the run's setting.
+
+    ``options`` (defaults in ``DEFAULTS``): ``attacker`` / ``victim`` device indices,
+    ``known_per_class`` labels the attacker knows, ``aux`` auxiliary victim records, ``regressor``.
+    ``nonfinite_values`` counts the NaN/inf/huge message values replaced before attacking
+    (a diverged run; see ``attacks.transcript_view``).
+    """
+    _check_name(name)
+    run = Path(run_dir)
+    cfg_path = run / "config.json"
+    if not cfg_path.is_file():
+        raise PrivzvError(f"--run {str(run)!r}: not a finished training run (no config.json)")
+    saved = json.loads(cfg_path.read_text())
+    cfg = saved["config"]
+    from training import transcript
+
+    dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
+    out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
+                             **options)
+    out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
+               server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
+               epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
+    return out
+
+
+def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
+                       **options) -> dict:
+    """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
+
+    ``dataset`` (a ``training.data.VerticalDataset``) supplies the attacker's own features and
+    auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
+    """
+    _check_name(name)
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise PrivzvError(f"attack option {unknown[0]!r}: allowed are {', '.join(DEFAULTS)}")
+    opt = {**DEFAULTS, **options}
+    a, v = opt["attacker"], opt["victim"]
+    for role, m in (("attacker", a), ("victim", v)):
+        if not (isinstance(m, int) and 0 <= m < dataset.devices):
+            raise PrivzvError(f"{role} {m!r}: allowed are device indices 0..{dataset.devices - 1}")
+    y = dataset.y_train.numpy()
+    x = [t.numpy() for t in dataset.x_train]
+
+    if name == "direct-label-eavesdropper":
+        view = wire_view(load("server"), party="eavesdropper")
+        metrics, party = label_inference.direct_label_inference(view, y[view.records]), "eavesdropper"
+    elif name == "feature-server":
+        view = wire_view(load("server"), device=v)
+        ids, emb = record_embeddings(view)
+        metrics = feature_inference.server_feature_inference(
+            emb, x[v][ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
+        party = "server"
+    else:
+        party = f"device{a}"
+        view = wire_view(load(party))
+        if name == "direct-label":
+            metrics = label_inference.direct_label_inference(view, y[view.records])
+        elif name in ("norm-scoring", "cosine-scoring"):
+            if dataset.num_classes != 2:
+                raise PrivzvError(f"attack {name!r}: needs a binary task (e.g. breast-cancer); "
+                                  f"{dataset.name} has {dataset.num_classes} classes")
+            known = model_completion.known_per_class(y, opt["known_per_class"], seed)
+            metrics = label_inference.binary_scoring(view, y[view.records], known,
+                                                     name.split("-")[0])
+        elif name == "model-completion":
+            ids, emb = record_embeddings(view)
+            metrics = model_completion.model_completion(emb, y[ids], opt["known_per_class"], seed,
+                                                        raw_features=x[a][ids])
+        else:  # feature-device
+            if a == v:
+                raise PrivzvError(f"victim {v}: must differ from the attacker device {a}")
+            ids, downlink = view.last_per_record(view.feedback)
+            metrics = feature_inference.device_feature_inference(
+                x[a][ids], downlink, x[v][ids], aux=opt["aux"], seed=seed,
+                regressor=opt["regressor"])
+    return {"attack": name, "party": party, "seed": seed, "options": opt, "metrics": metrics,
+            "nonfinite_values": view.nonfinite}
+
+
+@functools.lru_cache(maxsize=2)
+def _dataset(name: str, devices: int, data_dir, seed: int):
+    """The run's dataset, loaded once for consecutive attacks on runs of the same data (read only)."""
+    from training import data
+
+    return data.load(name, devices, data_dir, seed=seed)
+
+
+def _check_name(name: str) -> None:
+    if name not in ATTACKS:
+        raise PrivzvError(f"--attack {name!r}: allowed are {', '.join(ATTACKS)}")
