@@ -17,7 +17,7 @@ from privzv.errors import PrivzvError
 from training.config import FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
-               "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server")
+               "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam")
 
 
 def build_parser() -> cliutil.Parser:
@@ -38,6 +38,8 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--threat", choices=("device", "eavesdropper", "secret-subsampling"))
     p.add_argument("--accountant", choices=("pld", "rdp", "gdp-clt", "seed"))
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
+    p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
+    p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")
     p.add_argument("--lr-server", type=n("--lr-server", low=0), help="server learning rate")

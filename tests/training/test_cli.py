@@ -34,6 +34,21 @@ def test_config_file_and_flags_precedence(tmp_path, capsys):
     assert not (out / "transcripts").exists()
 
 
+def test_clip_and_lam_flags_reach_the_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [*SMALL, "--epsilon", "3", "--clip", "0.5", "--lam", "0.01", "--no-transcripts"]
+    assert main(["train", *args, "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["config"]["clip"], saved["config"]["lam"]) == (0.5, 0.01)
+    assert saved["release"]["clip"] == 0.5
+    # sigma is calibrated for sensitivity 2C/B, so it scales with C: C=0.5 gives a 20x smaller
+    # sigma than the default C=10 at the same budget
+    ref = tmp_path / "ref"
+    assert main(["train", *SMALL, "--epsilon", "3", "--no-transcripts", "--out", str(ref), "--json"]) == 0
+    assert summary["sigma"] == pytest.approx(json.loads(capsys.readouterr().out)["sigma"] / 20, rel=1e-3)
+
+
 def test_resume_extends_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", *SMALL, "--sigma", "1", "--out", str(out), "--json"]) == 0
@@ -59,6 +74,11 @@ def _bad_config(tmp_path, content):
     (["--epsilon", "abc"], "--epsilon"),
     (["--delta", "1.5"], "--delta"),
     (["--freeze", "both"], "--freeze"),
+    (["--clip", "0"], "--clip"),
+    (["--clip", "-1"], "--clip"),
+    (["--clip", "inf"], "--clip"),
+    (["--lam", "0"], "--lam"),
+    (["--lam", "nan"], "--lam"),
     (["--epsilon", "0.01", "--sigma", "0.1"], "too small for even one release"),
     (["--dataset", "mnist"], "--data-dir"),
     (["--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "--data-dir"),
