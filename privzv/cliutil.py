@@ -92,14 +92,18 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike, *, resume: bool = False) -> Iterator[Path]:
+def atomic_output_dir(path: str | os.PathLike, *, resume: bool = False,
+                      replaces: str | None = None) -> Iterator[Path]:
     """Write a results folder atomically: build it beside ``path``, rename it into place on success.
 
     On any error the partial folder is removed, so nothing half-written is left. With ``resume``
-    the existing folder is copied first and replaced on success.
+    the existing folder is copied first and replaced on success. An existing non-empty folder is
+    refused unless it holds the file ``replaces`` (an earlier result of the same command), which
+    is then replaced on success.
     """
     final = Path(path)
-    if final.exists() and not resume and any(final.iterdir()):
+    earlier = replaces is not None and (final / replaces).is_file()
+    if final.exists() and not (resume or earlier) and any(final.iterdir()):
         raise PrivzvError(f"--out {str(final)!r}: folder exists and is not empty (choose a new one)")
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
