@@ -38,6 +38,9 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `privzv calibrate ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def number(name: str, *, low: float | None = None, high: float | None = None,
