@@ -35,8 +35,20 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def check(release: Release, schedule: Schedule) -> None:
-    """Raise PrivzvError unless the batch sizes fit the data: B <= D and, if used, B <= B' <= D."""
+    """Raise PrivzvError unless the batch sizes fit the data (B <= D and, if used, B <= B' <= D)
+    and the threat's amplification applies to the release.
+
+    Amplification (``eavesdropper``, ``secret-subsampling``) is derived for the batch *mean*: a
+    record that is not sampled changes nothing, one that is sampled shifts one noisy sum
+    (dp-accounting's sampled-Gaussian pairs). A ``per-sample`` release shows each sampled
+    record's own noisy row, so whether a record was sampled is not hidden by the noise on a sum
+    (under add-remove the number of rows changes); only ``device`` (no amplification) holds.
+    """
     b, d = release.batch_size, schedule.dataset_size
+    if release.aggregate == "per-sample" and schedule.threat != "device":
+        raise PrivzvError(f"threat={schedule.threat!r}: a per-sample release is accounted only "
+                          "under threat 'device' (subsampling amplification is derived for the "
+                          "batch mean)")
     if b > d:
         raise PrivzvError(f"batch_size={b}: must be <= dataset_size={d}")
     if schedule.threat == "secret-subsampling":

@@ -37,6 +37,9 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     if release is None:
         raise PrivzvError(f"--method {config.method}: has no DP option; use --epsilon inf")
     if config.sigma is not None:
+        if config.sigma == 0:   # would run without noise and without a ledger, under an epsilon
+            raise PrivzvError(f"--sigma 0: adds no noise, so it cannot meet --epsilon "
+                              f"{config.epsilon:g}; give --sigma > 0, or --epsilon inf for no noise")
         return Plan(release.with_sigma(config.sigma), schedule, float(config.sigma), None)
     from privzv import accounting
 

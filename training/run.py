@@ -98,8 +98,10 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     if resume:
         saved = json.loads((out / "config.json").read_text())
         p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"))
-        ledger = (privacy.restore_ledger(json.loads((out / "ledger.json").read_text()))
-                  if (out / "ledger.json").exists() else None)
+        if p.private and not (out / "ledger.json").exists():
+            raise PrivzvError(f"--resume {str(out)!r}: a private run (sigma {p.sigma:g}) without "
+                              "ledger.json; its spent budget is unknown, so it cannot continue")
+        ledger = privacy.restore_ledger(json.loads((out / "ledger.json").read_text())) if p.private else None
     else:
         p = privacy.plan(config, method_cls, records, rounds)
         ledger = privacy.ledger(config, p)

@@ -8,13 +8,15 @@ device   seed s, u = u(s) uniform on the sqrt(d_m) sphere (training.zo, as DPZV)
          +lam*u is the same estimator, u and -u being equally likely, and leaves w where DPZV's
          restore-and-update step expects it)
 server   delta_i = (L_i(h) - L_i(h^)) / lam with the stale table for the other devices;
-         Delta = mean_i delta_i, sent as one float32. table[m, I] <- h.
+         Delta = sum_i delta_i / B (B the configured batch size, also for an epoch's smaller
+         last batch, as DPZV), sent as one float32. table[m, I] <- h.
          Head: zeroth-order update (two-point, seeded from the server's own generator; DPZV's).
 device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass (DPZV's step).
 
 DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
-+-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the batch mean:
-``Release(clip=C, batch_size=B, aggregate="mean")``. Without DP nothing is clipped (the baseline
++-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the sum / B:
+``Release(clip=C, batch_size=B, aggregate="mean")``. Dividing by B, not by the batch's length,
+keeps the sensitivity 2C/B on an epoch's smaller last batch. Without DP nothing is clipped (the baseline
 as published). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
 """
 from __future__ import annotations
@@ -62,8 +64,8 @@ class ZooVFL(DPZV):
         m, ids, labels, h, h_perturbed = self.received(server, up)
         rows = common.with_row(server.table.gather(ids), m, h)
         delta = common.loss_differences(server, m, rows, labels, h, h_perturbed, self.lam)
-        mean = zo.clip_scalars(delta, self.clip).mean()
-        big_delta = (mean + zo.gaussian((), self.sigma, server.noise)).reshape(1).float()
+        total = zo.clip_scalars(delta, self.clip).sum() / self.config.batch_size
+        big_delta = (total + zo.gaussian((), self.sigma, server.noise)).reshape(1).float()
         server.table.update(m, ids, h)
         if self.train_server:
             self._server_update(server, rows, labels)
