@@ -3,8 +3,9 @@
 The epsilon spent is the accountant's epsilon for the exposure seen so far, under the run's
 threat (:mod:`privzv.threats`):
 
-- ``device``: per device, how many recorded releases contained each record; the worst record
-  and device give k, composed without amplification;
+- ``device``: how many recorded releases, to any device, contained each record (a device's view
+  also depends on the other devices' releases, see :mod:`privzv.threats`); the worst record
+  gives k, composed without amplification;
 - ``secret-subsampling``: the same count over the super-batches (pass the super-batch ids the
   device knows, not the server's secret subsample), amplified with p = B/B';
 - ``eavesdropper``: all releases so far, Poisson amplified with q = B/D.
@@ -50,6 +51,7 @@ class PrivacyLedger:
         self.delta, self.epsilon_budget, self.accountant = delta, float(epsilon_budget), accountant
         self._full = exposure(release, schedule)
         self._counts = np.zeros((schedule.devices, schedule.dataset_size), dtype=np.int64)
+        self._worst = 0  # the largest number of recorded releases that contain one record
         self.releases = 0
         self._epsilons: dict[int, float] = {}
         self._ok_up_to, self._bad_from = 0, math.inf
@@ -62,7 +64,7 @@ class PrivacyLedger:
     def _compositions(self) -> int:
         if self._counts_all_releases():
             return self.releases
-        return int(self._counts.max())
+        return self._worst
 
     def _epsilon(self, k: int) -> float:
         """Epsilon of k compositions under the ledger's threat and accountant (cached)."""
@@ -115,7 +117,7 @@ class PrivacyLedger:
     def _compositions_after(self, device: int, ids: np.ndarray) -> int:
         if self._counts_all_releases():
             return self.releases + 1
-        return max(self._compositions(), int(self._counts[device, ids].max()) + 1)
+        return max(self._worst, int(self._counts[:, ids].sum(axis=0).max()) + 1)
 
     def would_exceed(self, device: int, batch_ids) -> bool:
         """Whether recording this release would take epsilon spent above the budget."""
@@ -135,6 +137,7 @@ class PrivacyLedger:
                 f"{self._epsilon(k):.4g} (delta {self.delta:g}, {self.accountant}, threat "
                 f"{self.schedule.threat}); stopping before it")
         self._counts[device, ids] += 1
+        self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
         self.releases += 1
 
     # ----------------------------------------------------------------- persistence
@@ -163,5 +166,6 @@ class PrivacyLedger:
             raise PrivzvError(f"ledger state counts: expected shape {ledger._counts.shape} of "
                               "non-negative integers")
         ledger._counts = counts
+        ledger._worst = int(counts.sum(axis=0).max())
         ledger.releases = int(state["releases"])
         return ledger

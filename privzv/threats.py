@@ -6,13 +6,19 @@ Poisson sampling rate that hides the record's presence (``sampling_rate``; ``Non
 amplification). The accountants only see an Exposure and a noise multiplier.
 
 - ``device``: the device that receives the downlink chose its batch, so there is no
-  amplification. Its T/M releases use epoch-shuffled batches of B out of D records, so a record is
-  in ceil((T/M) * B / D) of them and its loss is their composition.
+  amplification. Each device makes T/M releases over epoch-shuffled batches of B out of D
+  records, so a record is in ceil((T/M) * B / D) of *each* device's releases. The receiving
+  device's view depends on the other devices' releases too: the server computes its deltas with
+  the stale embeddings of the other devices, whose models were trained on their own releases. So
+  a record's loss is the composition of the releases that contain it on every device,
+  k = M * ceil((T/M) * B / D) (post-processing; counting only the receiving device's releases,
+  ceil((T/M) * B / D), undercounts by M whenever M > 1).
 - ``eavesdropper``: sees every downlink but not the batches: Poisson amplification with
   q = B/D over all T releases (the usual DP-SGD analysis).
 - ``secret-subsampling``: the device sends embeddings for a super-batch of B' records (it knows
   them); the server keeps each with probability p = B/B' and tells nobody. A record is in
-  ceil((T/M) * B' / D) of the device's super-batches, each amplified with p.
+  ceil((T/M) * B' / D) super-batches of each device, M times that in all (as for ``device``),
+  each amplified with p.
 """
 from __future__ import annotations
 
@@ -63,13 +69,13 @@ def exposure(release: Release, schedule: Schedule) -> Exposure:
     check(release, schedule)
     t, m, d, b = schedule.steps, schedule.devices, schedule.dataset_size, release.batch_size
     if schedule.threat == "device":
-        return Exposure(_ceil_div(t * b, m * d), None)
+        return Exposure(m * _ceil_div(t * b, m * d), None)
     if schedule.threat == "eavesdropper":
         return Exposure(t, None if b == d else b / d)
     bp = schedule.super_batch
-    return Exposure(_ceil_div(t * bp, m * d), None if bp == b else b / bp)
+    return Exposure(m * _ceil_div(t * bp, m * d), None if bp == b else b / bp)
 
 
 def releases_per_record(release: Release, schedule: Schedule) -> int:
-    """Releases that contain a given record under the threat: ceil((T/M)*B/D) for ``device``."""
+    """Releases that contain a given record under the threat: M*ceil((T/M)*B/D) for ``device``."""
     return exposure(release, schedule).compositions

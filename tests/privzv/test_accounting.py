@@ -29,15 +29,17 @@ def small(threat="device", neighbors="replace-one", sigma=None, super_batch=None
 def test_releases_per_record_per_threat():
     release = Release(clip=1.0, batch_size=10)
     device = Schedule(steps=100, dataset_size=100, devices=2)
-    assert releases_per_record(release, device) == 5            # ceil((100/2) * 10/100)
-    assert releases_per_record(release, Schedule(steps=101, dataset_size=100, devices=2)) == 6
+    # every device's releases count (a device's view depends on the others' through the
+    # server's embedding table): M * ceil((T/M) * B/D)
+    assert releases_per_record(release, device) == 10           # 2 * ceil((100/2) * 10/100)
+    assert releases_per_record(release, Schedule(steps=101, dataset_size=100, devices=2)) == 12
     eaves = Schedule(steps=100, dataset_size=100, devices=2, threat="eavesdropper")
     assert releases_per_record(release, eaves) == 100
     secret = Schedule(steps=100, dataset_size=100, devices=2, threat="secret-subsampling",
                       super_batch=20)
-    assert releases_per_record(release, secret) == 10           # ceil((100/2) * 20/100)
+    assert releases_per_record(release, secret) == 20           # 2 * ceil((100/2) * 20/100)
     r = account(release.with_sigma(5.0), secret, 1e-5, "gdp-clt")
-    assert r.sampling_rate == pytest.approx(0.5) and r.compositions == 10
+    assert r.sampling_rate == pytest.approx(0.5) and r.compositions == 20
     assert account(release.with_sigma(5.0), eaves, 1e-5, "gdp-clt").sampling_rate == 0.1
     assert account(release.with_sigma(5.0), device, 1e-5, "gdp-clt").sampling_rate is None
 
