@@ -8,8 +8,9 @@ optimal likelihood-ratio attacker on the run's release (``attacks.release_audit`
 only) and, for DPZV, the malicious-client probe (``attacks.probe``) at the run's sigma.
 
 Setting (recorded in results.json): the server sums the devices' outputs (``server_kind="sum"``,
-embed_dim = classes) so that Fu et al.'s direct label inference applies to every method; clips
-and epochs per method and dataset in ``attacks.study_settings``.
+embed_dim = classes) so that Fu et al.'s direct label inference applies to every method; clip
+and learning rates per dataset and method from ``training.tuned`` where a sweep covers the summing
+server, else untuned (``attacks.study_settings.hyperparameters`` says which); epochs per dataset.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import warnings
 from pathlib import Path
 
 from attacks import metrics
-from attacks.study_settings import CLIP, EPOCHS, EPSILONS, METHODS
+from attacks.study_settings import EPOCHS, EPSILONS, METHODS, SERVER_KIND, hyperparameters
 from privzv.cliutil import atomic_output_dir, emit, progress
 from privzv.errors import PrivzvError
 
@@ -68,12 +69,15 @@ def headline(m: dict) -> tuple[str, float]:
     raise PrivzvError(f"metrics {sorted(m)}: no headline metric")
 
 
-def _train_config(cfg: StudyConfig, method: str, epsilon: float, seed: int, num_classes: int):
+def train_config(cfg: StudyConfig, method: str, epsilon: float, seed: int, num_classes: int,
+                 **override):
+    """The study's TrainConfig of one run; ``override``: clip / learning rates (the sweep)."""
     from training.config import TrainConfig
 
+    h = {k: v for k, v in hyperparameters(cfg.dataset, method).items() if k != "source"}
     return TrainConfig(dataset=cfg.dataset, method=method, epsilon=epsilon, delta=cfg.delta,
-                       threat=cfg.threat, accountant=cfg.accountant, clip=CLIP[method],
-                       epochs=cfg.epochs or EPOCHS[cfg.dataset], server_kind="sum",
+                       threat=cfg.threat, accountant=cfg.accountant, **{**h, **override},
+                       epochs=cfg.epochs or EPOCHS[cfg.dataset], server_kind=SERVER_KIND,
                        embed_dim=num_classes, evals=1, seed=seed, secret_seed=10_000 + seed)
 
 
@@ -99,7 +103,7 @@ def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: P
     from training.config import TrainConfig
 
     dataset = data.load(cfg.dataset, TrainConfig().devices, seed=seed)
-    tcfg = _train_config(cfg, method, epsilon, seed, dataset.num_classes)
+    tcfg = train_config(cfg, method, epsilon, seed, dataset.num_classes)
     run_dir.mkdir(parents=True)
     summary = run.train(tcfg, run_dir)
     base = {"method": method, "noise": METHODS[method] if math.isfinite(epsilon) else "none",
@@ -187,7 +191,8 @@ def run_study(cfg: StudyConfig, out: Path, quiet: bool = True) -> dict:
                 name = f"{method}-eps{'inf' if math.isinf(eps) else f'{eps:g}'}-seed{seed}"
                 rows.extend(one_run(cfg, method, eps, seed, work / "runs" / name))
             results = {"config": cfg.to_dict(), "methods": {m: METHODS[m] for m in cfg.methods},
-                       "clip": {m: CLIP[m] for m in cfg.methods},
+                       "server_kind": SERVER_KIND,
+                       "hyperparameters": {m: hyperparameters(cfg.dataset, m) for m in cfg.methods},
                        "versions": versions(), "machine": platform.machine(),
                        "wall_seconds": time.perf_counter() - start,
                        "table": summarize(rows), "rows": rows}

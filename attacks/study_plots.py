@@ -6,19 +6,37 @@ from pathlib import Path
 
 INF_AT = 40.0   # where epsilon = inf (no noise) is drawn on the log axis, labelled "inf"
 FLOOR = -1.0    # success axis floor: a far worse-than-baseline outlier would hide the rest
+# Axis text of each headline metric (all are unitless; 0 = the attack's baseline).
+METRIC_LABEL = {"advantage": "advantage = accuracy - prior",
+                "auc - 0.5": "AUC - 0.5",
+                "r2 - baseline r2": "R\u00b2 - baseline R\u00b2",
+                "mu_lb": "GDP mu lower bound"}
 
 
 def _x(eps) -> float:
     return INF_AT if eps is None else eps
 
 
-def _axis(ax, epsilons) -> None:
+def _axis(ax, epsilons, delta: float) -> None:
     ax.set_xscale("log")
     ticks = sorted({_x(e) for e in epsilons})
     ax.set_xticks(ticks)
     ax.set_xticklabels(["inf" if t == INF_AT else f"{t:g}" for t in ticks])
-    ax.set_xlabel("target epsilon (delta fixed; inf = no noise)")
+    ax.minorticks_off()
+    ax.set_xlabel(f"target epsilon (delta = {delta:g}; inf = no noise)")
     ax.grid(alpha=0.3)
+
+
+def _legend(fig, results: dict) -> None:
+    """One legend for the figure, above the panels: each method with the noise it adds."""
+    handles, labels = [], []
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, [f"{m}: {results['methods'][m]}" for m in labels], loc="upper center",
+               ncol=len(labels), fontsize=10, frameon=False)
 
 
 def _err(c: dict) -> tuple[float, float]:
@@ -34,10 +52,22 @@ def _range(table: list[dict], attack: str) -> tuple[float, float]:
     return min(means), max(1.0, max(means)) + 0.1
 
 
-def _save(fig, out: Path, name: str) -> None:
-    fig.tight_layout()
+def _finish_grid(fig, axes, used: int, results: dict, title: str, out: Path, name: str) -> None:
+    """Blank the unused panels, add the legend and title above the panels, save, close."""
+    import matplotlib.pyplot as plt
+
+    for ax in list(axes.flat)[used:]:
+        ax.axis("off")
+    _legend(fig, results)
+    fig.suptitle(title, y=1 - 0.3 / fig.get_figheight(), fontsize=10)
+    _save(fig, out, name, 0.3 / fig.get_figheight())
+    plt.close(fig)
+
+
+def _save(fig, out: Path, name: str, legend_space: float) -> None:
+    fig.tight_layout(rect=(0, 0, 1, 1 - legend_space))
     for ext in ("png", "svg"):
-        fig.savefig(out / f"{name}.{ext}", dpi=120)
+        fig.savefig(out / f"{name}.{ext}", dpi=120, bbox_inches="tight")
 
 
 def write(out: Path, results: dict) -> None:
@@ -45,11 +75,15 @@ def write(out: Path, results: dict) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     table = results["table"]
     attacks = sorted({t["attack"] for t in table})
     methods = list(results["methods"])
     epsilons = {t["epsilon"] for t in table}
+    delta = results["config"]["delta"]
+    c = results["config"]
+    setting = f"{c['dataset']}, {c['threat']} threat, {c['accountant']}; {c['seeds']} seeds"
     cols = 3
     rows_n = math.ceil(len(attacks) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.2 * rows_n), squeeze=False)
@@ -62,7 +96,7 @@ def write(out: Path, results: dict) -> None:
             err = list(zip(*[_err(t["success"]) for t in pts]))
             ax.errorbar([_x(t["epsilon"]) for t in pts], [t["success"]["mean"] for t in pts],
                         yerr=err, marker="o", capsize=3, label=method)
-            ax.set_ylabel(f"{pts[0]['metric']} (vs baseline 0)")
+            ax.set_ylabel(METRIC_LABEL[pts[0]["metric"]])
         ax.axhline(0, color="grey", lw=0.8)
         low, high = _range(table, attack)
         if low < FLOOR:
@@ -70,28 +104,27 @@ def write(out: Path, results: dict) -> None:
             ax.set_title(f"{attack}\n(a mean of {low:.3g} is off the axis)", fontsize=9)
         else:
             ax.set_title(attack)
-        _axis(ax, epsilons)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(attacks):]:
-        ax.axis("off")
-    _save(fig, out, "attack_success_vs_epsilon")
-    plt.close(fig)
+        _axis(ax, epsilons, delta)
+    _finish_grid(fig, axes, len(attacks), results, f"attack success, mean and 95% t-interval"
+                 f" ({setting})", out, "attack_success_vs_epsilon")
 
     utility = {}
     for t in table:
         utility.setdefault((t["method"], t["epsilon"]), t["test_accuracy"])
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for method in methods:
         pts = sorted(((e, c) for (m, e), c in utility.items() if m == method),
                      key=lambda p: _x(p[0]))
         err = list(zip(*[_err(c) for _, c in pts]))
         ax.errorbar([_x(e) for e, _ in pts], [100 * c["mean"] for _, c in pts],
                     yerr=[[100 * v for v in err[0]], [100 * v for v in err[1]]],
-                    marker="o", capsize=3, label=method)
+                    marker="o", capsize=3, label=f"{method}: {results['methods'][method]}")
     ax.set_ylabel("test accuracy (%)")
-    _axis(ax, epsilons)
-    ax.legend(fontsize=8)
-    _save(fig, out, "utility_vs_epsilon")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"utility, mean and 95% t-interval ({setting})", fontsize=9)
+    _axis(ax, epsilons, delta)
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    _save(fig, out, "utility_vs_epsilon", 0.0)
     plt.close(fig)
 
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.2 * rows_n), squeeze=False)
@@ -101,15 +134,14 @@ def write(out: Path, results: dict) -> None:
             if pts:
                 ax.scatter([t["success"]["mean"] for t in pts],
                            [100 * t["test_accuracy"]["mean"] for t in pts], label=method)
-                ax.set_xlabel(f"leakage: {pts[0]['metric']}")
+                ax.set_xlabel(f"leakage: {METRIC_LABEL[pts[0]['metric']]}")
         ax.set_ylabel("test accuracy (%)")
+        ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.set_title(attack)
         low, high = _range(table, attack)
         if low < FLOOR:
             ax.set_xlim(FLOOR, high)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(attacks):]:
-        ax.axis("off")
-    _save(fig, out, "utility_vs_leakage")
-    plt.close(fig)
+    _finish_grid(fig, axes, len(attacks), results,
+                 f"utility vs leakage, means, one point per epsilon ({setting})", out,
+                 "utility_vs_leakage")

@@ -11,7 +11,8 @@ Phase ``sweep`` picks C and learning rates at epsilon=1 on seed 100 (not a repor
 tries ``SWEEP_CLIPS`` at the methods' default learning rates; stage 2 scales both learning rates
 (device and server) by ``SWEEP_LR_SCALES`` at the best C of stage 1 (ties: the smallest C); stage 3
 puts the server rate back to its default at the best device rate if that differs. The winners
-are written into ``HPARAMS`` by hand (docs/results.md reports the sweep); phase ``grid`` uses them.
+are written into ``training.tuned.HPARAMS`` by hand (docs/results.md reports the sweep); phase
+``grid`` uses them.
 
 Runs go through ``training.run.train`` (no subprocesses; ``--workers N`` runs N at once in worker
 processes). Every finished cell is appended to ``--out`` (JSON lines: config, versions, seed,
@@ -36,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from training.tuned import HPARAMS
+
 METHODS = ("dpzv", "vafl", "fo-vector", "zoo-vfl", "czofo")
 EPSILONS = (0.5, 1.0, 5.0, 10.0, math.inf)
 SEEDS = (0, 1, 2)
@@ -50,22 +53,6 @@ SETTINGS = {
     "digits": {"devices": 4, "epochs": 10.0, "batch_size": 32, "target": 0.90},
     "mnist-5k": {"devices": 7, "epochs": 2.0, "batch_size": 64, "target": 0.80},
 }
-# Fixed from the sweep (seed 100, epsilon 1; docs/results.md): clip C, device and server rates.
-# Rule: the most accurate sweep run; where no run is clearly above chance (all <= 0.15), the sweep
-# says nothing and the method's default rates at stage 1's pick (the smallest C) are kept.
-HPARAMS: dict[tuple[str, str], dict] = {
-    ("digits", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05},          # 0.950
-    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.05, "lr_server": 0.05},          # all <= 0.106
-    ("digits", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05},     # 0.939
-    ("digits", "zoo-vfl"): {"clip": 1.0, "lr_device": 5e-3, "lr_server": 5e-3},       # 0.631
-    ("digits", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05},         # 0.942
-    ("mnist-5k", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05},        # 0.852
-    ("mnist-5k", "vafl"): {"clip": 0.1, "lr_device": 0.05, "lr_server": 0.05},        # all <= 0.140
-    ("mnist-5k", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05},   # 0.844
-    ("mnist-5k", "zoo-vfl"): {"clip": 3.0, "lr_device": 5e-3, "lr_server": 5e-3},     # 0.197
-    ("mnist-5k", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05},       # 0.694
-}
-
 DEFAULT_LR = {"dpzv": (0.03, 0.05), "vafl": (0.05, 0.05), "fo-vector": (0.05, 0.05),
               "zoo-vfl": (5e-3, 5e-3), "czofo": (0.05, 0.05)}
 

@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from attacks import study
+from attacks import study, study_settings
 from privzv.errors import PrivzvError
+from training import tuned
 
 
 def test_small_study_end_to_end(tmp_path):
@@ -14,6 +15,9 @@ def test_small_study_end_to_end(tmp_path):
     results = study.run_study(cfg, out)
     saved = json.loads((out / "results.json").read_text())
     assert saved["config"]["epsilons"] == [1.0, None] and "torch" in saved["versions"]
+    assert saved["server_kind"] == "sum"
+    assert saved["hyperparameters"]["dpzv"]["clip"] == tuned.HPARAMS_SUM[("breast-cancer", "dpzv")]["clip"]
+    assert "HPARAMS_SUM" in saved["hyperparameters"]["fo-vector"]["source"]
     for name in ("attack_success_vs_epsilon", "utility_vs_epsilon", "utility_vs_leakage"):
         assert (out / f"{name}.png").stat().st_size > 0 and (out / f"{name}.svg").exists()
     rows = results["rows"]
@@ -36,3 +40,37 @@ def test_headline_and_bad_method():
     assert study.headline({"auc": 0.8})[1] == pytest.approx(0.3)
     with pytest.raises(PrivzvError):
         study.StudyConfig(methods=("sgd",))
+
+
+def test_hyperparameters_come_from_the_table_of_the_studys_server_kind():
+    # digits: swept for the summing server; the benchmark's values (MLP server) are not used
+    h = study_settings.hyperparameters("digits", "dpzv")
+    assert {k: h[k] for k in ("clip", "lr_device")} == tuned.HPARAMS_SUM[("digits", "dpzv")]
+    assert h["clip"] != tuned.HPARAMS[("digits", "dpzv")]["clip"] and "lr_server" not in h
+    assert study_settings.SERVER_KIND == "sum" and tuned.TABLES["sum"] is tuned.HPARAMS_SUM
+    assert tuned.TABLES["mlp"] is tuned.HPARAMS
+    # mnist-5k: only the MLP server was swept, so the study falls back to untuned values, and says so
+    h = study_settings.hyperparameters("mnist-5k", "dpzv")
+    assert h["clip"] == study_settings.CLIP["dpzv"] and "untuned" in h["source"]
+    assert tuned.lookup("mnist-5k", "dpzv", "sum") is None
+    assert tuned.lookup("mnist-5k", "dpzv", "mlp") == tuned.HPARAMS[("mnist-5k", "dpzv")]
+
+
+def test_train_config_applies_the_tuned_values():
+    cfg = study.StudyConfig(dataset="digits")
+    t = study.train_config(cfg, "vafl", 1.0, 0, 10)
+    want = tuned.HPARAMS_SUM[("digits", "vafl")]
+    assert (t.clip, t.lr_device, t.server_kind, t.embed_dim) == (want["clip"], want["lr_device"], "sum", 10)
+    assert study.train_config(cfg, "vafl", 1.0, 0, 10, clip=0.3).clip == 0.3
+
+
+def test_sweep_picks_the_most_accurate_run_and_breaks_ties_by_smaller_c_then_rate():
+    from attacks import study_sweep
+
+    rows = [{"clip": 1.0, "lr_device": 0.03, "test_accuracy": 0.5},
+            {"clip": 0.3, "lr_device": 0.09, "test_accuracy": 0.5},
+            {"clip": 0.3, "lr_device": 0.01, "test_accuracy": 0.5},
+            {"clip": 3.0, "lr_device": 0.03, "test_accuracy": 0.4}]
+    assert study_sweep.best(rows) == rows[2]
+    assert study_sweep.best(rows + [{"clip": 10.0, "lr_device": 1.0, "test_accuracy": 0.6}])["clip"] == 10.0
+    assert (study_sweep.default_lr_device("dpzv"), study_sweep.default_lr_device("vafl")) == (0.03, 0.05)
