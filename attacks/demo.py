@@ -21,6 +21,7 @@ from typing import Sequence
 from privzv import cliutil
 from privzv.accounting import account, calibrate
 from privzv.release import Release, Schedule
+from training.tuned import HPARAMS
 
 # papers/000 worked example: MNIST, D=60000, B=64, C=10, 100 epochs, epsilon=1, delta=1e-3.
 PAPER = dict(dataset_size=60000, batch_size=64, clip=10.0, epochs=100, epsilon=1.0, delta=1e-3)
@@ -49,7 +50,7 @@ def paper_audit(release: Release, schedule: Schedule, sigma: float, trials: int)
 
 # C chosen by the sweep of benchmarks/bench_reproduction.py (docs/results.md); the paper's C=10
 # leaves DPZV at chance on digits at epsilon 1.
-DIGITS_CLIP = 0.1
+DIGITS_CLIP = HPARAMS[("digits", "dpzv")]["clip"]
 RUNS = (("no-noise", math.inf, None),
         (f"epsilon-{DEMO_EPSILON:g}", DEMO_EPSILON, None),
         (f"epsilon-{DEMO_EPSILON:g}-frozen-devices", DEMO_EPSILON, "devices"))
