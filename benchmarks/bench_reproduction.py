@@ -53,8 +53,14 @@ SETTINGS = {
     "digits": {"devices": 4, "epochs": 10.0, "batch_size": 32, "target": 0.90},
     "mnist-5k": {"devices": 7, "epochs": 2.0, "batch_size": 64, "target": 0.80},
 }
-DEFAULT_LR = {"dpzv": (0.03, 0.05), "vafl": (0.05, 0.05), "fo-vector": (0.05, 0.05),
-              "zoo-vfl": (5e-3, 5e-3), "czofo": (0.05, 0.05)}
+
+
+def default_lr(method: str) -> tuple[float, float]:
+    """The method's default (device, server) learning rates."""
+    from training import methods
+
+    cls = methods.get(method)
+    return cls.LR_DEVICE, cls.LR_SERVER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +129,7 @@ def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
     cells = []
     for ds in datasets:
         for m in methods:
-            lr_d, lr_s = DEFAULT_LR[m]
+            lr_d, lr_s = default_lr(m)
             stage1 = [Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, c, lr_d, lr_s) for c in SWEEP_CLIPS]
             cells += stage1
             rows = [r for r in done if r["key"] in {c.key for c in stage1}]

@@ -21,6 +21,8 @@ FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size
 
 
 def build_parser() -> cliutil.Parser:
+    from privzv.accountants import ACCOUNTANTS
+    from privzv.release import THREATS
     from training import data, methods
 
     p = cliutil.Parser(prog="privzv train", description=__doc__.splitlines()[0])
@@ -35,8 +37,8 @@ def build_parser() -> cliutil.Parser:
                    help="privacy budget; inf (default) for no noise")
     p.add_argument("--delta", type=n("--delta", low=0, high=1, low_open=True, high_open=True),
                    help="default 1e-5")
-    p.add_argument("--threat", choices=("device", "eavesdropper", "secret-subsampling"))
-    p.add_argument("--accountant", choices=("pld", "rdp", "gdp-clt", "seed"))
+    p.add_argument("--threat", choices=THREATS)
+    p.add_argument("--accountant", choices=ACCOUNTANTS)
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")

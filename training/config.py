@@ -98,15 +98,17 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         """Check names and ranges; raise PrivzvError naming the field. Returns self."""
-        from training import data, methods
+        from privzv.accountants import ACCOUNTANTS
+        from privzv.release import NEIGHBORS, THREATS
+        from training import data, methods, models
 
         _choice("dataset", self.dataset, data.DATASETS)
         methods.get(self.method)
-        _choice("threat", self.threat, ("device", "eavesdropper", "secret-subsampling"))
-        _choice("accountant", self.accountant, ("pld", "rdp", "gdp-clt", "seed"))
-        _choice("neighbors", self.neighbors, ("replace-one", "add-remove"))
+        _choice("threat", self.threat, THREATS)
+        _choice("accountant", self.accountant, ACCOUNTANTS)
+        _choice("neighbors", self.neighbors, NEIGHBORS)
         _choice("server_update", self.server_update, SERVER_UPDATES)
-        _choice("server_kind", self.server_kind, ("mlp", "sum"))
+        _choice("server_kind", self.server_kind, models.SERVER_KINDS)
         if self.freeze is not None:
             _choice("freeze", self.freeze, FREEZE)
         for name in ("devices", "batch_size", "embed_dim", "evals", "threads"):

@@ -64,9 +64,10 @@ class Traffic:
         self.log: list[tuple[int, int, int, int]] = []  # (round, device, bytes up, bytes down)
 
     def add(self, round_: int, device: int, up: Message, down: Message) -> None:
-        self.up[device] += up.nbytes
-        self.down[device] += down.nbytes
-        self.log.append((round_, device, up.nbytes, down.nbytes))
+        n_up, n_down = up.nbytes, down.nbytes
+        self.up[device] += n_up
+        self.down[device] += n_down
+        self.log.append((round_, device, n_up, n_down))
 
     @property
     def total_up(self) -> int:

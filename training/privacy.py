@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
@@ -62,8 +61,7 @@ def ledger(config, p: Plan):
         return None
     from privzv.ledger import PrivacyLedger
 
-    budget = config.epsilon if math.isfinite(config.epsilon) else math.inf
-    return PrivacyLedger(p.release, p.schedule, config.delta, budget,
+    return PrivacyLedger(p.release, p.schedule, config.delta, config.epsilon,
                          accountant=config.accountant, dataset_size=p.schedule.dataset_size)
 
 

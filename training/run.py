@@ -64,10 +64,14 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> S
                      activation=config.activation, recorder=recorder, ledger=ledger)
 
 
+def steps_per_epoch(config: TrainConfig, records: int) -> int:
+    """Rounds of one device epoch: ceil(N / b) steps for each of the M devices."""
+    return config.devices * math.ceil(records / methods.get(config.method).uplink_batch(config))
+
+
 def rounds_for(config: TrainConfig, records: int) -> int:
-    """Total rounds T: ``epochs`` device epochs of ceil(N / b) steps for each of the M devices."""
-    b = methods.get(config.method).uplink_batch(config)
-    return max(1, round(config.epochs * config.devices * math.ceil(records / b)))
+    """Total rounds T: ``epochs`` device epochs."""
+    return max(1, round(config.epochs * steps_per_epoch(config, records)))
 
 
 def versions() -> dict:
@@ -123,17 +127,15 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
         indent=2, default=str))
 
     start = time.perf_counter()
-    steps_per_epoch = config.devices * math.ceil(records / b)
+    epoch_rounds = steps_per_epoch(config, records)
     evals = {max(1, round(k * rounds / config.evals)) for k in range(1, config.evals + 1)}
-    history = []
 
     def on_eval(r: int) -> None:
         ev = sched.evaluate(dataset.x_test, dataset.y_test)
-        row = {"round": r, "epoch": r / steps_per_epoch, "test_accuracy": ev.test_accuracy,
+        row = {"round": r, "epoch": r / epoch_rounds, "test_accuracy": ev.test_accuracy,
                "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
                "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
                "wall_seconds": wall_before + time.perf_counter() - start}
-        history.append(row)
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
 
@@ -151,11 +153,12 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
         if bar:
             bar.close()
     _save(out, sched, ledger)
-    summary = _summary(config, p, sched, ledger, history or _read_metrics(metrics_path)[-1:], rounds)
+    rows = _read_metrics(metrics_path)
+    summary = _summary(config, p, sched, ledger, rows[-1], rounds)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from training import plots
 
-    plots.write(out, _read_metrics(metrics_path), config)
+    plots.write(out, rows, config)
     return summary
 
 
@@ -177,8 +180,7 @@ def _release_dict(release) -> dict | None:
     return None if release is None else dataclasses.asdict(release)
 
 
-def _summary(config, p, sched, ledger, history, rounds) -> dict:
-    last = history[-1]
+def _summary(config, p, sched, ledger, last: dict, rounds) -> dict:
     return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
             "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
             "rounds": sched.round, "rounds_planned": rounds,

@@ -93,18 +93,20 @@ class Scheduler:
 
     def step(self) -> bool:
         """One asynchronous round. False (and ``stopped`` = "budget") if the ledger refuses it."""
-        rng_state = self.rng.bit_generator.state
+        # the draw is undone if the ledger refuses it, so only a private run snapshots it
+        rng_state = self.rng.bit_generator.state if self.ledger is not None else None
         m = int(self.rng.choice(len(self.devices), p=self.probs))
         device, sampler = self.devices[m], self.samplers[m]
-        state = sampler.state_dict()
+        state = sampler.state_dict() if self.ledger is not None else None
         ids = sampler.next()
         if self.ledger is not None:
-            if self.ledger.would_exceed(m, ids.numpy()):
+            batch = ids.numpy()
+            if self.ledger.would_exceed(m, batch):
                 sampler.load_state_dict(state)      # undo the draw: a resume meets the same round
                 self.rng.bit_generator.state = rng_state
                 self.stopped = "budget"
                 return False
-            self.ledger.record(m, ids.numpy())
+            self.ledger.record(m, batch)
         self.method.round = self.server.round = self.server.table.round = self.round
         device.note("batch", {"ids": ids})
         up = self.method.device_send(device, ids)

@@ -51,6 +51,8 @@ class Method(abc.ABC):
     """
 
     name: ClassVar[str]
+    LR_DEVICE: ClassVar[float]   # default learning rates (when --lr-device / --lr-server are not given)
+    LR_SERVER: ClassVar[float]
 
     def __init__(self, config: "TrainConfig", sigma: float = 0.0):
         self.config = config

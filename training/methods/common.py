@@ -43,6 +43,18 @@ def lr(config_value: float | None, default: float) -> float:
     return default if config_value is None else float(config_value)
 
 
+def dp_clip(config, sigma: float) -> float | None:
+    """C when the run adds noise (the ZO baselines clip only under DP, as published), else None."""
+    return config.clip if (config.private or sigma > 0) else None
+
+
+def noted_seed(device) -> int:
+    """``device.step_seed()``, noted in the device's transcript (the device knows it)."""
+    seed = device.step_seed()
+    device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
+    return seed
+
+
 def embedding_gradients(server, optimizer, m: int, ids: torch.Tensor, emb: torch.Tensor,
                         train: bool) -> torch.Tensor:
     """Server side of first-order VFL: per-record gradients dl_i/dh_i [B, E] of the loss w.r.t.
@@ -123,8 +135,7 @@ def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float]) -> li
     seed = ``device.step_seed()``; the seed and ||g|| (computed from the first draw) are kept in
     ``device.scratch`` and the seed is noted in the device's transcript (the device knows it).
     At least one shift must be non-zero (lambda > 0)."""
-    seed = device.step_seed()
-    device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
+    seed = noted_seed(device)
     x = device.x[ids]
     norm, outputs = None, []
     with torch.no_grad():

@@ -34,8 +34,6 @@ from training.methods import common
 from training.methods.base import Method
 
 PERTURBATIONS = 5  # n, papers/001 App. H Table 3
-LR_DEVICE = 0.05
-LR_SERVER = 0.05
 
 
 def unit_directions(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -60,6 +58,8 @@ def only_device_threats(config) -> None:
 
 class CZOFO(common.FirstOrderDevices, Method):
     name = "czofo"
+    LR_DEVICE = 0.05
+    LR_SERVER = 0.05
 
     @classmethod
     def release(cls, config) -> Release:
@@ -70,14 +70,13 @@ class CZOFO(common.FirstOrderDevices, Method):
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
-        self.clip = cfg.clip if (cfg.private or self.sigma > 0) else None
-        self.setup_devices(devices, LR_DEVICE)
-        self.optimizer = common.sgd(server.head.parameters(), common.lr(cfg.lr_server, LR_SERVER),
+        self.clip = common.dp_clip(cfg, self.sigma)
+        self.setup_devices(devices, self.LR_DEVICE)
+        self.optimizer = common.sgd(server.head.parameters(), common.lr(cfg.lr_server, self.LR_SERVER),
                                     cfg.momentum)
 
     def device_send(self, device, ids):
-        seed = device.step_seed()
-        device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
+        seed = common.noted_seed(device)
         with torch.set_grad_enabled(self.train_devices):
             h = device.model(device.x[ids])
         u = unit_directions(seed, (len(h), PERTURBATIONS, h.shape[1]))

@@ -30,12 +30,11 @@ from training.messages import SERVER, device_index, device_name
 from training.methods import common
 from training.methods.base import Method
 
-LR_DEVICE = 0.03
-LR_SERVER = 0.05
-
 
 class DPZV(Method):
     name = "dpzv"
+    LR_DEVICE = 0.03
+    LR_SERVER = 0.05
     UPLINK = ("h_plus", "h_minus")   # names of the two embeddings sent, in order of computation
 
     @classmethod
@@ -51,11 +50,12 @@ class DPZV(Method):
         cfg = self.config
         self.lam = cfg.lam
         self.clip = None if cfg.no_clip else cfg.clip
-        self.lr_device = common.lr(cfg.lr_device, LR_DEVICE)
-        self.lr_server = common.lr(cfg.lr_server, LR_SERVER)
+        self.lr_device = common.lr(cfg.lr_device, self.LR_DEVICE)
+        self.lr_server = common.lr(cfg.lr_server, self.LR_SERVER)
         self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
         self.optimizer = (common.sgd(server.head.parameters(), self.lr_server, cfg.momentum)
                           if cfg.server_update == "fo" else None)
+        self.head_params = [p for p in server.head.parameters() if p.requires_grad]   # zo update
         self.buffers = ({d.index: torch.zeros_like(d.flat) for d in devices}
                         if cfg.device_momentum else {})
 
@@ -97,7 +97,7 @@ class DPZV(Method):
         if self.config.server_update == "fo":
             common.first_order_step(self.optimizer, common.losses(server.head, rows, labels).mean())
             return
-        params = [p for p in server.head.parameters() if p.requires_grad]
+        params = self.head_params
         if not params:
             return
         seed = int(torch.randint(0, 2**62, (1,), generator=server.noise))

@@ -29,12 +29,11 @@ from training.methods import common
 from training.methods.czofo import only_device_threats
 from training.methods.dpzv import DPZV
 
-LR_DEVICE = 5e-3
-LR_SERVER = 0.005
-
 
 class ZooVFL(DPZV):
     name = "zoo-vfl"
+    LR_DEVICE = 5e-3
+    LR_SERVER = 0.005
     UPLINK = ("h", "h_perturbed")
 
     @classmethod
@@ -50,11 +49,8 @@ class ZooVFL(DPZV):
         only_device_threats(self.config)
         self.config = dataclasses.replace(self.config, server_update="zo")
         super().setup(devices, server)
-        cfg = self.config
-        self.clip = cfg.clip if (cfg.private or self.sigma > 0) else None
+        self.clip = common.dp_clip(self.config, self.sigma)
         self.keep = None
-        self.lr_device = common.lr(cfg.lr_device, LR_DEVICE)
-        self.lr_server = common.lr(cfg.lr_server, LR_SERVER)
 
     def shifts(self) -> tuple[float, float]:
         """h at w itself, then h^ after moving the parameters by -lam u."""
