@@ -8,8 +8,12 @@ from typing import Sequence
 from attacks import study_settings
 from privzv.accountants import ACCOUNTANTS
 from privzv.cliutil import BadValue, Parser, emit, number
+from privzv.commands import add_release_options
 from privzv.errors import PrivzvError
-from privzv.release import NEIGHBORS, THREATS
+from privzv.release import THREATS
+
+
+_DELTA = number("--delta", low=0, high=1, low_open=True, high_open=True)
 
 
 def _choice(flag: str, allowed: Sequence[str]):
@@ -36,19 +40,7 @@ def build_parser() -> Parser:
     noise = aud.add_mutually_exclusive_group(required=True)
     noise.add_argument("--sigma", type=number("--sigma", low=0, low_open=True))
     noise.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True))
-    aud.add_argument("--delta", required=True, type=number("--delta", low=0, high=1,
-                                                           low_open=True, high_open=True))
-    aud.add_argument("--steps", required=True, type=number("--steps", low=1, integer=True),
-                     help="T, releases in the whole run")
-    aud.add_argument("--dataset-size", required=True,
-                     type=number("--dataset-size", low=1, integer=True))
-    aud.add_argument("--batch-size", required=True,
-                     type=number("--batch-size", low=1, integer=True))
-    aud.add_argument("--clip", type=number("--clip", low=0, low_open=True), default=10.0)
-    aud.add_argument("--devices", type=number("--devices", low=1, integer=True), default=1)
-    aud.add_argument("--threat", type=_choice("--threat", THREATS), default="device")
-    aud.add_argument("--accountant", type=_choice("--accountant", ACCOUNTANTS), default="pld")
-    aud.add_argument("--neighbors", type=_choice("--neighbors", NEIGHBORS), default="replace-one")
+    add_release_options(aud, clip_default=10.0)
     aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
                      help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
     aud.add_argument("--dim", type=number("--dim", low=2, integer=True), default=16)
@@ -68,8 +60,7 @@ def build_parser() -> Parser:
     can.add_argument("--canaries", type=number("--canaries", low=2, integer=True), default=400)
     can.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True, allow_inf=True),
                      default=1.0)
-    can.add_argument("--delta", type=number("--delta", low=0, high=1, low_open=True,
-                                            high_open=True), default=1e-5)
+    can.add_argument("--delta", type=_DELTA, default=1e-5)
     can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=3.0)
     can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
     can.add_argument("--json", action="store_true")
@@ -83,8 +74,7 @@ def build_parser() -> Parser:
     study.add_argument("--epsilons", nargs="+", default=list(study_settings.EPSILONS),
                        type=number("--epsilons", low=0, low_open=True, allow_inf=True),
                        help="target epsilons (inf: calibrated to no noise)")
-    study.add_argument("--delta", type=number("--delta", low=0, high=1, low_open=True,
-                                              high_open=True), default=1e-5)
+    study.add_argument("--delta", type=_DELTA, default=1e-5)
     study.add_argument("--threat", type=_choice("--threat", THREATS), default="device")
     study.add_argument("--accountant", type=_choice("--accountant", ACCOUNTANTS), default="pld")
     study.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=None,

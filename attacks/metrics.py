@@ -114,11 +114,16 @@ def _2d(name: str, values) -> np.ndarray:
     return arr
 
 
-def mse(y_true, y_pred) -> float:
-    """Mean squared error over all records and coordinates."""
+def _same_shape(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
     t, p = _2d("y_true", y_true), _2d("y_pred", y_pred)
     if t.shape != p.shape:
         raise PrivzvError(f"y_true, y_pred: shapes differ ({t.shape} vs {p.shape})")
+    return t, p
+
+
+def mse(y_true, y_pred) -> float:
+    """Mean squared error over all records and coordinates."""
+    t, p = _same_shape(y_true, y_pred)
     return float(np.mean((t - p) ** 2))
 
 
@@ -127,9 +132,7 @@ def r2(y_true, y_pred) -> float:
 
     0 = as good as predicting each coordinate's mean on the evaluated records; < 0 is worse.
     """
-    t, p = _2d("y_true", y_true), _2d("y_pred", y_pred)
-    if t.shape != p.shape:
-        raise PrivzvError(f"y_true, y_pred: shapes differ ({t.shape} vs {p.shape})")
+    t, p = _same_shape(y_true, y_pred)
     return float(skm.r2_score(t, p))
 
 

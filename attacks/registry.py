@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from attacks import feature_inference, label_inference, model_completion
 from attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError

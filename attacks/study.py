@@ -169,15 +169,11 @@ def _finite(obj):
     return obj
 
 
-def versions() -> dict:
-    from training import run
-
-    return run.versions()
-
-
 def run_study(cfg: StudyConfig, out: Path, quiet: bool = True) -> dict:
     """Run the whole grid into ``out`` (atomically); returns the results object."""
     import torch
+
+    from training.run import versions
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # small models on shared cores: one thread is ~8x faster (measured)

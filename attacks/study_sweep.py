@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import importlib
 import json
 import multiprocessing
 import tempfile
@@ -29,9 +28,7 @@ LR_SCALES = (0.01, 0.1, 1 / 3, 3.0)
 def default_lr_device(method: str) -> float:
     from training import methods
 
-    # vafl and fo-vector: a class attribute; dpzv: a module constant
-    module = importlib.import_module(methods.MODULES[method])
-    return getattr(methods.get(method), "LR_DEVICE", None) or module.LR_DEVICE
+    return methods.get(method).LR_DEVICE
 
 
 def run_one(dataset: str, method: str, clip: float, lr_device: float) -> dict:
@@ -72,8 +69,8 @@ def sweep(dataset: str, methods: list[str], workers: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from attacks.study import versions
     from attacks.study_settings import DATASETS, METHODS
+    from training.run import versions
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", choices=DATASETS, default="digits")

@@ -112,14 +112,20 @@ def _result(z: float, eps: float, mu: float | None, release: Release, schedule: 
                   rigorous=rigorous, compositions=k, sampling_rate=q, mu=mu, note=note)
 
 
-def account(release: Release, schedule: Schedule, delta: float,
-            accountant: str = "pld") -> Result:
-    """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat."""
+def checked_exposure(release: Release, schedule: Schedule, delta: float,
+                     accountant: str) -> Exposure:
+    """The record's Exposure, after the checks of :func:`account` (PrivzvError on bad input)."""
     _check(delta, accountant)
     if release.sigma is None or not release.sigma > 0:
         raise PrivzvError(f"sigma={release.sigma!r}: must be a number > 0 (sigma 0 gives no "
                           "privacy)")
-    exp = exposure(release, schedule)
+    return exposure(release, schedule)
+
+
+def account(release: Release, schedule: Schedule, delta: float,
+            accountant: str = "pld") -> Result:
+    """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat."""
+    exp = checked_exposure(release, schedule, delta, accountant)
     z = release.noise_multiplier
     eps, mu = epsilon_for_exposure(z, release, schedule, exp, delta, accountant)
     return _result(z, eps, mu, release, schedule, exp, delta, accountant)

@@ -65,6 +65,20 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
     else:
         p.add_argument("--sigma", required=True, help="noise std of the release (> 0)",
                        type=cliutil.number("--sigma", low=0, low_open=True))
+    add_release_options(p)
+    p.add_argument("--super-batch", type=cliutil.number("--super-batch", low=1, integer=True),
+                   help="B': super-batch size for --threat secret-subsampling")
+    p.add_argument("--all", action="store_true",
+                   help="every threat x accountant side by side (secret-subsampling needs "
+                        "--super-batch)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=func)
+
+
+def add_release_options(p, *, clip_default: float | None = None) -> None:
+    """--delta, the schedule (--steps, --dataset-size, --batch-size, --devices), --clip,
+    --threat, --accountant and --neighbors; shared with ``privzv attack audit``.
+    ``clip_default`` None makes --clip required."""
     p.add_argument("--delta", required=True, type=_DELTA, help="target delta, 0 < delta < 1")
     p.add_argument("--steps", required=True, type=cliutil.number("--steps", low=1, integer=True),
                    help="T: releases in total over the run")
@@ -72,21 +86,15 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
                    type=cliutil.number("--dataset-size", low=1, integer=True))
     p.add_argument("--batch-size", required=True, help="B: records per release",
                    type=cliutil.number("--batch-size", low=1, integer=True))
-    p.add_argument("--clip", required=True, type=cliutil.number("--clip", low=0, low_open=True),
+    p.add_argument("--clip", required=clip_default is None, default=clip_default,
+                   type=cliutil.number("--clip", low=0, low_open=True),
                    help="C: clipping bound of each record's contribution")
     p.add_argument("--devices", default=1, type=cliutil.number("--devices", low=1, integer=True),
                    help="M: devices the releases are spread over (default 1)")
     p.add_argument("--threat", default="device", choices=THREATS, help="observer (default device)")
-    p.add_argument("--super-batch", type=cliutil.number("--super-batch", low=1, integer=True),
-                   help="B': super-batch size for --threat secret-subsampling")
     p.add_argument("--accountant", default="pld", choices=ACCOUNTANTS, help="default pld")
     p.add_argument("--neighbors", default="replace-one", choices=NEIGHBORS,
                    help="neighbouring relation (default replace-one: sensitivity 2C/B)")
-    p.add_argument("--all", action="store_true",
-                   help="every threat x accountant side by side (secret-subsampling needs "
-                        "--super-batch)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=func)
 
 
 def _release_and_schedule(args):

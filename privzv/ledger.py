@@ -23,7 +23,7 @@ import numpy as np
 from privzv import accounting
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
-from privzv.threats import Exposure, exposure
+from privzv.threats import Exposure
 
 STATE_VERSION = 1
 
@@ -46,10 +46,9 @@ class PrivacyLedger:
         if not (isinstance(epsilon_budget, (int, float)) and epsilon_budget > 0
                 and not math.isnan(epsilon_budget)):
             raise PrivzvError(f"epsilon_budget={epsilon_budget!r}: must be a number > 0")
-        accounting.account(release, schedule, delta, accountant)  # validates everything
+        self._full = accounting.checked_exposure(release, schedule, delta, accountant)
         self.release, self.schedule = release, schedule
         self.delta, self.epsilon_budget, self.accountant = delta, float(epsilon_budget), accountant
-        self._full = exposure(release, schedule)
         self._counts = np.zeros((schedule.devices, schedule.dataset_size), dtype=np.int64)
         self._worst = 0  # the largest number of recorded releases that contain one record
         self.releases = 0
