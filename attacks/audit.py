@@ -31,7 +31,7 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
-from attacks import clopper_pearson
+from privzv.attacks import clopper_pearson
 from privzv.errors import PrivzvError
 
 METHODS = ("split", "bonferroni")

@@ -75,11 +75,11 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below."""
     import torch
 
-    from attacks.study_settings import CLIP
-    from attacks.transcript_view import wire_view
-    from training import data, methods, privacy
-    from training import run as training_run
-    from training.config import TrainConfig
+    from privzv.attacks.study_settings import CLIP
+    from privzv.attacks.transcript_view import wire_view
+    from privzv.training import data, methods, privacy
+    from privzv.training import run as training_run
+    from privzv.training.config import TrainConfig
 
     ds = data.load(dataset, TrainConfig().devices, seed=seed)
     n, k = len(ds.y_train), ds.num_classes

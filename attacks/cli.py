@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from attacks import study_settings
+from privzv.attacks import study_settings
 from privzv.accountants import ACCOUNTANTS
 from privzv.cliutil import BadValue, Parser, emit, number
 from privzv.commands import add_release_options
@@ -92,7 +92,7 @@ def build_parser() -> Parser:
 def _run(args) -> int:
     if not args.run.is_dir():
         raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
-    from attacks import registry
+    from privzv.attacks import registry
 
     result = registry.run_attack(args.attack, args.run, args.seed)
     emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
@@ -100,7 +100,7 @@ def _run(args) -> int:
 
 
 def _audit(args) -> int:
-    from attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release
     from privzv import accounting
     from privzv.release import Release, Schedule
 
@@ -147,7 +147,7 @@ def _audit_text(o: dict) -> str:
 def _canary_audit(args) -> int:
     import torch
 
-    from attacks import canary_audit
+    from privzv.attacks import canary_audit
 
     torch.set_num_threads(1)
     out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
@@ -161,7 +161,7 @@ def _canary_audit(args) -> int:
 
 
 def _study(args) -> int:
-    from attacks import study
+    from privzv.attacks import study
 
     return study.main_from_args(args)
 

@@ -21,7 +21,7 @@ from typing import Sequence
 from privzv import cliutil
 from privzv.accounting import account, calibrate
 from privzv.release import Release, Schedule
-from training.tuned import HPARAMS
+from privzv.training.tuned import HPARAMS
 
 # papers/000 worked example: MNIST, D=60000, B=64, C=10, 100 epochs, epsilon=1, delta=1e-3.
 PAPER = dict(dataset_size=60000, batch_size=64, clip=10.0, epochs=100, epsilon=1.0, delta=1e-3)
@@ -42,7 +42,7 @@ def paper_accounting() -> dict:
 
 
 def paper_audit(release: Release, schedule: Schedule, sigma: float, trials: int) -> dict:
-    from attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release
 
     return audit_release(release.with_sigma(sigma), schedule, PAPER["delta"], accountant="pld",
                          trials=trials)
@@ -59,8 +59,8 @@ RUNS = (("no-noise", math.inf, None),
 def digits_runs(out: Path, quiet: bool) -> dict:
     """DPZV on digits: no noise; at (DEMO_EPSILON, DEMO_DELTA), device threat, pld; and the
     frozen-devices control at the same budget (the server alone on random device embeddings)."""
-    from training import run
-    from training.config import TrainConfig
+    from privzv.training import run
+    from privzv.training.config import TrainConfig
 
     base = TrainConfig(dataset="digits", method="dpzv", devices=4, delta=DEMO_DELTA,
                        clip=DIGITS_CLIP)

@@ -19,7 +19,7 @@ from sklearn.neural_network import MLPRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from attacks import metrics
+from privzv.attacks import metrics
 from privzv.errors import PrivzvError
 
 REGRESSORS = ("ridge", "mlp")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks import metrics
-from attacks.transcript_view import View
+from privzv.attacks import metrics
+from privzv.attacks.transcript_view import View
 from privzv.errors import PrivzvError
 
 SCORINGS = ("norm", "cosine")

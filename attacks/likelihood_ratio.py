@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from attacks import releases
+from privzv.attacks import releases
 from privzv.errors import PrivzvError
 from privzv.release import Release
 

@@ -13,7 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from attacks import metrics
+from privzv.attacks import metrics
 from privzv.errors import PrivzvError
 
 

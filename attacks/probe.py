@@ -29,13 +29,13 @@ import dataclasses
 import numpy as np
 import torch
 
-from attacks import metrics
+from privzv.attacks import metrics
 from privzv.errors import PrivzvError
-from training import models
-from training.config import TrainConfig
-from training.messages import SERVER, device_name
-from training.methods.dpzv import DPZV
-from training.parties import EmbeddingTable, Server
+from privzv.training import models
+from privzv.training.config import TrainConfig
+from privzv.training.messages import SERVER, device_name
+from privzv.training.methods.dpzv import DPZV
+from privzv.training.parties import EmbeddingTable, Server
 
 ATTACKER = 0  # device index of the attacking client; device 1 is benign
 HEADS = ("sum", "mlp")

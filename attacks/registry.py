@@ -1,6 +1,6 @@
 """The transcript attacks by name: ``run_attack(name, run_dir, seed)`` attacks a finished run.
 
-An attack reads the attacker's transcript only (``training.transcript.load``). The run's
+An attack reads the attacker's transcript only (``privzv.training.transcript.load``). The run's
 dataset is loaded beside it for two things the attacker is granted or the scorer needs, kept
 apart: the attacker's own features and its auxiliary knowledge (a few labels per class, a few
 victim records), and the ground truth that scores the attack (labels, victim features).
@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from attacks import feature_inference, label_inference, model_completion
-from attacks.transcript_view import record_embeddings, wire_view
+from privzv.attacks import feature_inference, label_inference, model_completion
+from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
 ATTACKS = {
@@ -34,7 +34,7 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
     ``options`` (defaults in ``DEFAULTS``): ``attacker`` / ``victim`` device indices,
     ``known_per_class`` labels the attacker knows, ``aux`` auxiliary victim records, ``regressor``.
     ``nonfinite_values`` counts the NaN/inf/huge message values replaced before attacking
-    (a diverged run; see ``attacks.transcript_view``).
+    (a diverged run; see ``privzv.attacks.transcript_view``).
     """
     _check_name(name)
     run = Path(run_dir)
@@ -43,7 +43,7 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
         raise PrivzvError(f"--run {str(run)!r}: not a finished training run (no config.json)")
     saved = json.loads(cfg_path.read_text())
     cfg = saved["config"]
-    from training import transcript
+    from privzv.training import transcript
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
@@ -58,7 +58,7 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
                        **options) -> dict:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
-    ``dataset`` (a ``training.data.VerticalDataset``) supplies the attacker's own features and
+    ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
     auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
     """
     _check_name(name)
@@ -112,7 +112,7 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
 @functools.lru_cache(maxsize=2)
 def _dataset(name: str, devices: int, data_dir, seed: int):
     """The run's dataset, loaded once for consecutive attacks on runs of the same data (read only)."""
-    from training import data
+    from privzv.training import data
 
     return data.load(name, devices, data_dir, seed=seed)
 

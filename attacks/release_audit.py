@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks import audit, likelihood_ratio
+from privzv.attacks import audit, likelihood_ratio
 from privzv import accounting
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule

@@ -2,15 +2,15 @@
 
 For every target epsilon (inf = no noise) and every noise kind -- DPZV's downlink scalar
 (``dpzv``), VAFL's forward vector noise (``vafl``), first-order backward vector noise
-(``fo-vector``) -- and every seed: train with ``training.run.train`` (sigma calibrated by privzv
-for that method's release), run every applicable transcript attack (``attacks.registry``), the
-optimal likelihood-ratio attacker on the run's release (``attacks.release_audit``, device threat
-only) and, for DPZV, the malicious-client probe (``attacks.probe``) at the run's sigma.
+(``fo-vector``) -- and every seed: train with ``privzv.training.run.train`` (sigma calibrated by privzv
+for that method's release), run every applicable transcript attack (``privzv.attacks.registry``), the
+optimal likelihood-ratio attacker on the run's release (``privzv.attacks.release_audit``, device threat
+only) and, for DPZV, the malicious-client probe (``privzv.attacks.probe``) at the run's sigma.
 
 Setting (recorded in results.json): the server sums the devices' outputs (``server_kind="sum"``,
 embed_dim = classes) so that Fu et al.'s direct label inference applies to every method; clip
-and learning rates per dataset and method from ``training.tuned`` where a sweep covers the summing
-server, else untuned (``attacks.study_settings.hyperparameters`` says which); epochs per dataset.
+and learning rates per dataset and method from ``privzv.training.tuned`` where a sweep covers the summing
+server, else untuned (``privzv.attacks.study_settings.hyperparameters`` says which); epochs per dataset.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import time
 import warnings
 from pathlib import Path
 
-from attacks import metrics
-from attacks.study_settings import EPOCHS, EPSILONS, METHODS, SERVER_KIND, hyperparameters
+from privzv.attacks import metrics
+from privzv.attacks.study_settings import EPOCHS, EPSILONS, METHODS, SERVER_KIND, hyperparameters
 from privzv.cliutil import atomic_output_dir, emit, progress
 from privzv.errors import PrivzvError
 
@@ -72,7 +72,7 @@ def headline(m: dict) -> tuple[str, float]:
 def train_config(cfg: StudyConfig, method: str, epsilon: float, seed: int, num_classes: int,
                  **override):
     """The study's TrainConfig of one run; ``override``: clip / learning rates (the sweep)."""
-    from training.config import TrainConfig
+    from privzv.training.config import TrainConfig
 
     h = {k: v for k, v in hyperparameters(cfg.dataset, method).items() if k != "source"}
     return TrainConfig(dataset=cfg.dataset, method=method, epsilon=epsilon, delta=cfg.delta,
@@ -83,8 +83,8 @@ def train_config(cfg: StudyConfig, method: str, epsilon: float, seed: int, num_c
 
 def _optimal_attacker(tcfg, records: int, rounds: int, seed: int) -> dict | None:
     """The LR attacker's bounds on the run's release (None: no noise, or not the device threat)."""
-    from attacks.release_audit import audit_release
-    from training import methods, privacy
+    from privzv.attacks.release_audit import audit_release
+    from privzv.training import methods, privacy
 
     plan = privacy.plan(tcfg, methods.get(tcfg.method), records, rounds)
     if not plan.private or plan.schedule.threat != "device":
@@ -97,10 +97,10 @@ def _optimal_attacker(tcfg, records: int, rounds: int, seed: int) -> dict | None
 
 def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: Path) -> list[dict]:
     """Train once, attack the run; one row per attack (attack, metrics or error)."""
-    from attacks import probe, registry
-    from training import data, run
+    from privzv.attacks import probe, registry
+    from privzv.training import data, run
 
-    from training.config import TrainConfig
+    from privzv.training.config import TrainConfig
 
     dataset = data.load(cfg.dataset, TrainConfig().devices, seed=seed)
     tcfg = train_config(cfg, method, epsilon, seed, dataset.num_classes)
@@ -173,7 +173,7 @@ def run_study(cfg: StudyConfig, out: Path, quiet: bool = True) -> dict:
     """Run the whole grid into ``out`` (atomically); returns the results object."""
     import torch
 
-    from training.run import versions
+    from privzv.training.run import versions
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # small models on shared cores: one thread is ~8x faster (measured)
@@ -193,7 +193,7 @@ def run_study(cfg: StudyConfig, out: Path, quiet: bool = True) -> dict:
                        "wall_seconds": time.perf_counter() - start,
                        "table": summarize(rows), "rows": rows}
             (work / "results.json").write_text(json.dumps(_finite(results), indent=2))
-            from attacks import study_plots
+            from privzv.attacks import study_plots
 
             study_plots.write(work, results)
     finally:

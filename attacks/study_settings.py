@@ -1,7 +1,7 @@
 """The study's grid and per-method settings (light: imported by the CLI to build its flags)."""
 import math
 
-from training import tuned
+from privzv.training import tuned
 
 DATASETS = ("digits", "breast-cancer", "mnist-5k")
 EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
@@ -20,6 +20,6 @@ def hyperparameters(dataset: str, method: str) -> dict:
     """TrainConfig fields (clip, learning rates) and ``source``: which table they come from."""
     found = tuned.lookup(dataset, method, SERVER_KIND)
     if found is not None:
-        return {**found, "source": f"training.tuned.HPARAMS_SUM (swept, server_kind={SERVER_KIND})"}
+        return {**found, "source": f"privzv.training.tuned.HPARAMS_SUM (swept, server_kind={SERVER_KIND})"}
     return {"clip": CLIP[method], "source": "untuned: paper's C, method's default rates (no sweep"
             f" for {dataset} with server_kind={SERVER_KIND})"}

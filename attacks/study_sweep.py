@@ -1,7 +1,7 @@
 """Sweep C and the device learning rate for the study's summing server (training.tuned.HPARAMS_SUM).
 
 The protocol of benchmarks/bench_reproduction.py (docs/results.md) at the study's own setting
-(``attacks.study.train_config``: summing server, the dataset's study epochs), epsilon 1, seed 100
+(``privzv.attacks.study.train_config``: summing server, the dataset's study epochs), epsilon 1, seed 100
 (not a study seed): stage 1 tries C in ``CLIPS`` at the method's default device rate; stage 2
 scales the device rate by ``LR_SCALES`` at stage 1's best C. The summing server has no
 parameters, so there is no server rate. Best = most accurate; ties: the smaller C, then the
@@ -26,7 +26,7 @@ LR_SCALES = (0.01, 0.1, 1 / 3, 3.0)
 
 
 def default_lr_device(method: str) -> float:
-    from training import methods
+    from privzv.training import methods
 
     return methods.get(method).LR_DEVICE
 
@@ -36,8 +36,8 @@ def run_one(dataset: str, method: str, clip: float, lr_device: float) -> dict:
 
     import torch
 
-    from attacks.study import StudyConfig, train_config
-    from training import data, run
+    from privzv.attacks.study import StudyConfig, train_config
+    from privzv.training import data, run
 
     torch.set_num_threads(1)
     cfg = StudyConfig(dataset=dataset)
@@ -69,8 +69,8 @@ def sweep(dataset: str, methods: list[str], workers: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from attacks.study_settings import DATASETS, METHODS
-    from training.run import versions
+    from privzv.attacks.study_settings import DATASETS, METHODS
+    from privzv.training.run import versions
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", choices=DATASETS, default="digits")

@@ -152,7 +152,7 @@ def wire_view(transcript, device: int | None = None, party: str | None = None) -
     the eavesdropper's view). Local facts (u seeds, secret masks) are not read. Each uplink is
     paired with the downlink of the same round; the batch ids are those sent on the wire.
     """
-    from training.messages import SERVER, device_name
+    from privzv.training.messages import SERVER, device_name
 
     me = transcript.party
     pairs: dict[tuple[int, str], list] = {}

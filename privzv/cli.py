@@ -10,9 +10,9 @@ from typing import Sequence
 from privzv import cliutil
 
 LAZY = {
-    "train": "training.cli",
-    "attack": "attacks.cli",
-    "demo": "attacks.demo",
+    "train": "privzv.training.cli",
+    "attack": "privzv.attacks.cli",
+    "demo": "privzv.attacks.demo",
 }
 LAZY_HELP = """further commands (each has --help):
   train     train DPZV or a baseline on vertically partitioned data

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from privzv import cliutil
 from privzv.errors import PrivzvError
-from training.config import FREEZE, TrainConfig
+from privzv.training.config import FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam")
@@ -23,7 +23,7 @@ FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size
 def build_parser() -> cliutil.Parser:
     from privzv.accountants import ACCOUNTANTS
     from privzv.release import THREATS
-    from training import data, methods
+    from privzv.training import data, methods
 
     p = cliutil.Parser(prog="privzv train", description=__doc__.splitlines()[0])
     n = cliutil.number
@@ -88,7 +88,7 @@ def _human(s: dict) -> str:
 
 
 def _main(argv: Sequence[str]) -> int:
-    from training import run
+    from privzv.training import run
 
     args = build_parser().parse_args(list(argv))
     if args.resume:

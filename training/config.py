@@ -100,7 +100,7 @@ class TrainConfig:
         """Check names and ranges; raise PrivzvError naming the field. Returns self."""
         from privzv.accountants import ACCOUNTANTS
         from privzv.release import NEIGHBORS, THREATS
-        from training import data, methods, models
+        from privzv.training import data, methods, models
 
         _choice("dataset", self.dataset, data.DATASETS)
         methods.get(self.method)

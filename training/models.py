@@ -21,7 +21,7 @@ SERVER_HIDDEN = 64
 
 
 def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
-    """Bottom model of device ``m`` of a ``training.data.VerticalDataset``: x_train[m] batch -> [B, embed_dim]."""
+    """Bottom model of device ``m`` of a ``privzv.training.data.VerticalDataset``: x_train[m] batch -> [B, embed_dim]."""
     if not 0 <= m < dataset.devices:
         raise PrivzvError(f"device {m!r}: allowed are 0..{dataset.devices - 1}")
     _check_positive("embed_dim", embed_dim)

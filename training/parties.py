@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training import seeds, zo
+from privzv.training import seeds, zo
 
 Note = Callable[[str, dict], None]
 
@@ -28,7 +28,7 @@ class Device:
     """Device ``index``: its model, its training features ``x`` [N, ...] and its private state.
 
     ``step`` is the device's own step counter t_m (incremented by the scheduler after each of its
-    rounds). ``flat`` is the model's parameters as one 1-D buffer (``training.zo.flatten_``, done
+    rounds). ``flat`` is the model's parameters as one 1-D buffer (``privzv.training.zo.flatten_``, done
     once here): the parameters are views of it, so a ZO pass over them is one draw and one add.
     ``scratch`` holds what a method keeps between sending and receiving (a seed, an autograd
     graph); the scheduler clears it after each round. ``noise`` is the device's private

@@ -10,7 +10,7 @@ Run folder (written atomically; ``--resume`` continues it):
 ``checkpoint.pt``   models, optimisers, generators, table, samplers (``Scheduler.state_dict``)
 ``traffic.npz``     bytes per round: ``log`` [rounds, 4] = (round, device, up, down); ``up``,
                     ``down`` per device (eq. (23) of papers/000 is ``log[:, 2:].sum()``)
-``transcripts/``    per-party transcripts (``training.transcript``), unless switched off
+``transcripts/``    per-party transcripts (``privzv.training.transcript``), unless switched off
 ``accuracy_vs_rounds.{png,svg}``, ``accuracy_vs_bytes.{png,svg}``
 """
 from __future__ import annotations
@@ -28,12 +28,12 @@ import torch
 
 import privzv
 from privzv.errors import PrivzvError
-from training import data, methods, models, privacy, seeds
-from training.config import TrainConfig
-from training.messages import SERVER, device_name
-from training.parties import Device, EmbeddingTable, Server
-from training.scheduler import Scheduler
-from training.transcript import Recorder
+from privzv.training import data, methods, models, privacy, seeds
+from privzv.training.config import TrainConfig
+from privzv.training.messages import SERVER, device_name
+from privzv.training.parties import Device, EmbeddingTable, Server
+from privzv.training.scheduler import Scheduler
+from privzv.training.transcript import Recorder
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -156,7 +156,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     rows = _read_metrics(metrics_path)
     summary = _summary(config, p, sched, ledger, rows[-1], rounds)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    from training import plots
+    from privzv.training import plots
 
     plots.write(out, rows, config)
     return summary

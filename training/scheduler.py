@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from training import seeds
-from training.messages import SERVER, Traffic, device_name
-from training.methods.base import Method
-from training.parties import Device, Server
-from training.transcript import Recorder
+from privzv.training import seeds
+from privzv.training.messages import SERVER, Traffic, device_name
+from privzv.training.methods.base import Method
+from privzv.training.parties import Device, Server
+from privzv.training.transcript import Recorder
 
 
 class EpochSampler:

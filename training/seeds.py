@@ -4,7 +4,7 @@ Two roots: the public ``seed`` (data split, model init, batch order, activation,
 perturbation seeds) and the ``secret_seed`` (the parties' private noise: the server's DP noise
 and Poisson keep decisions, a device's forward noise). A device learns only the seeds of its own
 streams; SHA-256 is one-way, so they reveal neither root, and the secret root is drawn from the
-operating system's entropy unless a config fixes it (see ``training.config``).
+operating system's entropy unless a config fixes it (see ``privzv.training.config``).
 """
 from __future__ import annotations
 

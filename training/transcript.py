@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from privzv.errors import PrivzvError
-from training.messages import Message
+from privzv.training.messages import Message
 
 FORMAT = 1
 DIRECTIONS = ("sent", "received", "local")

@@ -38,7 +38,7 @@ HPARAMS_SUM: dict[tuple[str, str], dict] = {
 
 # Each table by the server kind it was swept for (training.models.SERVER_KINDS). The rest of each
 # sweep's setting: HPARAMS, ``SETTINGS`` of benchmarks/bench_reproduction.py (embed_dim 16);
-# HPARAMS_SUM, ``attacks.study.train_config`` (embed_dim = classes, the study's epochs).
+# HPARAMS_SUM, ``privzv.attacks.study.train_config`` (embed_dim = classes, the study's epochs).
 TABLES = {"mlp": HPARAMS, "sum": HPARAMS_SUM}
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks import audit, clopper_pearson, likelihood_ratio, releases
+from privzv.attacks import audit, clopper_pearson, likelihood_ratio, releases
 from privzv import gdp
 from privzv.errors import PrivzvError
 from privzv.release import Release
@@ -108,7 +108,7 @@ def test_bad_input():
 
 @pytest.mark.parametrize("noise", ["scalar", "vector"])
 def test_rigorous_sigma_keeps_lower_bound_below_upper_bound(noise):
-    from attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release
     from privzv import accounting
     from privzv.release import Schedule
 
@@ -124,7 +124,7 @@ def test_rigorous_sigma_keeps_lower_bound_below_upper_bound(noise):
 
 
 def test_seed_formula_sigma_is_refuted_under_device_threat():
-    from attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release
     from privzv import accounting
     from privzv.release import Schedule
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from attacks import canary_audit
+from privzv.attacks import canary_audit
 
 
 def test_p_value_without_delta_is_the_binomial_tail():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attacks import feature_inference as fi
+from privzv.attacks import feature_inference as fi
 from privzv.errors import PrivzvError
 
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from attacks import label_inference as li
-from attacks.transcript_view import View
+from privzv.attacks import label_inference as li
+from privzv.attacks.transcript_view import View
 from privzv.errors import PrivzvError
 
 
@@ -151,10 +151,10 @@ import json  # noqa: E402
 
 import torch  # noqa: E402
 
-from attacks import registry  # noqa: E402
-from training import data  # noqa: E402
-from training.messages import Message  # noqa: E402
-from training.transcript import Recorder  # noqa: E402
+from privzv.attacks import registry  # noqa: E402
+from privzv.training import data  # noqa: E402
+from privzv.training.messages import Message  # noqa: E402
+from privzv.training.transcript import Recorder  # noqa: E402
 
 
 def record(rounds, tmp_path=None):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks import metrics
+from privzv.attacks import metrics
 from privzv.errors import PrivzvError
 
 

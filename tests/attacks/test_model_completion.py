@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attacks import model_completion as mc
+from privzv.attacks import model_completion as mc
 from privzv.errors import PrivzvError
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from attacks import probe
+from privzv.attacks import probe
 from privzv.errors import PrivzvError
 
 LABELS = load_digits().target

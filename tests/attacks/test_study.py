@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from attacks import study, study_settings
+from privzv.attacks import study, study_settings
 from privzv.errors import PrivzvError
-from training import tuned
+from privzv.training import tuned
 
 
 def test_small_study_end_to_end(tmp_path):
@@ -65,7 +65,7 @@ def test_train_config_applies_the_tuned_values():
 
 
 def test_sweep_picks_the_most_accurate_run_and_breaks_ties_by_smaller_c_then_rate():
-    from attacks import study_sweep
+    from privzv.attacks import study_sweep
 
     rows = [{"clip": 1.0, "lr_device": 0.03, "test_accuracy": 0.5},
             {"clip": 0.3, "lr_device": 0.09, "test_accuracy": 0.5},

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from training import run
-from training.config import TrainConfig
-from training.data import VerticalDataset
+from privzv.training import run
+from privzv.training.config import TrainConfig
+from privzv.training.data import VerticalDataset
 
 
 def _tiny_dataset(records: int = 96, devices: int = 2, features: int = 3, classes: int = 3,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from privzv.errors import PrivzvError
-from training import data
+from privzv.training import data
 
 
 def standardised(train_raw, test_raw, axes):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training import zo
-from training.messages import Message, SERVER
+from privzv.training import zo
+from privzv.training.messages import Message, SERVER
 
 
 

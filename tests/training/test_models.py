@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from privzv.errors import PrivzvError
-from training import data, models
+from privzv.training import data, models
 
 
 def fake_dataset(name, shapes, num_classes=10, n=6):

@@ -10,9 +10,9 @@ import torch
 from scipy import stats
 
 from privzv import accounting
-from training import methods, privacy, zo
-from training.messages import Message, SERVER
-from training.methods import common
+from privzv.training import methods, privacy, zo
+from privzv.training.messages import Message, SERVER
+from privzv.training.methods import common
 
 
 N = 2000

@@ -12,8 +12,8 @@ from privzv import accounting
 from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
 from privzv.release import Release, Schedule
-from training import methods, privacy, run
-from training.config import TrainConfig
+from privzv.training import methods, privacy, run
+from privzv.training.config import TrainConfig
 
 C, B = 1e-3, 8
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from training import transcript
-from training.messages import SERVER, Message, device_name
-from training.parties import EmbeddingTable
-from training.scheduler import EpochSampler
+from privzv.training import transcript
+from privzv.training.messages import SERVER, Message, device_name
+from privzv.training.parties import EmbeddingTable
+from privzv.training.scheduler import EpochSampler
 
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from training import run, transcript
-from training.config import TrainConfig
-from training.messages import SERVER
+from privzv.training import run, transcript
+from privzv.training.config import TrainConfig
+from privzv.training.messages import SERVER
 
 BASE = TrainConfig(dataset="digits", devices=2, epochs=0.5, batch_size=64, evals=2, seed=5,
                    secret_seed=9)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from training import zo
-from training.messages import Message, SERVER
-from training.methods import dpzv
+from privzv.training import zo
+from privzv.training.messages import Message, SERVER
+from privzv.training.methods import dpzv
 
 
 
@@ -175,14 +175,14 @@ def test_no_clip_ablation_differs_from_clipping():
 
 
 def test_dpzv_default_release_is_the_clipped_batch_mean():
-    from training.config import TrainConfig
+    from privzv.training.config import TrainConfig
 
     r = dpzv.DPZV.release(TrainConfig(batch_size=64, clip=10.0))
     assert (r.aggregate, r.batch_size, r.clip, r.sensitivity) == ("mean", 64, 10.0, 20.0 / 64)
 
 
 def test_secret_subsampling_delta_divides_the_kept_sum_by_b(tiny_scheduler):
-    from training.methods import common
+    from privzv.training.methods import common
 
     sched = tiny_scheduler(threat="secret-subsampling", batch_size=4, super_batch=8, clip=0.05)
     method, server = sched.method, sched.server

@@ -7,9 +7,9 @@ import torch
 
 from privzv.errors import PrivzvError
 from privzv.release import Release
-from training import data, methods, run, zo
-from training.config import TrainConfig
-from training.methods import common, czofo
+from privzv.training import data, methods, run, zo
+from privzv.training.config import TrainConfig
+from privzv.training.methods import common, czofo
 
 C, B = 0.5, 16
 

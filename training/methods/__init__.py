@@ -6,11 +6,11 @@ import importlib
 from privzv.errors import PrivzvError
 
 MODULES = {
-    "dpzv": "training.methods.dpzv",
-    "vafl": "training.methods.vafl",
-    "fo-vector": "training.methods.fo_vector",
-    "zoo-vfl": "training.methods.zoo_vfl",
-    "czofo": "training.methods.czofo",
+    "dpzv": "privzv.training.methods.dpzv",
+    "vafl": "privzv.training.methods.vafl",
+    "fo-vector": "privzv.training.methods.fo_vector",
+    "zoo-vfl": "privzv.training.methods.zoo_vfl",
+    "czofo": "privzv.training.methods.czofo",
 }
 METHODS = tuple(MODULES)
 

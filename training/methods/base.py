@@ -1,6 +1,6 @@
 """The Method strategy: what one training method does in one asynchronous round.
 
-The scheduler (``training.scheduler``) owns everything that is shared: which device is active,
+The scheduler (``privzv.training.scheduler``) owns everything that is shared: which device is active,
 its epoch-shuffled batch, the server's embedding table and its staleness, message transport,
 byte counting, transcripts, the privacy ledger, evaluation and checkpoints. A method supplies
 only the three halves of a round, each run by one party with that party's state only::
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import torch
 
-from training.messages import Message
+from privzv.training.messages import Message
 
 if TYPE_CHECKING:
     from privzv.release import Release
-    from training.config import TrainConfig
-    from training.parties import Device, Server
+    from privzv.training.config import TrainConfig
+    from privzv.training.parties import Device, Server
 
 
 class Method(abc.ABC):

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from privzv.release import Release
-from training import zo
-from training.methods.base import Method
+from privzv.training import zo
+from privzv.training.methods.base import Method
 
 
 def losses(head: nn.Module, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:

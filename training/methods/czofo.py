@@ -28,10 +28,10 @@ import torch
 
 from privzv.errors import PrivzvError
 from privzv.release import Release
-from training import zo
-from training.messages import SERVER, device_index, device_name
-from training.methods import common
-from training.methods.base import Method
+from privzv.training import zo
+from privzv.training.messages import SERVER, device_index, device_name
+from privzv.training.methods import common
+from privzv.training.methods.base import Method
 
 PERTURBATIONS = 5  # n, papers/001 App. H Table 3
 

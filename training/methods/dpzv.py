@@ -25,10 +25,10 @@ import math
 import torch
 
 from privzv.release import Release
-from training import zo
-from training.messages import SERVER, device_index, device_name
-from training.methods import common
-from training.methods.base import Method
+from privzv.training import zo
+from privzv.training.messages import SERVER, device_index, device_name
+from privzv.training.methods import common
+from privzv.training.methods.base import Method
 
 
 class DPZV(Method):

@@ -13,9 +13,9 @@ aggregate="per-sample", dim=embed_dim)``: same secret (labels, via the downlink)
 """
 from __future__ import annotations
 
-from training import zo
-from training.messages import SERVER, device_index, device_name
-from training.methods import common
+from privzv.training import zo
+from privzv.training.messages import SERVER, device_index, device_name
+from privzv.training.methods import common
 
 
 class FOVector(common.FirstOrderMethod):

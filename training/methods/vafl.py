@@ -14,9 +14,9 @@ counterparts").
 """
 from __future__ import annotations
 
-from training import zo
-from training.messages import SERVER, device_index, device_name
-from training.methods import common
+from privzv.training import zo
+from privzv.training.messages import SERVER, device_index, device_name
+from privzv.training.methods import common
 
 
 class VAFL(common.FirstOrderMethod):

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from training import zo
-from training.messages import SERVER
-from training.methods import common
-from training.methods.czofo import only_device_threats
-from training.methods.dpzv import DPZV
+from privzv.training import zo
+from privzv.training.messages import SERVER
+from privzv.training.methods import common
+from privzv.training.methods.czofo import only_device_threats
+from privzv.training.methods.dpzv import DPZV
 
 
 class ZooVFL(DPZV):
