@@ -28,7 +28,9 @@ COARSE_FACTOR = 10.0
 class Result:
     """One accounting answer. ``compositions``: releases composed per record; ``sampling_rate``:
     the Poisson rate that amplifies them (None: no amplification); ``mu``: the GDP parameter for
-    the GDP-based accountants (None for pld and rdp)."""
+    the GDP-based accountants (None for pld and rdp). ``sigma`` is the downlink's noise std,
+    ``head_sigma`` the head update's (None without a DP head); ``noise_multiplier`` is the
+    round's, both combined (:attr:`privzv.release.Release.noise_multiplier`)."""
 
     sigma: float
     noise_multiplier: float
@@ -42,6 +44,7 @@ class Result:
     sampling_rate: float | None
     mu: float | None
     note: str
+    head_sigma: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,7 +110,9 @@ def _result(z: float, eps: float, mu: float | None, release: Release, schedule: 
     k, q = exp.compositions, exp.sampling_rate
     if accountant == "seed":  # the formula composes all T releases at "sampling rate" B/D
         k, q = schedule.steps, release.batch_size / schedule.dataset_size
-    return Result(sigma=z * release.sensitivity, noise_multiplier=z, epsilon=eps, delta=delta,
+    noised = release.with_noise_multiplier(z)
+    return Result(sigma=noised.sigma, head_sigma=noised.head and noised.head.sigma,
+                  noise_multiplier=z, epsilon=eps, delta=delta,
                   accountant=accountant, threat=schedule.threat, neighbors=release.neighbors,
                   rigorous=rigorous, compositions=k, sampling_rate=q, mu=mu, note=note)
 

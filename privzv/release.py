@@ -25,6 +25,40 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise PrivzvError(f"{name}={value!r}: allowed are {', '.join(allowed)}")
 
 
+def _neighbor_factor(neighbors: str) -> float:
+    """A record's L2 reach: 2C when one record is replaced by another, C when it is added/removed."""
+    return 2.0 if neighbors == "replace-one" else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadUpdate:
+    """The server head's DP-SGD step, made in the same round as the downlink release.
+
+    Per-example gradients of the head's loss are clipped to L2 norm ``clip``, summed over the
+    round's batch and divided by the expected batch size ``batch_size`` (a fixed divisor, also
+    under Poisson sampling); Gaussian noise of std ``sigma`` is added to each coordinate of that
+    mean (Abadi et al. 2016, "Deep Learning with Differential Privacy", Alg. 1). Sensitivity of
+    the clipped mean: 2C_h/B (replace-one) or C_h/B (add-remove).
+    """
+
+    clip: float
+    batch_size: int
+    neighbors: str = "replace-one"
+    sigma: float | None = None
+
+    def __post_init__(self):
+        _positive("head clip", self.clip)
+        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+            raise PrivzvError(f"head batch_size={self.batch_size!r}: must be an integer >= 1")
+        _choice("neighbors", self.neighbors, NEIGHBORS)
+        if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
+            raise PrivzvError(f"head sigma={self.sigma!r}: must be a finite number >= 0")
+
+    @property
+    def sensitivity(self) -> float:
+        return _neighbor_factor(self.neighbors) * self.clip / self.batch_size
+
+
 @dataclasses.dataclass(frozen=True)
 class Release:
     """One Gaussian release of clipped per-record contributions.
@@ -36,6 +70,16 @@ class Release:
     ``dim`` is the message's dimension per release (1 for a scalar); it does not enter the
     accounting, since a Gaussian mechanism's privacy depends only on L2 sensitivity / sigma.
     ``sigma`` is the per-coordinate noise std; ``None`` for a release still to be calibrated.
+
+    ``head``: the server head's DP update made in the same round from the same records
+    (:class:`HeadUpdate`), or None when the head is frozen. A round is then two Gaussian
+    mechanisms on the same records; with noise multipliers z_d (downlink) and z_h (head) it is
+    exactly one Gaussian mechanism with z = (z_d^-2 + z_h^-2)^(-1/2) (the pair's privacy loss
+    depends only on the L2 norm of the sensitivity vector over the noise, per coordinate; this
+    holds also under Poisson sampling, which includes or drops a record from both at once).
+    ``noise_multiplier`` is that round-level z; ``head_share`` is the fraction of the round's
+    1/z^2 spent on the head: z_h = z / sqrt(share), z_d = z / sqrt(1 - share) (0.5: one noise
+    multiplier for both, z_d = z_h = sqrt(2) z).
     """
 
     clip: float
@@ -44,8 +88,12 @@ class Release:
     aggregate: str = "mean"
     neighbors: str = "replace-one"
     dim: int = 1
+    head: HeadUpdate | None = None
+    head_share: float = 0.5
 
     def __post_init__(self):
+        if isinstance(self.head, dict):   # from a JSON state
+            object.__setattr__(self, "head", HeadUpdate(**self.head))
         _positive("clip", self.clip)
         if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
             raise PrivzvError(f"batch_size={self.batch_size!r}: must be an integer >= 1")
@@ -53,31 +101,60 @@ class Release:
             raise PrivzvError(f"sigma={self.sigma!r}: must be a finite number >= 0")
         _choice("aggregate", self.aggregate, AGGREGATES)
         _choice("neighbors", self.neighbors, NEIGHBORS)
+        if not (isinstance(self.head_share, (int, float)) and 0 < self.head_share < 1):
+            raise PrivzvError(f"head_share={self.head_share!r}: must be a number with 0 < share < 1")
+        if self.head is not None and self.head.neighbors != self.neighbors:
+            raise PrivzvError(f"head neighbors={self.head.neighbors!r}: must equal the release's "
+                              f"{self.neighbors!r}")
 
     @property
     def sensitivity(self) -> float:
         """L2 sensitivity of the un-noised message: 2C (replace-one) or C (add-remove), / B for a mean."""
-        factor = 2.0 if self.neighbors == "replace-one" else 1.0
-        per_record = factor * self.clip
+        per_record = _neighbor_factor(self.neighbors) * self.clip
         return per_record / self.batch_size if self.aggregate == "mean" else per_record
+
+    def split(self, z: float) -> tuple[float, float | None]:
+        """(z_downlink, z_head) of a round-level noise multiplier z (z_head None without a head)."""
+        if self.head is None:
+            return z, None
+        return z / math.sqrt(1.0 - self.head_share), z / math.sqrt(self.head_share)
 
     @property
     def noise_multiplier(self) -> float:
-        """sigma / sensitivity: the one number the accountants see."""
+        """The round's noise multiplier (sigma / sensitivity, combined with the head's): the one
+        number the accountants see."""
         if self.sigma is None:
             raise PrivzvError("this release has no sigma yet: calibrate it or give --sigma")
-        return self.sigma / self.sensitivity
+        z = self.sigma / self.sensitivity
+        if self.head is None:
+            return z
+        z_head = self.split(z * math.sqrt(1.0 - self.head_share))[1]   # head's z at the split
+        if self.head.sigma is not None:
+            z_head = self.head.sigma / self.head.sensitivity
+        if z == 0 or z_head == 0:
+            return 0.0
+        return (z ** -2 + z_head ** -2) ** -0.5
+
+    def with_noise_multiplier(self, z: float) -> "Release":
+        """This release with the round-level noise multiplier z, split between downlink and head."""
+        z_down, z_head = self.split(float(z))
+        head = None if self.head is None else dataclasses.replace(
+            self.head, sigma=z_head * self.head.sensitivity)
+        return dataclasses.replace(self, sigma=z_down * self.sensitivity, head=head)
 
     def with_sigma(self, sigma: float) -> "Release":
-        return dataclasses.replace(self, sigma=float(sigma))
+        """This release with downlink noise std ``sigma`` (the head's std follows the split)."""
+        return self.with_noise_multiplier(
+            float(sigma) / self.sensitivity * math.sqrt(1.0 - (self.head_share if self.head else 0.0)))
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """How often a release is made and who observes it.
 
-    ``steps`` is T, releases in total over the run (as in the seed paper); they are spread evenly
-    over ``devices`` devices. ``dataset_size`` is D. ``threat`` names the observer:
+    ``steps`` is T, releases in total over the run (as in the seed paper). ``device_steps`` gives
+    each device's number of rounds (n_0, ..., n_{M-1}, summing to T) when the activation order
+    is fixed before training; None means round-robin (n_m = T // M, plus one for m < T % M). ``dataset_size`` is D. ``threat`` names the observer:
     ``device`` (knows its batch, no amplification), ``eavesdropper`` (Poisson q=B/D over all T),
     ``secret-subsampling`` (the server keeps each record of a super-batch of ``super_batch`` with
     probability B/B' and tells nobody).
@@ -88,8 +165,11 @@ class Schedule:
     devices: int = 1
     threat: str = "device"
     super_batch: int | None = None
+    device_steps: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        if isinstance(self.device_steps, list):   # from a JSON state
+            object.__setattr__(self, "device_steps", tuple(self.device_steps))
         if not (isinstance(self.steps, int) and self.steps >= 1):
             raise PrivzvError(f"steps={self.steps!r}: must be an integer >= 1")
         if not (isinstance(self.dataset_size, int) and self.dataset_size >= 1):
@@ -99,3 +179,15 @@ class Schedule:
         _choice("threat", self.threat, THREATS)
         if self.threat == "secret-subsampling" and self.super_batch is None:
             raise PrivzvError("threat='secret-subsampling' needs super_batch (B' >= B)")
+        n = self.device_steps
+        if n is not None and not (len(n) == self.devices and sum(n) == self.steps and all(
+                isinstance(v, int) and v >= 0 for v in n)):
+            raise PrivzvError(f"device_steps={n!r}: must be {self.devices} integers >= 0 summing "
+                              f"to steps={self.steps}")
+
+    def steps_per_device(self) -> tuple[int, ...]:
+        """Rounds of each device: ``device_steps``, or round-robin over the devices."""
+        if self.device_steps is not None:
+            return self.device_steps
+        t, m = self.steps, self.devices
+        return tuple(t // m + (i < t % m) for i in range(m))

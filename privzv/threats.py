@@ -1,24 +1,33 @@
 """Who observes a release, and so which releases a record's privacy loss composes.
 
-A threat turns a (Release, Schedule) pair into an :class:`Exposure`: how many Gaussian releases
-contain a given record (``compositions``) and, when the observer does not know the batches, the
-Poisson sampling rate that hides the record's presence (``sampling_rate``; ``None`` = no
-amplification). The accountants only see an Exposure and a noise multiplier.
+A threat turns a (Release, Schedule) pair into an :class:`Exposure`: how many rounds contain a
+given record (``compositions``) and, when the observer does not know the batches, the Poisson
+sampling rate that hides the record's presence (``sampling_rate``; ``None`` = no amplification).
+The accountants only see an Exposure and the round's noise multiplier (downlink and head update
+combined, :attr:`privzv.release.Release.noise_multiplier`).
+
+Batches as the trainer draws them (``privzv.training.sampling``): under ``device`` and
+``secret-subsampling`` every device walks the same epoch permutations in batches of b records
+(b = B, or B' for a super-batch), the last batch of an epoch smaller, s = ceil(D / b) batches per
+epoch. A device that makes n_m rounds has put every record into floor(n_m / s) or
+ceil(n_m / s) of them, and because all devices walk the same permutations (the rounds of the
+devices differ by at most one epoch position) some record reaches ceil(n_m / s) on every device
+at once. So the worst record is in exactly
+
+    k = sum_m ceil(n_m / ceil(D / b))
+
+rounds, with n_m from ``Schedule.steps_per_device`` (round-robin unless the activation order is
+given). The ledger counts the same number from the batches actually sent.
 
 - ``device``: the device that receives the downlink chose its batch, so there is no
-  amplification. Each device makes T/M releases over epoch-shuffled batches of B out of D
-  records, so a record is in ceil((T/M) * B / D) of *each* device's releases. The receiving
-  device's view depends on the other devices' releases too: the server computes its deltas with
-  the stale embeddings of the other devices, whose models were trained on their own releases. So
-  a record's loss is the composition of the releases that contain it on every device,
-  k = M * ceil((T/M) * B / D) (post-processing; counting only the receiving device's releases,
-  ceil((T/M) * B / D), undercounts by M whenever M > 1).
-- ``eavesdropper``: sees every downlink but not the batches: Poisson amplification with
-  q = B/D over all T releases (the usual DP-SGD analysis).
+  amplification. Its view depends on the other devices' releases too (the server computes its
+  deltas with the other devices' embeddings, trained on their releases, and with the head), so a
+  record's loss composes the rounds that contain it on every device: k above with b = B.
+- ``eavesdropper``: sees every downlink but not the batches, which the server draws by Poisson
+  sampling with q = B/D from its secret generator: all T rounds, amplified with q.
 - ``secret-subsampling``: the device sends embeddings for a super-batch of B' records (it knows
-  them); the server keeps each with probability p = B/B' and tells nobody. A record is in
-  ceil((T/M) * B' / D) super-batches of each device, M times that in all (as for ``device``),
-  each amplified with p.
+  them); the server keeps each with probability p = B/B' and tells nobody: k above with b = B',
+  each round amplified with p.
 """
 from __future__ import annotations
 
@@ -64,18 +73,25 @@ def check(release: Release, schedule: Schedule) -> None:
                               f"super_batch <= dataset_size={d}")
 
 
+def worst_record_rounds(schedule: Schedule, batch: int) -> int:
+    """sum_m ceil(n_m / ceil(D / batch)): the rounds that contain the worst record when every
+    device walks the same epoch permutations in batches of ``batch`` (module docstring)."""
+    per_epoch = _ceil_div(schedule.dataset_size, batch)
+    return sum(_ceil_div(n, per_epoch) for n in schedule.steps_per_device())
+
+
 def exposure(release: Release, schedule: Schedule) -> Exposure:
     """The Exposure of one record under ``schedule.threat`` (see the module docstring)."""
     check(release, schedule)
-    t, m, d, b = schedule.steps, schedule.devices, schedule.dataset_size, release.batch_size
+    d, b = schedule.dataset_size, release.batch_size
     if schedule.threat == "device":
-        return Exposure(m * _ceil_div(t * b, m * d), None)
+        return Exposure(worst_record_rounds(schedule, b), None)
     if schedule.threat == "eavesdropper":
-        return Exposure(t, None if b == d else b / d)
+        return Exposure(schedule.steps, None if b == d else b / d)
     bp = schedule.super_batch
-    return Exposure(m * _ceil_div(t * bp, m * d), None if bp == b else b / bp)
+    return Exposure(worst_record_rounds(schedule, bp), None if bp == b else b / bp)
 
 
 def releases_per_record(release: Release, schedule: Schedule) -> int:
-    """Releases that contain a given record under the threat: M*ceil((T/M)*B/D) for ``device``."""
+    """Rounds that contain the worst record under the threat (module docstring)."""
     return exposure(release, schedule).compositions

@@ -2,6 +2,7 @@
 import math
 
 import dp_accounting as dpa
+import numpy as np
 import pytest
 from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
 from dp_accounting.pld import pld_privacy_accountant
@@ -12,7 +13,7 @@ from privzv import gdp
 from privzv.accounting import (ACCOUNTANTS, account, account_all, calibrate, calibrate_all,
                                releases_per_record)
 from privzv.errors import PrivzvError
-from privzv.release import Release, Schedule
+from privzv.release import HeadUpdate, Release, Schedule
 
 # The worked example of docs/accounting.md: MNIST, D=60000, B=64, C=10, 100 epochs.
 MNIST = dict(dataset_size=60000)
@@ -26,18 +27,72 @@ def small(threat="device", neighbors="replace-one", sigma=None, super_batch=None
 
 
 # ------------------------------------------------------------------------------ threats
+def _simulated_worst(steps_per_device, d, b, seed):
+    """Worst per-record count when every device walks the same epoch permutations in batches of
+    b (last batch of an epoch smaller), as privzv.training's sampler does."""
+    rng = np.random.default_rng(seed)
+    per_epoch = -(-d // b)
+    perms = [rng.permutation(d) for _ in range(max(steps_per_device) // per_epoch + 1)]
+    counts = np.zeros(d, dtype=int)
+    for n in steps_per_device:
+        for j in range(n):
+            e, pos = divmod(j, per_epoch)
+            counts[perms[e][pos * b:(pos + 1) * b]] += 1
+    return counts.max()
+
+
+@pytest.mark.parametrize("t, d, b, m", [
+    (740, 8725, 7326, 8),   # partial last batches: the old M*ceil((T/M)B/D) gave 624
+    (1, 100, 10, 8),        # T < M: one round contains a record once (old formula: 8)
+    (4, 4, 3, 3), (40, 1024, 32, 4), (320, 1024, 32, 8), (7, 10, 10, 3), (97, 50, 7, 5)])
+def test_device_count_is_the_simulated_worst_record(t, d, b, m):
+    release = Release(clip=1.0, batch_size=b)
+    schedule = Schedule(steps=t, dataset_size=d, devices=m)
+    k = releases_per_record(release, schedule)
+    for seed in range(3):
+        assert k == _simulated_worst(schedule.steps_per_device(), d, b, seed)
+    if (t, d, b, m) == (740, 8725, 7326, 8):
+        assert k == 372
+    if t == 1:
+        assert k == 1
+
+
+def test_device_steps_from_a_fixed_activation_order():
+    release = Release(clip=1.0, batch_size=10)
+    skewed = Schedule(steps=100, dataset_size=100, devices=2, device_steps=(70, 30))
+    assert releases_per_record(release, skewed) == 7 + 3
+    assert Schedule(steps=5, dataset_size=10, devices=3).steps_per_device() == (2, 2, 1)
+    with pytest.raises(PrivzvError, match="device_steps"):
+        Schedule(steps=100, dataset_size=100, devices=2, device_steps=(70, 31))
+
+
+def test_head_update_composes_into_the_round_noise_multiplier():
+    head = HeadUpdate(clip=1.0, batch_size=10)
+    release = Release(clip=10.0, batch_size=10, head=head).with_noise_multiplier(2.0)
+    assert release.sigma == pytest.approx(2.0 * math.sqrt(2) * release.sensitivity)
+    assert release.head.sigma == pytest.approx(2.0 * math.sqrt(2) * head.sensitivity)
+    assert release.noise_multiplier == pytest.approx(2.0)
+    # the same round as one Gaussian: mu of k rounds is sqrt(k)/z, i.e. 2k mechanisms at sqrt(2) z
+    sched = Schedule(steps=10, dataset_size=10, devices=1)
+    res = account(release, sched, 1e-5, "gdp-clt")
+    assert res.mu == pytest.approx(math.sqrt(2 * 10) / (2.0 * math.sqrt(2)))
+    skew = Release(clip=10.0, batch_size=10, head=head, head_share=0.8).with_noise_multiplier(1.0)
+    z_d, z_h = skew.sigma / skew.sensitivity, skew.head.sigma / head.sensitivity
+    assert z_d ** -2 == pytest.approx(0.2) and z_h ** -2 == pytest.approx(0.8)
+    assert Release(clip=10.0, batch_size=10, head=head).with_sigma(release.sigma) == release
+
 def test_releases_per_record_per_threat():
     release = Release(clip=1.0, batch_size=10)
     device = Schedule(steps=100, dataset_size=100, devices=2)
     # every device's releases count (a device's view depends on the others' through the
-    # server's embedding table): M * ceil((T/M) * B/D)
-    assert releases_per_record(release, device) == 10           # 2 * ceil((100/2) * 10/100)
-    assert releases_per_record(release, Schedule(steps=101, dataset_size=100, devices=2)) == 12
+    # server's embedding table): sum_m ceil(n_m / ceil(D/B)), round-robin n_m
+    assert releases_per_record(release, device) == 10           # 2 * ceil(50 / 10)
+    assert releases_per_record(release, Schedule(steps=101, dataset_size=100, devices=2)) == 11
     eaves = Schedule(steps=100, dataset_size=100, devices=2, threat="eavesdropper")
     assert releases_per_record(release, eaves) == 100
     secret = Schedule(steps=100, dataset_size=100, devices=2, threat="secret-subsampling",
                       super_batch=20)
-    assert releases_per_record(release, secret) == 20           # 2 * ceil((100/2) * 20/100)
+    assert releases_per_record(release, secret) == 20           # 2 * ceil(50 / 5)
     r = account(release.with_sigma(5.0), secret, 1e-5, "gdp-clt")
     assert r.sampling_rate == pytest.approx(0.5) and r.compositions == 20
     assert account(release.with_sigma(5.0), eaves, 1e-5, "gdp-clt").sampling_rate == 0.1
