@@ -35,6 +35,7 @@ from privzv.training import models
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, device_name
 from privzv.training.methods.dpzv import DPZV
+from privzv.training.noise import SeededNoise
 from privzv.training.parties import EmbeddingTable, Server
 
 ATTACKER = 0  # device index of the attacking client; device 1 is benign
@@ -66,7 +67,7 @@ def simulated_server(labels, num_classes: int, *, head: str = "sum", sigma: floa
     gen = torch.Generator().manual_seed(seed)
     table.data[1] = torch.randn(len(labels), embed_dim, generator=gen)
     server = Server(head=head_model, labels=labels, table=table,
-                    noise=torch.Generator().manual_seed(seed + 1))
+                    noise=SeededNoise(seed, "probe-server-noise"))
     config = TrainConfig(method="dpzv", devices=2, batch_size=batch_size, clip=clip, lam=lam,
                          embed_dim=embed_dim, server_kind=head, freeze="server")
     method = DPZV(config, sigma=sigma)

@@ -8,13 +8,16 @@ that party's transcript.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
 from privzv.training import seeds, zo
+
+if TYPE_CHECKING:
+    from privzv.training.noise import NoiseSource
 
 Note = Callable[[str, dict], None]
 
@@ -39,7 +42,7 @@ class Device:
     model: nn.Module
     x: torch.Tensor
     seed: int
-    noise: torch.Generator
+    noise: NoiseSource
     step: int = 0
     scratch: dict = dataclasses.field(default_factory=dict)
     note: Note = _no_note
@@ -108,6 +111,6 @@ class Server:
     head: nn.Module
     labels: torch.Tensor
     table: EmbeddingTable
-    noise: torch.Generator
+    noise: NoiseSource
     round: int = 0
     note: Note = _no_note

@@ -30,6 +30,7 @@ import privzv
 from privzv.errors import PrivzvError
 from privzv.training import data, methods, models, privacy, seeds
 from privzv.training.config import TrainConfig
+from privzv.training.noise import SeededNoise
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
 from privzv.training.scheduler import Scheduler
@@ -46,12 +47,12 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> S
     for m in range(m_count):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
         devices.append(Device(m, models.device_model(dataset, m, config.embed_dim), dataset.x_train[m],
-                              seed=config.seed, noise=seeds.generator(config.secret_seed, "device", m)))
+                              seed=config.seed, noise=SeededNoise(config.secret_seed, "device", m)))
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
     head = models.server_model(m_count, config.embed_dim, dataset.num_classes, kind=config.server_kind)
     table = EmbeddingTable(m_count, records, config.embed_dim, config.max_delay,
                            np.random.default_rng(seeds.derive(config.seed, "delay")))
-    server = Server(head, dataset.y_train, table, seeds.generator(config.secret_seed, "server"))
+    server = Server(head, dataset.y_train, table, SeededNoise(config.secret_seed, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count)]
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
                              "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:])}

@@ -156,9 +156,9 @@ class Scheduler:
         t = self.traffic.state_dict()
         return {
             "round": self.round,
-            "devices": [{"model": d.model.state_dict(), "step": d.step, "noise": d.noise.get_state()}
+            "devices": [{"model": d.model.state_dict(), "step": d.step, "noise": d.noise.state_dict()}
                         for d in self.devices],
-            "server": {"head": self.server.head.state_dict(), "noise": self.server.noise.get_state(),
+            "server": {"head": self.server.head.state_dict(), "noise": self.server.noise.state_dict(),
                        "table": self.server.table.state_dict()},
             "samplers": [s.state_dict() for s in self.samplers],
             "rng": self.rng.bit_generator.state,
@@ -171,9 +171,9 @@ class Scheduler:
         for d, s in zip(self.devices, state["devices"]):
             d.model.load_state_dict(s["model"])
             d.step = s["step"]
-            d.noise.set_state(s["noise"])
+            d.noise.load_state_dict(s["noise"])
         self.server.head.load_state_dict(state["server"]["head"])
-        self.server.noise.set_state(state["server"]["noise"])
+        self.server.noise.load_state_dict(state["server"]["noise"])
         self.server.table.load_state_dict(state["server"]["table"])
         for sampler, s in zip(self.samplers, state["samplers"]):
             sampler.load_state_dict(s)

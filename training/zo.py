@@ -99,10 +99,3 @@ def clip_rows(rows: torch.Tensor, clip: float) -> torch.Tensor:
     flat = rows.reshape(len(rows), -1)
     scale = (clip / flat.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)
     return (flat * scale[:, None]).reshape(rows.shape)
-
-
-def gaussian(shape, sigma: float, gen: torch.Generator) -> torch.Tensor:
-    """N(0, sigma^2) noise of ``shape`` from ``gen`` (zeros, no draw, when sigma == 0)."""
-    if sigma == 0:
-        return torch.zeros(shape)
-    return sigma * torch.randn(shape, generator=gen)

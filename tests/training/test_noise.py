@@ -110,7 +110,7 @@ def test_server_noise_is_not_reproducible_from_device_known_seeds(tiny_scheduler
     for s in device_seeds | {sched.devices[0].seed}:
         guess = torch.randn(8, generator=torch.Generator().manual_seed(s)).tolist()
         assert not any(abs(a - b) < 1e-6 for a in z for b in guess)
-    assert sched.server.noise.initial_seed() not in device_seeds
+    assert sched.server.noise.gen.initial_seed() not in device_seeds
 
 
 def test_secret_seed_changes_the_noise_but_nothing_a_device_draws(tiny_scheduler):

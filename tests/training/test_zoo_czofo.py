@@ -100,7 +100,7 @@ def test_czofo_noise_has_the_calibrated_std_from_the_servers_generator(digits):
     up = noisy.method.device_send(noisy.devices[0], ids)
     draws = []
     for _ in range(60):
-        state = noisy.server.noise.get_state()
+        state = noisy.server.noise.gen.get_state()
         d = czofo_reply(noisy, up)
         z = d - czofo_reply(clean, up)
         expected = sigma * torch.randn((B, czofo.PERTURBATIONS),
@@ -178,7 +178,7 @@ def test_zoo_vfl_noise_std_and_clipped_mean_sensitivity(digits):
     reference = float(clean.method.server_reply(clean.server, up)["delta"])
     zs = []
     for _ in range(2000):
-        state = noisy.server.noise.get_state()
+        state = noisy.server.noise.gen.get_state()
         z = float(noisy.method.server_reply(noisy.server, up)["delta"]) - reference
         assert z == pytest.approx(sigma * float(torch.randn((), generator=torch.Generator().set_state(state))),
                                   abs=1e-5)

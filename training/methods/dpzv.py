@@ -81,11 +81,11 @@ class DPZV(Method):
         delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
         kept = torch.ones(len(ids), dtype=torch.bool)
         if self.keep is not None:
-            kept = torch.rand(len(ids), generator=server.noise) < self.keep
+            kept = server.noise.bernoulli(len(ids), self.keep)
             server.note("keep", {"mask": kept})
         clipped = zo.clip_scalars(delta, self.clip)
         total = clipped[kept].sum() / self.config.batch_size
-        big_delta = (total + zo.gaussian((), self.sigma, server.noise)).reshape(1).float()
+        big_delta = (total + server.noise.gaussian((), self.sigma)).reshape(1).float()
         h_mid = (h_plus + h_minus) / 2
         server.table.update(m, ids, h_mid)
         if self.train_server and kept.any():
@@ -100,7 +100,7 @@ class DPZV(Method):
         params = self.head_params
         if not params:
             return
-        seed = int(torch.randint(0, 2**62, (1,), generator=server.noise))
+        seed = server.noise.seed()
         with torch.no_grad():
             norm = zo.perturb_(params, seed, self.lam)
             plus = common.losses(server.head, rows, labels).mean()
