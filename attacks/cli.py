@@ -171,8 +171,7 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     argv = list(argv)
     if not argv:
-        parser.print_help()
-        return 2
+        raise parser.one_line_usage()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         raise PrivzvError("attack: choose a subcommand: run, audit, canary-audit, study")

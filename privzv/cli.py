@@ -30,8 +30,7 @@ def _main(argv: Sequence[str]) -> int:
     parser.epilog = LAZY_HELP
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     if not argv:
-        parser.print_help()
-        return 2
+        raise parser.one_line_usage(list(LAZY))
     args = parser.parse_args(argv)
     return args.func(args)
 

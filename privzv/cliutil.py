@@ -1,4 +1,5 @@
-"""Shared CLI conventions: one-line errors with exit code 2, --json output, progress, atomic outputs."""
+"""Shared CLI conventions: one-line errors with exit code 2 (bad input) or 1 (a run that failed),
+strict JSON output (no NaN/Infinity tokens), progress, atomic outputs."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,10 @@ class BadValue(PrivzvError, argparse.ArgumentTypeError):
     """A flag's value is out of range; argparse keeps this message (it rewrites plain ValueErrors)."""
 
 
+class Failed(Exception):
+    """A run that started and could not finish (e.g. training diverged): one line, exit code 1."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line on stderr and exit code 2 (no usage dump)."""
 
@@ -27,20 +32,36 @@ class Parser(argparse.ArgumentParser):
         # "argument --x: --x '3': must be ..." -> "--x '3': must be ..."
         raise PrivzvError(re.sub(r"^argument (\S+): (?=\1 )", "", message))
 
+    def one_line_usage(self, more: Sequence[str] = ()) -> PrivzvError:
+        """The error for a command given no arguments: its usage and subcommands (with ``more``)
+        on one line."""
+        commands = [name for action in self._actions if isinstance(action, argparse._SubParsersAction)
+                    for name in action.choices] + list(more)
+        listed = f"; commands: {', '.join(commands)}" if commands else ""
+        return PrivzvError(" ".join(self.format_usage().split()) + f"{listed} (see {self.prog} --help)")
+
 
 def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
-    """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2."""
+    """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2, and
+    :class:`Failed` (the run itself failed) into one stderr line and exit code 1."""
     try:
         return main(argv)
     except PrivzvError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Failed as exc:
+        print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `privzv calibrate ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def number(name: str, *, low: float | None = None, high: float | None = None,
@@ -70,18 +91,33 @@ def number(name: str, *, low: float | None = None, high: float | None = None,
 
 
 def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
-    """Print one JSON object (``--json``) or the human rendering of it."""
+    """Print one JSON object (``--json``, strict: see :func:`dumps`) or the human rendering of it."""
     if as_json:
-        print(json.dumps(obj, default=_jsonable))
+        print(dumps(obj))
     else:
         print(human(obj))
 
 
-def _jsonable(value):
+def dumps(obj, **kwargs) -> str:
+    """Strict JSON: arrays and tensors as lists, paths as strings, and a non-finite float as the
+    string "inf", "-inf" or "nan" (JSON has no such numbers; no NaN/Infinity token is written)."""
+    return json.dumps(strict(obj), allow_nan=False, **kwargs)
+
+
+def strict(value):
+    """``value`` with every non-finite float replaced by its string (see :func:`dumps`)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
     if hasattr(value, "tolist"):
-        return value.tolist()
+        return strict(value.tolist())
     if isinstance(value, Path):
         return str(value)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 

@@ -48,6 +48,9 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--seed", type=n("--seed", low=0, integer=True), help="default 0")
     p.add_argument("--config", help="JSON file of config fields (see docs/training.md)")
     p.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
+    p.add_argument("--secure-noise", action="store_true",
+                   help="draw DP noise and keep decisions from OpenDP / the OS CSPRNG (floating-point"
+                        " safe, not reproducible; needs privzv[secure]; docs/training.md)")
     p.add_argument("--out", help="run folder (default runs/DATASET-METHOD-TIME)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
@@ -60,6 +63,8 @@ def config_from(args) -> TrainConfig:
     given = {f: getattr(args, f) for f in FLAG_FIELDS if getattr(args, f) is not None}
     if args.no_transcripts:
         given["transcripts"] = False
+    if args.secure_noise:
+        given["secure_noise"] = True
     return dataclasses.replace(config, **given)
 
 
@@ -68,9 +73,9 @@ def _resume_config(args) -> TrainConfig:
     if not (folder / "config.json").exists() or not (folder / "checkpoint.pt").exists():
         raise PrivzvError(f"--resume {args.resume!r}: not a finished run folder (no config.json/checkpoint.pt)")
     others = [f for f in FLAG_FIELDS if f != "epochs" and getattr(args, f) is not None]
-    if others or args.config or args.out or args.no_transcripts:
-        bad = others[0].replace("_", "-") if others else ("config" if args.config else
-                                                           "out" if args.out else "no-transcripts")
+    switches = [name for name in ("config", "out", "no_transcripts", "secure_noise") if getattr(args, name)]
+    if others or switches:
+        bad = (others or switches)[0].replace("_", "-")
         raise PrivzvError(f"--{bad}: cannot be changed with --resume (only --epochs and --json)")
     config = TrainConfig.from_dict(json.loads((folder / "config.json").read_text())["config"])
     if args.epochs is not None:

@@ -16,6 +16,12 @@ from privzv.errors import PrivzvError
 
 FREEZE = ("devices", "server")
 SERVER_UPDATES = ("fo", "zo")
+# Upper bounds on sizes that would otherwise exhaust memory or time (docs/cli.md, "Caps").
+CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
+        "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "epochs": 100_000.0,
+        "clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
+        "seed": 2**63 - 1, "secret_seed": 2**63 - 1}
+CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 
 
 @dataclasses.dataclass
@@ -51,6 +57,7 @@ class TrainConfig:
     threads: int = 1                 # torch CPU threads (1 is fastest for the small models)
     seed: int = 0
     secret_seed: int | None = None   # root of private noise; drawn from the OS if None
+    secure_noise: bool = False       # DP noise and keep decisions from OpenDP / the OS CSPRNG
 
     def resolved(self) -> "TrainConfig":
         """A copy with the secret seed drawn (recorded in config.json, for exact replays)."""
@@ -86,14 +93,29 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "TrainConfig":
+        name = repr(str(path))
         try:
-            d = json.loads(Path(path).read_text())
+            with open(path, "rb") as fh:
+                raw = fh.read(CONFIG_BYTES + 1)
         except FileNotFoundError:
-            raise PrivzvError(f"--config {str(path)!r}: no such file") from None
+            raise PrivzvError(f"--config {name}: no such file") from None
+        except IsADirectoryError:
+            raise PrivzvError(f"--config {name}: is a directory, not a JSON file") from None
+        except OSError as exc:
+            raise PrivzvError(f"--config {name}: cannot be read ({exc.strerror})") from None
+        if len(raw) > CONFIG_BYTES:
+            raise PrivzvError(f"--config {name}: larger than {CONFIG_BYTES} bytes")
+        try:
+            d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            raise PrivzvError(f"--config {name}: not a UTF-8 text file") from None
         except json.JSONDecodeError as exc:
-            raise PrivzvError(f"--config {str(path)!r}: not JSON ({exc.msg}, line {exc.lineno})") from None
+            raise PrivzvError(f"--config {name}: not JSON ({exc.msg}, line {exc.lineno})") from None
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise PrivzvError(f"--config {name}: not JSON ({reason})") from None
         if not isinstance(d, dict):
-            raise PrivzvError(f"--config {str(path)!r}: must hold a JSON object")
+            raise PrivzvError(f"--config {name}: must hold a JSON object")
         return cls.from_dict(d)
 
     def validate(self) -> "TrainConfig":
@@ -115,6 +137,15 @@ class TrainConfig:
             _int_at_least(name, getattr(self, name), 1)
         _int_at_least("max_delay", self.max_delay, 0)
         _int_at_least("seed", self.seed, 0)
+        if self.secret_seed is not None:
+            _int_at_least("secret_seed", self.secret_seed, 0)
+        if self.super_batch is not None:
+            _int_at_least("super_batch", self.super_batch, 1)
+        for name, cap in CAPS.items():
+            value = getattr(self, name)
+            if _finite(value) and value > cap:
+                raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be <= {cap:g}"
+                                  " (cap against exhausting memory or time, docs/cli.md)")
         for name in ("epochs", "clip", "lam"):
             _positive(name, getattr(self, name))
         for name in ("lr_device", "lr_server", "sigma"):
@@ -152,8 +183,13 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
-          "seed": (int,), "secret_seed": (int,)}
+          "seed": (int,), "secret_seed": (int,),
+          "secure_noise": (bool,)}
 _OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze", "secret_seed"}
+
+
+def _no_constant(token: str):
+    raise ValueError(f"{token} is not a JSON number (use null for an infinite epsilon)")
 
 
 def _finite(value) -> bool:

@@ -28,9 +28,8 @@ import torch
 
 import privzv
 from privzv.errors import PrivzvError
-from privzv.training import data, methods, models, privacy, seeds
+from privzv.training import data, divergence, methods, models, noise, privacy, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.noise import SeededNoise
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
 from privzv.training.scheduler import Scheduler
@@ -47,12 +46,12 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> S
     for m in range(m_count):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
         devices.append(Device(m, models.device_model(dataset, m, config.embed_dim), dataset.x_train[m],
-                              seed=config.seed, noise=SeededNoise(config.secret_seed, "device", m)))
+                              seed=config.seed, noise=noise.source(config, config.secret_seed, "device", m)))
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
     head = models.server_model(m_count, config.embed_dim, dataset.num_classes, kind=config.server_kind)
     table = EmbeddingTable(m_count, records, config.embed_dim, config.max_delay,
                            np.random.default_rng(seeds.derive(config.seed, "delay")))
-    server = Server(head, dataset.y_train, table, SeededNoise(config.secret_seed, "server"))
+    server = Server(head, dataset.y_train, table, noise.source(config, config.secret_seed, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count)]
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
                              "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:])}
@@ -133,6 +132,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
 
     def on_eval(r: int) -> None:
         ev = sched.evaluate(dataset.x_test, dataset.y_test)
+        divergence.check(sched, ev)
         row = {"round": r, "epoch": r / epoch_rounds, "test_accuracy": ev.test_accuracy,
                "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
                "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,

@@ -85,7 +85,7 @@ class DPZV(Method):
             server.note("keep", {"mask": kept})
         clipped = zo.clip_scalars(delta, self.clip)
         total = clipped[kept].sum() / self.config.batch_size
-        big_delta = (total + server.noise.gaussian((), self.sigma)).reshape(1).float()
+        big_delta = server.noise.add_gaussian(total, self.sigma).reshape(1).float()
         h_mid = (h_plus + h_minus) / 2
         server.table.update(m, ids, h_mid)
         if self.train_server and kept.any():

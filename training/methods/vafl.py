@@ -27,7 +27,7 @@ class VAFL(common.FirstOrderMethod):
         if not self.config.no_clip:
             h = zo.clip_rows(h, self.config.clip)
         device.scratch["h"] = h
-        noisy = h.detach() + device.noise.gaussian(h.shape, self.sigma)
+        noisy = device.noise.add_gaussian(h.detach(), self.sigma)
         return self.message(device_name(device.index), SERVER, "embedding", ids=ids, h=noisy)
 
     def server_reply(self, server, up):
