@@ -7,6 +7,10 @@ or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with
 train/test splits. Partitions follow papers/000 App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
 
+Every loader checks what it read before training sees it (one-line PrivzvError, exit code 2):
+finite numeric features, integer labels in [0, classes), one label per record, the same image
+shape in train and test, non-empty splits; corrupt, truncated or oversized files are refused.
+
 Each device standardises its own slice with statistics of the training split only (per column
 for tabular data, per channel for images): a device never sees another device's features.
 """
@@ -16,6 +20,8 @@ import dataclasses
 import gzip
 import math
 import pickle
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +39,9 @@ MNIST_IDX_FILES = {
     "y_test": ("t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"),
 }
 CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+MAX_FILE_BYTES = 1 << 30     # an IDX file (after gunzip) or a CIFAR batch larger than 1 GiB is refused
+# what a corrupt or truncated IDX/gz/npz file raises while being read
+_CORRUPT = (OSError, EOFError, ValueError, zlib.error, zipfile.BadZipFile, KeyError)
 
 
 @dataclasses.dataclass
@@ -97,6 +106,7 @@ def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
         raise PrivzvError(f"devices {devices}: breast-cancer has {columns} columns, "
                           f"so at most {columns} devices")
     train, test = _stratified_split(y, seed)
+    _check_records("breast-cancer", x[train], y[train], x[test], y[test], 2)
     slices = np.array_split(np.arange(columns), devices)
     x_train, x_test = [], []
     for cols in slices:
@@ -162,6 +172,7 @@ def _patches(height: int, width: int, devices: int):
 
 def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner):
     """Cut [N, C, H, W] images into per-device regions and standardise each per channel."""
+    _check_records(name, x_train, y_train, x_test, y_test, num_classes)
     regions, description = partitioner(x_train.shape[2], x_train.shape[3], devices)
     parts_train, parts_test = [], []
     for rows, cols in regions:
@@ -172,11 +183,40 @@ def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partit
                            num_classes, description)
 
 
+def _check_records(name: str, x_train, y_train, x_test, y_test, num_classes: int) -> None:
+    """Refuse data training cannot use: see the module docstring."""
+    for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        x, y = np.asarray(x), np.asarray(y)
+        if len(x) == 0:
+            raise PrivzvError(f"{name} {split} split: no records")
+        if x.dtype == bool or not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
+            raise PrivzvError(f"{name} {split} features: dtype {x.dtype} is not a real number type")
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            bad = int(np.size(x) - np.isfinite(x).sum())
+            raise PrivzvError(f"{name} {split} features: {bad} NaN or infinite values")
+        if y.ndim != 1 or len(y) != len(x):
+            raise PrivzvError(f"{name} {split} labels: shape {list(y.shape)} does not match "
+                              f"{len(x)} records (one label each)")
+        integral = np.issubdtype(y.dtype, np.integer) or (
+            np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == np.round(y)).all())
+        if y.dtype == bool or not integral:
+            raise PrivzvError(f"{name} {split} labels: must be integers (got dtype {y.dtype})")
+        if y.min() < 0 or y.max() >= num_classes:
+            raise PrivzvError(f"{name} {split} labels: range [{y.min():g}, {y.max():g}], allowed "
+                              f"are 0..{num_classes - 1}")
+    if np.shape(x_train)[1:] != np.shape(x_test)[1:]:
+        raise PrivzvError(f"{name}: train records {list(np.shape(x_train)[1:])} and test records "
+                          f"{list(np.shape(x_test)[1:])} differ in shape")
+
+
 def _standardise(train: np.ndarray, test: np.ndarray, axes: tuple[int, ...]):
     """(x - mean) / std with the training split's statistics; constant features get std 1."""
     train = np.asarray(train, dtype=np.float64)
-    mean = train.mean(axis=axes, keepdims=True)
-    std = train.std(axis=axes, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = train.mean(axis=axes, keepdims=True)
+        std = train.std(axis=axes, keepdims=True)
+    if not (np.isfinite(mean).all() and np.isfinite(std).all()):
+        raise PrivzvError("features too large to standardise (their mean or std overflows float64)")
     std[std == 0] = 1.0
 
     def scaled(x):
@@ -200,14 +240,11 @@ def _read_mnist(root: Path):
     """MNIST from IDX files (optionally .gz; directly in root or in root/MNIST/raw) or mnist.npz."""
     for npz in (root / "mnist.npz", root / "MNIST" / "mnist.npz"):
         if npz.is_file():
-            with np.load(npz) as f:
-                try:
-                    arrays = [f[k] for k in ("x_train", "y_train", "x_test", "y_test")]
-                except KeyError as exc:
-                    raise PrivzvError(f"{npz}: needs arrays x_train, y_train, x_test, y_test "
-                                      f"(as keras' mnist.npz); missing {exc}") from None
-            x_train, y_train, x_test, y_test = arrays
-            return x_train.reshape(-1, 1, 28, 28), y_train, x_test.reshape(-1, 1, 28, 28), y_test
+            x_train, y_train, x_test, y_test = _read_npz(npz)
+            for key, x in (("x_train", x_train), ("x_test", x_test)):
+                if x.ndim != 3 or x.shape[1:] != (28, 28):
+                    raise PrivzvError(f"{npz}: {key} has shape {list(x.shape)}, expected [N, 28, 28]")
+            return x_train[:, None], y_train, x_test[:, None], y_test
     found, missing = {}, []
     for key, names in MNIST_IDX_FILES.items():
         path = _first_existing(root, names)
@@ -221,10 +258,36 @@ def _read_mnist(root: Path):
     x_train, x_test = (_read_idx(found[k]) for k in ("x_train", "x_test"))
     y_train, y_test = (_read_idx(found[k]) for k in ("y_train", "y_test"))
     for x, y, key in ((x_train, y_train, "train"), (x_test, y_test, "t10k")):
-        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+        if x.ndim != 3 or x.shape[1:] != (28, 28) or y.ndim != 1 or len(x) != len(y):
             raise PrivzvError(f"--data-dir {str(root)!r}: MNIST {key} images {x.shape} and labels "
                               f"{y.shape} do not match ([N, 28, 28] and [N])")
     return x_train[:, None], y_train, x_test[:, None], y_test
+
+
+def _read_npz(path: Path) -> list[np.ndarray]:
+    """The four arrays of a keras-style mnist.npz (no pickled objects)."""
+    names = ("x_train", "y_train", "x_test", "y_test")
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                size = sum(info.file_size for info in archive.infolist())
+            if size > MAX_FILE_BYTES:
+                raise PrivzvError(f"{path}: unpacks to {size} bytes, more than {MAX_FILE_BYTES}")
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise PrivzvError(f"{path}: not an .npz archive (a single .npy array)")
+        with loaded as f:
+            missing = [k for k in names if k not in f.files]
+            if missing:
+                raise PrivzvError(f"{path}: needs arrays x_train, y_train, x_test, y_test "
+                                  f"(as keras' mnist.npz); missing {', '.join(missing)}")
+            return [f[k] for k in names]
+    except _CORRUPT as exc:
+        raise PrivzvError(f"{path}: corrupt or truncated .npz ({_reason(exc)})") from None
+
+
+def _reason(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _first_existing(root: Path, names: tuple[str, ...]) -> Path | None:
@@ -239,11 +302,18 @@ def _first_existing(root: Path, names: tuple[str, ...]) -> Path | None:
 def _read_idx(path: Path) -> np.ndarray:
     """Read an IDX file of unsigned bytes (LeCun's format: magic 0x0000 08 ndim, big-endian dims)."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except _CORRUPT as exc:
+        raise PrivzvError(f"{path}: corrupt or truncated file ({_reason(exc)})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise PrivzvError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise PrivzvError(f"{path}: not an IDX file of unsigned bytes (magic 0x000008xx)")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise PrivzvError(f"{path}: IDX header truncated ({ndim} dimensions, {len(data)} bytes)")
     dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != math.prod(dims):
@@ -279,18 +349,28 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def _read_cifar_batch(path: Path):
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise PrivzvError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
     try:
         with open(path, "rb") as f:
             batch = _ArrayUnpickler(f, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-        raise PrivzvError(f"{path}: not a CIFAR-10 python batch ({exc})") from None
+    except pickle.UnpicklingError as exc:
+        raise PrivzvError(f"{path}: not a CIFAR-10 python batch ({_reason(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - a crafted pickle can raise anything; none may escape
+        raise PrivzvError(f"{path}: corrupt or truncated CIFAR-10 batch ({type(exc).__name__}: "
+                          f"{_reason(exc)})") from None
+    data = batch.get(b"data") if isinstance(batch, dict) else None
+    labels = batch.get(b"labels") if isinstance(batch, dict) else None
+    if not isinstance(data, np.ndarray) or not isinstance(labels, (list, np.ndarray)):
+        raise PrivzvError(f"{path}: not a CIFAR-10 python batch (dict with b'data' array, "
+                          "b'labels' list)")
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise PrivzvError(f"{path}: b'data' is {data.dtype} {list(data.shape)}, expected uint8 "
+                          "[N, 3072]")
     try:
-        data, labels = batch[b"data"], batch[b"labels"]
-    except (KeyError, TypeError):
-        raise PrivzvError(f"{path}: not a CIFAR-10 python batch (dict with b'data', b'labels')") \
-            from None
-    data = np.asarray(data, dtype=np.uint8)
-    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(labels):
-        raise PrivzvError(f"{path}: b'data' has shape {data.shape}, expected [N, 3072] "
-                          "matching the labels")
-    return data.reshape(-1, 3, 32, 32), np.asarray(labels, dtype=np.int64)
+        labels = np.asarray(labels)
+    except ValueError:
+        raise PrivzvError(f"{path}: b'labels' is not a flat list of integers") from None
+    if labels.shape != (len(data),):
+        raise PrivzvError(f"{path}: {labels.size} labels for {len(data)} images")
+    return data.reshape(-1, 3, 32, 32), labels

@@ -223,3 +223,132 @@ def test_cifar10_pickle_cannot_run_code(tmp_path):
         pickle.dump({b"data": Evil(), b"labels": []}, f)
     with pytest.raises(PrivzvError, match="not allowed"):
         data.load("cifar10", 4, data_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ bad data is refused at load time
+
+def save_npz(folder, arrays):
+    np.savez(folder / "mnist.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"), arrays)))
+
+
+def _nan_pixel(a):
+    x = a[0].astype(np.float32)
+    x[3, 14, 14] = np.nan
+    return (x, *a[1:])
+
+
+def _inf_pixel(a):
+    x = a[2].astype(np.float64)
+    x[0, 0, 0] = -np.inf
+    return (a[0], a[1], x, a[3])
+
+
+@pytest.mark.parametrize("change, match", [
+    (_nan_pixel, "train features: 1 NaN or infinite"),
+    (_inf_pixel, "test features: 1 NaN or infinite"),
+    (lambda a: (a[0], np.where(a[1] == a[1][0], 10, a[1]), a[2], a[3]), r"labels: range \[\d+, 10\]"),
+    (lambda a: (a[0], a[1], a[2], a[3] - 20), r"test labels: range \[-\d+"),
+    (lambda a: (a[0], a[1] + 0.5, a[2], a[3]), "train labels: must be integers"),
+    (lambda a: (a[0], a[1] > 4, a[2], a[3]), "train labels: must be integers"),
+    (lambda a: (a[0], a[1][:-1], a[2], a[3]), r"train labels: shape \[11\] does not match 12"),
+    (lambda a: (a[0], a[1], a[2][:, :27], a[3]), r"x_test has shape \[5, 27, 28\]"),
+    (lambda a: (a[0].astype(complex), *a[1:]), "dtype complex128 is not a real number"),
+    (lambda a: (a[0][:0], a[1][:0], a[2], a[3]), "train split: no records"),
+    (lambda a: (a[0].astype(float) * 1e300, *a[1:]), "too large to standardise"),
+])
+def test_bad_npz_content_is_refused(tmp_path, change, match):
+    save_npz(tmp_path, change(fake_mnist()))
+    with pytest.raises(PrivzvError, match=match):
+        data.load("mnist", 7, data_dir=tmp_path)
+
+
+def test_integral_float_labels_are_accepted(tmp_path):
+    arrays = fake_mnist()
+    save_npz(tmp_path, (arrays[0], arrays[1].astype(np.float64), arrays[2], arrays[3]))
+    assert np.array_equal(data.load("mnist", 7, data_dir=tmp_path).y_train.numpy(), arrays[1])
+
+
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[:300])
+
+
+def _object_array(path):
+    a = fake_mnist()
+    np.savez(path, x_train=np.array([None, 1], dtype=object), y_train=a[1], x_test=a[2], y_test=a[3])
+
+
+@pytest.mark.parametrize("spoil, match", [
+    (_truncated, "corrupt or truncated .npz"),
+    (lambda p: p.write_bytes(b"\x00garbage" * 10), "corrupt or truncated .npz"),
+    (lambda p: p.write_bytes(b""), "corrupt or truncated .npz"),
+    (lambda p: np.save(open(p, "wb"), np.zeros(3)), r"not an .npz archive"),
+    (_object_array, "corrupt or truncated .npz"),
+    (lambda p: np.savez(p, x_train=np.zeros(3)), "missing y_train, x_test, y_test"),
+])
+def test_corrupt_npz_is_refused(tmp_path, spoil, match):
+    save_npz(tmp_path, fake_mnist())
+    spoil(tmp_path / "mnist.npz")
+    with pytest.raises(PrivzvError, match=match):
+        data.load("mnist", 7, data_dir=tmp_path)
+
+
+def write_mnist_idx(folder, arrays, compress=True):
+    for key, array in zip(("x_train", "y_train", "x_test", "y_test"), arrays):
+        write_idx(folder / data.MNIST_IDX_FILES[key][0], array, compress)
+    return {key: folder / (data.MNIST_IDX_FILES[key][0] + (".gz" if compress else ""))
+            for key in data.MNIST_IDX_FILES}
+
+
+@pytest.mark.parametrize("key, payload, match", [
+    ("x_train", "truncate-gz", "corrupt or truncated file"),
+    ("y_test", b"not gzip at all", "corrupt or truncated file"),
+    ("y_train", "empty-gz", "not an IDX file"),
+    ("x_test", "header-only", "IDX header truncated"),
+])
+def test_corrupt_idx_gz_is_refused(tmp_path, key, payload, match):
+    paths = write_mnist_idx(tmp_path, fake_mnist())
+    path = paths[key]
+    if payload == "truncate-gz":
+        path.write_bytes(path.read_bytes()[:-40])
+    elif payload == "empty-gz":
+        path.write_bytes(gzip.compress(b""))
+    elif payload == "header-only":
+        path.write_bytes(gzip.compress(b"\x00\x00\x08\x03\x00\x00"))
+    else:
+        path.write_bytes(payload)
+    with pytest.raises(PrivzvError, match=match):
+        data.load("mnist", 7, data_dir=tmp_path)
+
+
+def test_idx_images_of_the_wrong_size_and_labels_out_of_range(tmp_path):
+    a = fake_mnist()
+    write_mnist_idx(tmp_path, (a[0][:, :27, :27], *a[1:]))
+    with pytest.raises(PrivzvError, match=r"MNIST train images \(12, 27, 27\)"):
+        data.load("mnist", 7, data_dir=tmp_path)
+    write_mnist_idx(tmp_path, (a[0], a[1] + 200, a[2], a[3]))
+    with pytest.raises(PrivzvError, match=r"mnist train labels: range \[2\d\d, 2\d\d\], allowed are 0..9"):
+        data.load("mnist", 7, data_dir=tmp_path)
+
+
+def _cifar(batch):
+    def spoil(path):
+        with open(path, "wb") as f:
+            pickle.dump(batch, f)
+    return spoil
+
+
+@pytest.mark.parametrize("spoil, match", [
+    (lambda p: p.write_bytes(p.read_bytes()[:100]), "data_batch_2: not a CIFAR-10 python batch"),
+    (lambda p: p.write_bytes(b""), "data_batch_2: corrupt or truncated CIFAR-10 batch"),
+    (_cifar([1, 2, 3]), "dict with b'data' array"),
+    (_cifar({b"data": np.zeros((3, 3072), np.float32), b"labels": [0, 1, 2]}), "float32"),
+    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1]}), "2 labels for 3 images"),
+    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [[0], [1, 2], 3]}), "flat list"),
+    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1, 10]}), r"labels: range \[0, 10\]"),
+    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": ["a", "b", "c"]}), "must be integers"),
+])
+def test_corrupt_cifar_batches_are_refused(tmp_path, spoil, match):
+    write_cifar(tmp_path / "cifar-10-batches-py")
+    spoil(tmp_path / "cifar-10-batches-py" / "data_batch_2")
+    with pytest.raises(PrivzvError, match=match):
+        data.load("cifar10", 4, data_dir=tmp_path)
