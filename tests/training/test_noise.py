@@ -3,6 +3,8 @@ server's generator cannot be reproduced from anything a device knows."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 from scipy import stats
 
 from privzv import accounting
+from privzv.errors import PrivzvError
 from privzv.training import methods, privacy, zo
 from privzv.training.messages import Message, SERVER
 from privzv.training.methods import common
@@ -123,3 +126,90 @@ def test_secret_seed_changes_the_noise_but_nothing_a_device_draws(tiny_scheduler
     assert seeds(a) == seeds(c) and seeds(a) == seeds(b)
     assert deltas(a) == deltas(b)
     assert all(x != y for x, y in zip(deltas(a), deltas(c)))
+
+
+# ------------------------------------------------------------------ --secure-noise (OpenDP, secrets)
+
+needs_opendp = pytest.mark.skipif(importlib.util.find_spec("opendp") is None,
+                                  reason="the optional extra privzv[secure] (opendp) is not installed")
+
+
+@needs_opendp
+def test_secure_gaussian_has_the_std_and_is_centred_on_the_value():
+    from privzv.training.noise import SecureNoise
+
+    sigma, value = 0.7, torch.full((N,), 3.25)
+    noisy = SecureNoise().add_gaussian(value, sigma)
+    assert noisy.dtype == torch.float32 and noisy.shape == value.shape
+    right, wrong = _ks_pvalues((noisy - value).numpy(), sigma)
+    assert right > 1e-3 and wrong < 1e-3
+    assert abs(float((noisy - value).mean())) < 4 * sigma / N ** 0.5
+    matrix = SecureNoise().gaussian((N // 4, 4), 2.0)
+    assert matrix.shape == (N // 4, 4) and _pvalue(matrix.numpy(), 2.0) > 1e-3
+    assert torch.equal(SecureNoise().add_gaussian(value, 0.0), value)
+
+
+@needs_opendp
+def test_secure_draws_are_not_reproducible_from_any_seed():
+    from privzv.training.noise import SecureNoise
+
+    draws = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        np.random.seed(0)
+        source = SecureNoise()
+        draws.append((source.gaussian((16,), 1.0), source.bernoulli(64, 0.5), source.seed()))
+    (g1, b1, s1), (g2, b2, s2) = draws
+    assert not torch.equal(g1, g2) and not torch.equal(b1, b2) and s1 != s2
+    assert SecureNoise().state_dict() == {"kind": "secure"}   # no generator state to restore
+
+
+@needs_opendp
+def test_secure_bernoulli_frequency_and_exact_probability(monkeypatch):
+    from privzv.training import noise
+
+    source = noise.SecureNoise()
+    n, p = 20000, 0.3
+    kept = source.bernoulli(n, p)
+    assert kept.dtype == torch.bool and kept.shape == (n,)
+    assert stats.binomtest(int(kept.sum()), n, p).pvalue > 1e-3
+    assert not source.bernoulli(100, 0.0).any() and source.bernoulli(100, 1.0).all()
+    # exact: 0.75 = 3/4, so of the four equally likely integers below 4, exactly three keep
+    outcomes = iter(range(4))
+    monkeypatch.setattr(noise.secrets, "randbelow", lambda d: (d == 4 or pytest.fail(d)) and next(outcomes))
+    assert source.bernoulli(4, 0.75).tolist() == [True, True, True, False]
+    with pytest.raises(PrivzvError, match="keep probability"):
+        source.bernoulli(3, 1.5)
+
+
+@needs_opendp
+def test_secure_noise_refuses_non_finite_values_and_a_seeded_state():
+    from privzv.training.divergence import Diverged
+    from privzv.training.noise import SecureNoise, SeededNoise
+
+    with pytest.raises(Diverged, match="NaN or infinite"):
+        SecureNoise().add_gaussian(torch.tensor([1.0, float("nan")]), 1.0)
+    with pytest.raises(PrivzvError, match="cannot change on resume"):
+        SecureNoise().load_state_dict(SeededNoise(1, "server").state_dict())
+    with pytest.raises(PrivzvError, match="cannot change on resume"):
+        SeededNoise(1, "server").load_state_dict(SecureNoise().state_dict())
+
+
+def test_without_opendp_secure_noise_is_a_clear_error(monkeypatch):
+    from privzv.training import noise
+
+    monkeypatch.setitem(sys.modules, "opendp.prelude", None)
+    with pytest.raises(PrivzvError, match=r"pip install 'privzv\[secure\]'"):
+        noise.SecureNoise()
+
+
+@needs_opendp
+def test_secure_noise_config_gives_every_party_a_secure_source(tiny_scheduler):
+    from privzv.training.noise import SecureNoise, SeededNoise
+
+    sched = tiny_scheduler(sigma=0.5, secure_noise=True)
+    assert all(isinstance(p.noise, SecureNoise) for p in (sched.server, *sched.devices))
+    z = _dpzv_noise(sched, 600)
+    right, wrong = _pvalue(z, 0.5), _pvalue(z, 0.65)
+    assert right > 1e-3 and wrong < 1e-3
+    assert isinstance(tiny_scheduler(sigma=0.5).server.noise, SeededNoise)
