@@ -14,6 +14,14 @@ from privzv.release import THREATS
 
 
 _DELTA = number("--delta", low=0, high=1, low_open=True, high_open=True)
+# Caps against exhausting memory or time (docs/cli.md, "Caps").
+MAX_TRIALS = 1_000_000
+MAX_DIM = 4096
+MAX_EPOCHS = 100.0          # canary-audit and study train real runs
+MAX_SEEDS = 100
+MAX_EPSILONS = 50
+MAX_RELEASE_FLOATS = 10_000_000        # k * dim: one record's releases, held in memory
+MAX_TRIAL_FLOATS = 2_000_000_000       # trials * k * dim (and k * (B-1) * dim): simulated noise
 
 
 def _choice(flag: str, allowed: Sequence[str]):
@@ -43,8 +51,8 @@ def build_parser() -> Parser:
     add_release_options(aud, clip_default=10.0)
     aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
                      help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
-    aud.add_argument("--dim", type=number("--dim", low=2, integer=True), default=16)
-    aud.add_argument("--trials", type=number("--trials", low=100, integer=True), default=20000,
+    aud.add_argument("--dim", type=number("--dim", low=2, high=MAX_DIM, integer=True), default=16)
+    aud.add_argument("--trials", type=number("--trials", low=100, high=MAX_TRIALS, integer=True), default=20000,
                      help="trials per class (in and out)")
     aud.add_argument("--alpha", type=number("--alpha", low=0, high=1, low_open=True,
                                             high_open=True), default=0.05)
@@ -61,7 +69,8 @@ def build_parser() -> Parser:
     can.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True, allow_inf=True),
                      default=1.0)
     can.add_argument("--delta", type=_DELTA, default=1e-5)
-    can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=3.0)
+    can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True, high=MAX_EPOCHS),
+                     default=3.0)
     can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
@@ -70,14 +79,15 @@ def build_parser() -> Parser:
     study.add_argument("--dataset", type=_choice("--dataset", study_settings.DATASETS),
                        default="digits")
     study.add_argument("--out", required=True, type=Path, help="results folder (must be new)")
-    study.add_argument("--seeds", type=number("--seeds", low=1, integer=True), default=3)
+    study.add_argument("--seeds", type=number("--seeds", low=1, high=MAX_SEEDS, integer=True), default=3)
     study.add_argument("--epsilons", nargs="+", default=list(study_settings.EPSILONS),
                        type=number("--epsilons", low=0, low_open=True, allow_inf=True),
                        help="target epsilons (inf: calibrated to no noise)")
     study.add_argument("--delta", type=_DELTA, default=1e-5)
     study.add_argument("--threat", type=_choice("--threat", THREATS), default="device")
     study.add_argument("--accountant", type=_choice("--accountant", ACCOUNTANTS), default="pld")
-    study.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=None,
+    study.add_argument("--epochs", type=number("--epochs", low=0, low_open=True, high=MAX_EPOCHS),
+                       default=None,
                        help="training epochs per run (default: the study's per-dataset value)")
     study.add_argument("--methods", nargs="+", default=list(study_settings.METHODS),
                        type=_choice("--methods", tuple(study_settings.METHODS)),
@@ -94,9 +104,27 @@ def _run(args) -> int:
         raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
     from privzv.attacks import registry
 
+    _check_run_config(args.run)
+
     result = registry.run_attack(args.attack, args.run, args.seed)
     emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
     return 0
+
+
+def _check_run_config(run: Path) -> None:
+    """Refuse a run folder whose config.json is missing, not strict JSON or not a valid config."""
+    from privzv.training.config import TrainConfig, read_json
+
+    path = run / "config.json"
+    if not path.is_file():
+        raise PrivzvError(f"--run {str(run)!r}: not a finished training run (no config.json)")
+    saved = read_json(path, "--run")
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        raise PrivzvError(f"--run {str(path)!r}: must hold a JSON object with a \"config\" object")
+    try:
+        TrainConfig.from_dict(saved["config"]).validate()
+    except PrivzvError as exc:
+        raise PrivzvError(f"--run {str(path)!r}: {exc}") from None
 
 
 def _audit(args) -> int:
@@ -109,6 +137,7 @@ def _audit(args) -> int:
                       aggregate="per-sample" if vector else "mean", dim=args.dim if vector else 1)
     schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size, devices=args.devices,
                         threat=args.threat)
+    _check_audit_size(args, release, schedule)
     sigma = args.sigma
     if sigma is None:
         sigma = accounting.calibrate(args.epsilon, args.delta, release, schedule,
@@ -122,6 +151,22 @@ def _audit(args) -> int:
     out["refuted"] = out["lower"]["eps_lb"] > out["upper"]["epsilon"]
     emit(out, args.json, _audit_text)
     return 0
+
+
+def _check_audit_size(args, release, schedule) -> None:
+    """Refuse audits whose simulation would exhaust memory or time (the MAX_* caps)."""
+    from privzv import accounting
+
+    k = int(accounting.releases_per_record(release, schedule))
+    floats = {"releases per record x dim": k * release.dim,
+              "--trials x releases per record x dim": args.trials * k * release.dim}
+    if release.aggregate == "mean":
+        floats["releases per record x (--batch-size - 1)"] = k * (args.batch_size - 1)
+    for what, n in floats.items():
+        cap = MAX_RELEASE_FLOATS if what.startswith("releases per record x dim") else MAX_TRIAL_FLOATS
+        if n > cap:
+            raise PrivzvError(f"--steps {args.steps} (k = {k} releases per record): {what} = {n:.3g} "
+                              f"floats, more than the cap {cap:.0e} (docs/cli.md)")
 
 
 def _audit_text(o: dict) -> str:
@@ -162,6 +207,9 @@ def _canary_audit(args) -> int:
 
 def _study(args) -> int:
     from privzv.attacks import study
+
+    if len(args.epsilons) > MAX_EPSILONS:
+        raise PrivzvError(f"--epsilons: {len(args.epsilons)} values, at most {MAX_EPSILONS}")
 
     return study.main_from_args(args)
 

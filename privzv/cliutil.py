@@ -141,18 +141,45 @@ def atomic_output_dir(path: str | os.PathLike, *, resume: bool = False,
     is then replaced on success.
     """
     final = Path(path)
+    if final.exists() and not final.is_dir():
+        raise PrivzvError(f"--out {str(final)!r}: exists and is not a folder")
     earlier = replaces is not None and (final / replaces).is_file()
     if final.exists() and not (resume or earlier) and any(final.iterdir()):
         raise PrivzvError(f"--out {str(final)!r}: folder exists and is not empty (choose a new one)")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    existing = next(p for p in final.parents if p.exists() or p == Path(p.anchor))
+    if not existing.is_dir():
+        raise PrivzvError(f"--out {str(final)!r}: {str(existing)!r} is a file, not a folder")
+    created = _first_missing(final.parent)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as exc:
+        _remove(created)
+        raise PrivzvError(f"--out {str(final)!r}: cannot create it ({exc.strerror or exc})") from None
     try:
         if resume and final.exists():
             shutil.copytree(final, work, dirs_exist_ok=True)
         yield work
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
+        _remove(created)
         raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(work, final)
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost ancestor of ``folder`` (or itself) that does not exist yet, if any."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove(created: Path | None) -> None:
+    """Remove the folders :func:`atomic_output_dir` created, if they are still empty of files."""
+    if created is not None and created.is_dir() and not any(p.is_file() for p in created.rglob("*")):
+        shutil.rmtree(created, ignore_errors=True)

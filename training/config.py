@@ -93,29 +93,9 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "TrainConfig":
-        name = repr(str(path))
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(CONFIG_BYTES + 1)
-        except FileNotFoundError:
-            raise PrivzvError(f"--config {name}: no such file") from None
-        except IsADirectoryError:
-            raise PrivzvError(f"--config {name}: is a directory, not a JSON file") from None
-        except OSError as exc:
-            raise PrivzvError(f"--config {name}: cannot be read ({exc.strerror})") from None
-        if len(raw) > CONFIG_BYTES:
-            raise PrivzvError(f"--config {name}: larger than {CONFIG_BYTES} bytes")
-        try:
-            d = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-        except UnicodeDecodeError:
-            raise PrivzvError(f"--config {name}: not a UTF-8 text file") from None
-        except json.JSONDecodeError as exc:
-            raise PrivzvError(f"--config {name}: not JSON ({exc.msg}, line {exc.lineno})") from None
-        except (ValueError, RecursionError) as exc:
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-            raise PrivzvError(f"--config {name}: not JSON ({reason})") from None
+        d = read_json(path, "--config")
         if not isinstance(d, dict):
-            raise PrivzvError(f"--config {name}: must hold a JSON object")
+            raise PrivzvError(f"--config {str(path)!r}: must hold a JSON object")
         return cls.from_dict(d)
 
     def validate(self) -> "TrainConfig":
@@ -186,6 +166,31 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "seed": (int,), "secret_seed": (int,),
           "secure_noise": (bool,)}
 _OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze", "secret_seed"}
+
+
+def read_json(path: str | Path, flag: str):
+    """The strict JSON (no NaN/Infinity) in ``path``, at most CONFIG_BYTES; errors name ``flag``."""
+    name = f"{flag} {str(path)!r}"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise PrivzvError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise PrivzvError(f"{name}: is a directory, not a JSON file") from None
+    except OSError as exc:
+        raise PrivzvError(f"{name}: cannot be read ({exc.strerror})") from None
+    if len(raw) > CONFIG_BYTES:
+        raise PrivzvError(f"{name}: larger than {CONFIG_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise PrivzvError(f"{name}: not a UTF-8 text file") from None
+    except json.JSONDecodeError as exc:
+        raise PrivzvError(f"{name}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise PrivzvError(f"{name}: not JSON ({reason})") from None
 
 
 def _no_constant(token: str):

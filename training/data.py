@@ -282,6 +282,8 @@ def _read_npz(path: Path) -> list[np.ndarray]:
                 raise PrivzvError(f"{path}: needs arrays x_train, y_train, x_test, y_test "
                                   f"(as keras' mnist.npz); missing {', '.join(missing)}")
             return [f[k] for k in names]
+    except PrivzvError:
+        raise
     except _CORRUPT as exc:
         raise PrivzvError(f"{path}: corrupt or truncated .npz ({_reason(exc)})") from None
 
