@@ -104,7 +104,8 @@ def _run(args) -> int:
         raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
     from privzv.attacks import registry
 
-    _check_run_config(args.run)
+    if args.attack in registry.ATTACKS:   # an unknown name is refused first, by run_attack
+        _check_run_config(args.run)
 
     result = registry.run_attack(args.attack, args.run, args.seed)
     emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
