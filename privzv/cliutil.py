@@ -98,26 +98,29 @@ def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
         print(human(obj))
 
 
-def dumps(obj, **kwargs) -> str:
+def dumps(obj, *, default: Callable | None = None, **kwargs) -> str:
     """Strict JSON: arrays and tensors as lists, paths as strings, and a non-finite float as the
-    string "inf", "-inf" or "nan" (JSON has no such numbers; no NaN/Infinity token is written)."""
-    return json.dumps(strict(obj), allow_nan=False, **kwargs)
+    string "inf", "-inf" or "nan" (JSON has no such numbers; no NaN/Infinity token is written).
+    ``default`` converts other objects (as in ``json.dumps``); without it they are a TypeError."""
+    return json.dumps(strict(obj, default), allow_nan=False, **kwargs)
 
 
-def strict(value):
+def strict(value, default: Callable | None = None):
     """``value`` with every non-finite float replaced by its string (see :func:`dumps`)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
+        return {k: strict(v, default) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
+        return [strict(v, default) for v in value]
     if hasattr(value, "tolist"):
-        return strict(value.tolist())
+        return strict(value.tolist(), default)
     if isinstance(value, Path):
         return str(value)
     if value is None or isinstance(value, (str, int, bool)):
         return value
+    if default is not None:
+        return strict(default(value))
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 

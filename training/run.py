@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import privzv
+from privzv import cliutil
 from privzv.errors import PrivzvError
 from privzv.training import data, divergence, methods, models, noise, privacy, seeds
 from privzv.training.config import TrainConfig
@@ -121,7 +122,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     elif ledger is not None and ledger.would_exceed(0, np.arange(b)):
         raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
                           f" at sigma {p.sigma:.4g}")
-    (out / "config.json").write_text(json.dumps(
+    (out / "config.json").write_text(cliutil.dumps(
         {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
          "calibration": p.result, "release": _release_dict(p.release), "versions": versions()},
         indent=2, default=str))
@@ -138,7 +139,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
                "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
                "wall_seconds": wall_before + time.perf_counter() - start}
         with open(metrics_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(cliutil.dumps(row) + "\n")
 
     if not resume:
         on_eval(0)
@@ -156,7 +157,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     _save(out, sched, ledger)
     rows = _read_metrics(metrics_path)
     summary = _summary(config, p, sched, ledger, rows[-1], rounds)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "summary.json").write_text(cliutil.dumps(summary, indent=2))
     from privzv.training import plots
 
     plots.write(out, rows, config)
