@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import sys
 
 import numpy as np
@@ -213,3 +214,25 @@ def test_secure_noise_config_gives_every_party_a_secure_source(tiny_scheduler):
     right, wrong = _pvalue(z, 0.5), _pvalue(z, 0.65)
     assert right > 1e-3 and wrong < 1e-3
     assert isinstance(tiny_scheduler(sigma=0.5).server.noise, SeededNoise)
+
+
+def _strict_json(text: str):
+    def refuse(token):
+        raise AssertionError(f"{token} token in JSON output")
+    return json.loads(text, parse_constant=refuse)
+
+
+@needs_opendp
+def test_secure_noise_flag_trains_and_every_json_output_is_strict(tmp_path, capsys):
+    from privzv.cli import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--batch-size", "64",
+            "--sigma", "1", "--epsilon", "50", "--secure-noise", "--no-transcripts", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    summary = _strict_json(capsys.readouterr().out)
+    assert summary["rounds"] > 0 and summary["sigma"] == 1
+    assert _strict_json((out / "config.json").read_text())["config"]["secure_noise"] is True
+    _strict_json((out / "summary.json").read_text())
+    rows = [_strict_json(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(r["epsilon_spent"] > 0 for r in rows[1:])
