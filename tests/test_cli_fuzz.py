@@ -63,8 +63,8 @@ TRAIN_FLAGS = [
     ["--foo"], ["--config", "{in}/nope.json"], ["--resume", "{in}/nope"], ["--resume", "{in}/file"],
     ["--data-dir", "{in}/nope", "--dataset", "mnist"], ["--dataset", "mnist"],
     ["--dataset", "cifar10", "--data-dir", "{in}/file"], ["--dataset", "breast-cancer", "--devices", "31"],
-    ["--epsilon", "1", "--sigma", "0"],
-]
+    ["--epsilon", "1", "--sigma", "0"], ["--config", "{in}/dir-config"],
+] + ([["--config", "/dev/zero"]] if os.path.exists("/dev/zero") else [])
 
 CONFIGS = {   # name -> file content (bytes) for --config {in}/NAME
     "binary": bytes(range(256)) * 4, "empty": b"", "list": b"[]", "null": b"null", "open": b"{",
