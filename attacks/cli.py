@@ -14,6 +14,8 @@ from privzv.release import THREATS
 
 
 _DELTA = number("--delta", low=0, high=1, low_open=True, high_open=True)
+_SECRET_SEED = number("--secret-seed", low=0, high=2**63 - 1, integer=True)
+_SECRET_HELP = "seed of the parties' noise, for a reproducible study (default: the OS's entropy)"
 
 
 def _choice(flag: str, allowed: Sequence[str]):
@@ -63,6 +65,7 @@ def build_parser() -> Parser:
     can.add_argument("--delta", type=_DELTA, default=1e-5)
     can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True), default=3.0)
     can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    can.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
 
@@ -82,6 +85,7 @@ def build_parser() -> Parser:
     study.add_argument("--methods", nargs="+", default=list(study_settings.METHODS),
                        type=_choice("--methods", tuple(study_settings.METHODS)),
                        help="noise kinds (default: all three)")
+    study.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     study.add_argument("--keep-runs", action="store_true",
                        help="keep each run's transcripts and checkpoint (for privzv attack run)")
     study.add_argument("--json", action="store_true")
@@ -151,7 +155,7 @@ def _canary_audit(args) -> int:
 
     torch.set_num_threads(1)
     out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
-                           args.epochs, args.seed)
+                           args.epochs, args.seed, args.secret_seed)
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
         f"{o['correct']}/{o['guesses']} guesses right\n"

@@ -1,6 +1,7 @@
 """The run configuration: one dataclass, built from CLI flags and/or a JSON file, validated.
 
-Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``.
+Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``, which is
+public: the secret seed of the parties' noise is not a field (``privzv.training.run_folder``).
 Defaults: papers/001 App. H (C=10, lambda=1e-3, server momentum 0.9, delta=1e-5) where they
 apply, and tuned values for the embedded datasets (docs/training.md) elsewhere.
 """
@@ -9,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import secrets
 from pathlib import Path
 
 from privzv.errors import PrivzvError
 
 FREEZE = ("devices", "server")
+CHECKPOINT_EVERY = 200   # default rounds between a run's checkpoints (not a config field)
 SERVER_UPDATES = ("fo", "zo")
 
 
@@ -49,13 +50,7 @@ class TrainConfig:
     evals: int = 10                  # evaluations over the run
     transcripts: bool = True
     threads: int = 1                 # torch CPU threads (1 is fastest for the small models)
-    seed: int = 0
-    secret_seed: int | None = None   # root of private noise; drawn from the OS if None
-
-    def resolved(self) -> "TrainConfig":
-        """A copy with the secret seed drawn (recorded in config.json, for exact replays)."""
-        secret = self.secret_seed if self.secret_seed is not None else secrets.randbits(63)
-        return dataclasses.replace(self, secret_seed=secret)
+    seed: int = 0                    # public; the secret seed is not a config field (RunFolder)
 
     @property
     def private(self) -> bool:
@@ -70,6 +65,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         names = {f.name for f in dataclasses.fields(cls)}
+        if "secret_seed" in d:
+            raise PrivzvError("config key 'secret_seed': the secret seed is not part of the public "
+                              "config; pass --secret-seed (kept in the run's private area)")
         unknown = sorted(set(d) - names)
         if unknown:
             raise PrivzvError(f"config key {unknown[0]!r}: allowed are {', '.join(sorted(names))}")
@@ -152,8 +150,8 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
-          "seed": (int,), "secret_seed": (int,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze", "secret_seed"}
+          "seed": (int,)}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def _finite(value) -> bool:
