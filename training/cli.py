@@ -97,7 +97,7 @@ def _main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(list(argv))
     bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
-    every = args.checkpoint_every or CHECKPOINT_EVERY
+    every = args.checkpoint_every
     if args.resume:
         _check_resume_flags(args)
         out = Path(args.resume)

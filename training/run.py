@@ -92,7 +92,7 @@ def saved_config(out) -> TrainConfig:
 
 def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend: bool = False,
           secret_seed: int | None = None, overwrite: bool = False,
-          checkpoint_every: int = CHECKPOINT_EVERY, progress: Callable | None = None) -> dict:
+          checkpoint_every: int | None = None, progress: Callable | None = None) -> dict:
     """Run ``config`` in the run folder ``out``; returns the summary dict.
 
     A new run needs ``out`` absent, empty, or (``overwrite``) holding a run. ``secret_seed`` makes
@@ -100,10 +100,11 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     With ``resume``, ``out`` holds a stopped, killed or finished run: it continues from its last
     checkpoint with its saved config (``config`` None, or equal to it); ``extend`` with a larger
     ``epochs`` lengthens it (re-checking the budget). Every ``checkpoint_every`` rounds the run is
-    checkpointed. ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``).
+    checkpointed (default ``CHECKPOINT_EVERY``, or the resumed run's own; saved in config.json).
+    ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``).
     """
     out = Path(out)
-    if not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
+    if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
         if secret_seed is not None or overwrite:
@@ -124,9 +125,10 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
         raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
                           f" at sigma {p.sigma:.4g}")
     secret = secret_seed if secret_seed is not None else new_secret_seed()
+    checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
         folder.write_secrets(secret, given=secret_seed is not None)
-        folder.write_config(_saved_config(config, p, rounds))
+        folder.write_config(_saved_config(config, p, rounds, checkpoint_every))
         if ledger is not None:
             ledger = folder.start_ledger(ledger)
         sched = build(config, dataset, ledger=ledger, sigma=p.sigma, secret_seed=secret)
@@ -145,10 +147,11 @@ def _setup(config: TrainConfig):
     return dataset, method_cls, rounds_for(config, records)
 
 
-def _saved_config(config: TrainConfig, p, rounds: int, extensions: list | None = None) -> dict:
+def _saved_config(config: TrainConfig, p, rounds: int, checkpoint_every: int,
+                  extensions: list | None = None) -> dict:
     return {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
             "calibration": p.result, "release": _release_dict(p.release), "versions": versions(),
-            "extensions": extensions or []}
+            "checkpoint_every": checkpoint_every, "extensions": extensions or []}
 
 
 # Config fields a resume may change: epochs, with ``extend`` (everything else is fixed).
@@ -175,9 +178,10 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
     return given.validate()
 
 
-def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int,
+def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
             progress) -> dict:
     saved = folder.read_config()
+    every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
     saved_config = TrainConfig.from_dict(saved["config"]).validate()
     config = _resumed_config(saved_config, given, extend)
     secret = folder.read_secrets()
@@ -246,7 +250,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
                               f"{planned:.4g} > the budget {config.epsilon:g} (start a new run)")
     extensions = [*saved.get("extensions", []), {"round": ckpt["round"], "epochs": saved_config.epochs,
                                                   "rounds": saved["rounds"], "epsilon_planned": planned}]
-    folder.write_config({**_saved_config(config, p, rounds, extensions),
+    folder.write_config({**_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
                          "calibration": saved.get("calibration")})
 
 

@@ -325,11 +325,13 @@ class RunFolder:
                 f"expected {FORMAT}")
         _expect(isinstance(saved.get("run_id"), str) and isinstance(saved.get("config"), dict),
                 f"{CONFIG}: corrupt (no run_id or config)")
-        sigma, rounds = saved.get("sigma"), saved.get("rounds")
+        sigma = saved.get("sigma")
         _expect(isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma)
                 and sigma >= 0, f"{CONFIG}: sigma {sigma!r} is not a number >= 0")
-        _expect(isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 1,
-                f"{CONFIG}: rounds {rounds!r} is not an integer >= 1")
+        for name in ("rounds", "checkpoint_every"):
+            value = saved.get(name)
+            _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                    f"{CONFIG}: {name} {value!r} is not an integer >= 1")
         self.run_id = saved["run_id"]
         return saved
 
@@ -443,6 +445,9 @@ class RunFolder:
         for row in rows:
             self.append_metrics(row)
         (self.path / SUMMARY).unlink(missing_ok=True)
+        for stray in self.private.glob("checkpoint-*.pt"):   # a newer one whose commit was killed
+            if stray.name != f"checkpoint-{checkpoint['id']}.pt":
+                stray.unlink()
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, round_: int, state: dict, recorder, traffic: dict, meta: dict) -> None:
@@ -479,9 +484,6 @@ class RunFolder:
         secret = _torch_load(self.path / name, name)
         _expect(isinstance(secret, dict) and secret.get("run_id") == self.run_id
                 and secret.get("round") == ckpt["round"], f"{name}: does not match {CHECKPOINT}")
-        for stray in self.private.glob("checkpoint-*.pt"):   # a newer one whose commit was killed
-            if stray.name != Path(name).name:
-                stray.unlink()
         ckpt["state"] = merge_state(ckpt["state"], secret["state"])
         self.checkpoint_id = ckpt["id"]
         return ckpt
