@@ -84,9 +84,18 @@ def atomic_write(path: Path, write: Callable, *, private: bool = False) -> None:
     _fsync_dir(path.parent)
 
 
+def _dumps(obj, what: str, **kw) -> str:
+    """Strict JSON; a NaN or infinity (a diverged run) is a one-line error, not a bad file."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        raise PrivzvError(f"{what}: a value is NaN or infinite (did the run diverge?); the run "
+                          "folder keeps its last checkpoint") from None
+
+
 def _write_json(path: Path, obj, *, private: bool = False) -> None:
-    atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=1, allow_nan=False).encode()),
-                 private=private)
+    text = _dumps(obj, path.name, indent=1)
+    atomic_write(path, lambda fh: fh.write(text.encode()), private=private)
 
 
 def _torch_save(path: Path, obj, *, private: bool = False) -> None:
@@ -180,7 +189,7 @@ class JournaledLedger(PrivacyLedger):
             self._append({"device": int(device), "ids": np.asarray(batch_ids).tolist()})
 
     def _append(self, line: dict) -> None:
-        self.journal.write((json.dumps(line, allow_nan=False) + "\n").encode())
+        self.journal.write((_dumps(line, JOURNAL) + "\n").encode())
         self.journal.flush()
         os.fsync(self.journal.fileno())
 
@@ -337,9 +346,9 @@ class RunFolder:
 
     # ------------------------------------------------------------------ metrics
     def append_metrics(self, row: dict) -> None:
+        text = "".join(_dumps(r, METRICS) + "\n" for r in [*self.metrics, row])
         self.metrics.append(row)
-        atomic_write(self.path / METRICS, lambda fh: fh.write(
-            "".join(json.dumps(r, allow_nan=False) + "\n" for r in self.metrics).encode()))
+        atomic_write(self.path / METRICS, lambda fh: fh.write(text.encode()))
 
     def _read_metrics(self) -> list[dict]:
         path = self.path / METRICS
@@ -373,9 +382,8 @@ class RunFolder:
             raise PrivzvError(f"{JOURNAL}: missing (a private run's ledger; its spent budget is unknown,"
                               " so it cannot continue)")
         data = path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):              # a line torn by a kill: its release never left the server
-            os.truncate(path, end)
+        end = data.rfind(b"\n") + 1     # after it: a line torn by a kill (its release never left)
+        self._journal_end = end
         try:
             lines = [json.loads(x) for x in data[:end].decode().splitlines()]
         except (UnicodeDecodeError, ValueError):
@@ -438,6 +446,7 @@ class RunFolder:
         """After every check passed: mark the resume in the journal (with the releases made after
         the checkpoint, which stay counted), drop later metrics rows, and unfinish the run."""
         if self.ledger is not None:
+            os.truncate(self.path / JOURNAL, self._journal_end)
             self._open_journal()
             self.ledger._append({"resume": checkpoint["id"], "round": checkpoint["round"],
                                  "discarded": self._discarded})
