@@ -16,6 +16,8 @@ Private (``private/``, mode 0700, files 0600; never read by an attack, see :func
 ``private/secrets.json``        ``secret_seed`` (from OS entropy, or given for a study) and its source
 ``private/checkpoint-ID.pt``    the secret part of the scheduler state (``SECRET_STATE``: every
                                 party's noise generator), of the checkpoint named ID
+``private/transcripts/``        the secret entries of the transcripts (``SECRET_ENTRIES``: the
+                                server's keep decisions)
 
 Every file is replaced atomically (temp file in the same folder, fsync, rename, fsync of the
 folder). A new run is built in a hidden ``.NAME.new-XXXX`` folder and renamed into place after its
@@ -27,6 +29,7 @@ counted (the ledger may over-count, never under-count).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -51,6 +54,10 @@ PRIVATE, SECRETS = "private", "secrets.json"
 # Paths into Scheduler.state_dict() that only the private area holds ("*": every list item).
 # A new secret (e.g. a sampler the server keeps) is one more path here.
 SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"))
+# Transcript entries that are their party's secret (its sampling decisions), as (party,
+# direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
+SECRET_ENTRIES = {("server", "local", "keep")}
+POSITION = "_position"
 
 
 # --------------------------------------------------------------------------- atomic files
@@ -505,15 +512,21 @@ class RunFolder:
         self.metrics = list(want)
 
     def _save_transcripts(self, recorder) -> dict:
-        folder = self.path / TRANSCRIPTS
-        folder.mkdir(exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".new-", dir=self.path) as tmp:
-            recorder.save(Path(tmp))
-            for party in recorder.transcripts:
-                for ext in ("npz", "json"):   # the index last: an old index over a new npz still reads
-                    name = f"{party}.{ext}"
-                    atomic_write(folder / name, lambda fh: fh.write((Path(tmp) / name).read_bytes()))
-        return {p: len(t.entries) for p, t in recorder.transcripts.items()}
+        """Secret entries to private/transcripts/, the rest to transcripts/; entries per party."""
+        public, secret = _split_transcripts(recorder)
+        for part, base, private in ((secret, self.private, True), (public, self.path, False)):
+            folder = base / TRANSCRIPTS
+            folder.mkdir(mode=0o700 if private else 0o777, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".new-", dir=self.path) as tmp:
+                part.save(Path(tmp))
+                for party in part.transcripts:
+                    for ext in ("npz", "json"):   # the index last: an old index over a new npz reads
+                        name = f"{party}.{ext}"
+                        atomic_write(folder / name, lambda fh: fh.write((Path(tmp) / name).read_bytes()),
+                                     private=private)
+        return {p: [len(public.transcripts[p].entries),
+                    len(secret.transcripts[p].entries) if p in secret.transcripts else 0]
+                for p in recorder.transcripts}
 
     def load_transcripts(self, recorder, checkpoint: dict) -> None:
         """Put the checkpoint's transcript entries back into ``recorder`` (later ones dropped)."""
@@ -521,25 +534,63 @@ class RunFolder:
 
         counts = checkpoint["transcripts"]
         _expect(counts is not None, f"{CHECKPOINT}: the run was saved without transcripts")
-        for party, n in counts.items():
-            what = f"{TRANSCRIPTS}/{party}"
-            try:
-                entries = transcript.load(self.path, party).entries
-            except PrivzvError:
-                raise PrivzvError(f"{what}: missing ({CHECKPOINT} of round {checkpoint['round']} "
-                                  f"expects {n} entries)") from None
-            except Exception as exc:
-                raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
-            _expect(len(entries) >= n and all(e.round < checkpoint["round"] for e in entries[:n]),
-                    f"{what}: {len(entries)} entries, {CHECKPOINT} of round {checkpoint['round']} "
-                    f"expects {n}")
-            recorder.transcripts[party].entries[:0] = entries[:n]
+        for party, (n_public, n_secret) in counts.items():
+            public = self._entries(self.path, TRANSCRIPTS, party, n_public, checkpoint)
+            secret = self._entries(self.private, f"{PRIVATE}/{TRANSCRIPTS}", party, n_secret, checkpoint)
+            merged: list = [None] * (n_public + n_secret)
+            for e in secret:
+                i = int(e.fields[POSITION][0])
+                _expect(0 <= i < len(merged) and merged[i] is None,
+                        f"{PRIVATE}/{TRANSCRIPTS}/{party}: corrupt (entry position {i})")
+                merged[i] = dataclasses.replace(e, fields={k: v for k, v in e.fields.items()
+                                                           if k != POSITION})
+            rest = iter(public)
+            recorder.transcripts[party].entries[:0] = [e if e is not None else next(rest) for e in merged]
+
+    @staticmethod
+    def _entries(base: Path, what: str, party: str, n: int, checkpoint: dict) -> list:
+        """The first ``n`` entries of ``party``'s transcript under ``base`` (all before the
+        checkpoint's round)."""
+        from privzv.training import transcript
+
+        if n == 0:
+            return []
+        what = f"{what}/{party}"
+        try:
+            entries = transcript.load(base, party).entries
+        except PrivzvError:
+            raise PrivzvError(f"{what}: missing ({CHECKPOINT} of round {checkpoint['round']} "
+                              f"expects {n} entries)") from None
+        except Exception as exc:
+            raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
+        _expect(len(entries) >= n and all(e.round < checkpoint["round"] for e in entries[:n]),
+                f"{what}: {len(entries)} entries, {CHECKPOINT} of round {checkpoint['round']} "
+                f"expects {n}")
+        return entries[:n]
 
     # ------------------------------------------------------------------ the end
     def finish(self, summary: dict) -> None:
         """Write summary.json (atomically): the run is finished."""
         _write_json(self.path / SUMMARY, summary)
 
+
+
+def _split_transcripts(recorder):
+    """(public, secret) Recorders: ``SECRET_ENTRIES`` (with their position) apart from the rest."""
+    from privzv.training.transcript import Recorder
+
+    meta = {p: t.meta for p, t in recorder.transcripts.items()}
+    public, secret = Recorder(list(meta), meta), Recorder([], {})
+    for party, t in recorder.transcripts.items():
+        for i, e in enumerate(t.entries):
+            if (party, e.direction, e.kind) in SECRET_ENTRIES:
+                if party not in secret.transcripts:
+                    secret.transcripts[party] = dataclasses.replace(t, entries=[])
+                secret.transcripts[party].entries.append(
+                    dataclasses.replace(e, fields={**e.fields, POSITION: np.array([i])}))
+            else:
+                public.transcripts[party].entries.append(e)
+    return public, secret
 
 
 def _glob_escape(name: str) -> str:

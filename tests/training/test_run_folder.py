@@ -77,7 +77,8 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     assert not any("noise" in key for key in _keys(ckpt["state"]))
     # the private area is the owner's only
     assert stat.S_IMODE((out / "private").stat().st_mode) == 0o700
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in (out / "private").iterdir())
+    assert all(stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600)
+               for p in (out / "private").rglob("*"))
 
 
 def _keys(tree, prefix=""):
@@ -365,3 +366,22 @@ def test_extend_records_the_extension_and_the_ledger_continues(private_run, tmp_
     assert config["extensions"][0]["round"] == first["rounds"] and config["extensions"][0]["epochs"] == 0.3
     assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]
     assert main(["train", "--resume", str(out), "--json"]) == 0   # and it resumes again
+
+
+def test_secret_keep_decisions_stay_private_and_survive_resume(tmp_path):
+    """Under secret-subsampling the server's keep masks go to private/transcripts/ (with their
+    position) and a resumed run puts them back in place: same transcripts as a straight run."""
+    cfg = dataclasses.replace(PRIVATE_RUN, threat="secret-subsampling", batch_size=16, super_batch=64,
+                              epochs=0.2)
+    run.train(cfg, tmp_path / "half", secret_seed=4, checkpoint_every=3)
+    run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "half", resume=True, extend=True)
+    run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "straight", secret_seed=4)
+    for out in (tmp_path / "half", tmp_path / "straight"):
+        assert not transcript.load(out, "server").select("local", "keep")
+    half, straight = (transcript.load(tmp_path / n / "private", "server").select("local", "keep")
+                      for n in ("half", "straight"))
+    assert len(half) == len(straight) > 0
+    assert all(np.array_equal(a.fields["mask"], b.fields["mask"]) and a.round == b.round
+               and a.fields["_position"] == b.fields["_position"] for a, b in zip(half, straight))
+    public = [(e.round, e.kind) for e in transcript.load(tmp_path / "half", "server").entries]
+    assert public == [(e.round, e.kind) for e in transcript.load(tmp_path / "straight", "server").entries]

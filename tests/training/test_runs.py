@@ -92,7 +92,9 @@ def test_run_stops_before_the_release_that_would_exceed_the_budget_even_after_re
 def test_secret_subsampling_keeps_a_private_poisson_subset(tmp_path):
     out, summary = _train(tmp_path, "s", sigma=0.5, threat="secret-subsampling", batch_size=16, super_batch=64)
     server, device = transcript.load(out, SERVER), transcript.load(out, "device0")
-    masks = np.concatenate([e.fields["mask"] for e in server.select("local", "keep")])
+    assert not server.select("local", "keep")             # the server's secret: private/ only
+    private = transcript.load(out / "private", SERVER)
+    masks = np.concatenate([e.fields["mask"] for e in private.select("local", "keep")])
     sent = sum(len(e.fields["ids"]) for e in server.select("received"))
     assert masks.size == sent and sent > 16 * summary["rounds"]        # B' records sent per round
     p = masks.mean()
