@@ -228,7 +228,7 @@ class RunFolder:
 
     # ------------------------------------------------------------------ locking and creation
     @staticmethod
-    def _locked(final: Path, flag: str):
+    def _locked(final: Path, flag: str, shown):
         from filelock import FileLock, Timeout
 
         try:
@@ -236,10 +236,10 @@ class RunFolder:
             lock = FileLock(str(final.parent / f".{final.name}.lock"))
             lock.acquire(timeout=0)
         except Timeout:
-            raise PrivzvError(f"{flag} {str(final)!r}: another privzv run is using this folder "
+            raise PrivzvError(f"{flag} {str(shown)!r}: another privzv run is using this folder "
                               "(wait for it to finish)") from None
         except OSError as exc:
-            raise PrivzvError(f"{flag} {str(final)!r}: cannot use this folder ({exc.strerror})") from None
+            raise PrivzvError(f"{flag} {str(shown)!r}: cannot use this folder ({exc.strerror})") from None
         name = _glob_escape(final.name)
         for leftover in [*final.parent.glob(f".{name}.new-*"), *final.parent.glob(f".{name}.old-*")]:
             shutil.rmtree(leftover, ignore_errors=True)   # a killed creation or overwrite
@@ -253,18 +253,18 @@ class RunFolder:
         ``out`` must not exist, be an empty folder, or (with ``overwrite``) hold a run folder.
         Before ``commit`` an error removes everything; after it the run stays resumable.
         """
-        final = Path(out)
+        final = Path(out).resolve()
         if final.exists() and not final.is_dir():
-            raise PrivzvError(f"--out {str(final)!r}: is a file, not a folder")
-        lock = cls._locked(final, "--out")
+            raise PrivzvError(f"--out {str(out)!r}: is a file, not a folder")
+        lock = cls._locked(final, "--out", out)
         folder = None
         try:
             if final.is_dir() and any(final.iterdir()):
                 if not (final / CONFIG).is_file():
-                    raise PrivzvError(f"--out {str(final)!r}: folder exists and is not empty (choose a "
+                    raise PrivzvError(f"--out {str(out)!r}: folder exists and is not empty (choose a "
                                       "new one)")
                 if not overwrite:
-                    raise PrivzvError(f"--out {str(final)!r}: holds a run; continue it with --resume or "
+                    raise PrivzvError(f"--out {str(out)!r}: holds a run; continue it with --resume or "
                                       "replace it with --overwrite")
             work = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
             folder = cls(final, work, lock)
@@ -295,10 +295,10 @@ class RunFolder:
     def open(cls, out) -> Iterator["RunFolder"]:
         """An existing run, locked, for ``--resume`` (its files are read by :meth:`read_config`,
         :meth:`load_checkpoint`, :meth:`load_ledger`...)."""
-        final = Path(out)
+        final = Path(out).resolve()
         if not (final / CONFIG).is_file():
             raise PrivzvError(f"--resume {str(out)!r}: not a run folder (no {CONFIG})")
-        folder = cls(final, final, cls._locked(final, "--resume"))
+        folder = cls(final, final, cls._locked(final, "--resume", out))
         try:
             for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"),
                           *final.glob(f"{TRANSCRIPTS}/.*.tmp")]:
