@@ -149,6 +149,7 @@ def split_state(state: dict) -> tuple[dict, dict]:
 
 
 def merge_state(public: dict, secret: dict) -> dict:
+    """The whole scheduler state again from :func:`split_state`'s two parts."""
     state = _copy_containers(public)
     for key, value in secret.items():
         *keys, last = key.split("/")
@@ -160,6 +161,7 @@ def merge_state(public: dict, secret: dict) -> dict:
 
 
 def _copy_containers(tree):
+    """A copy of the dicts and lists of ``tree`` (its leaves, tensors, shared)."""
     if isinstance(tree, dict):
         return {k: _copy_containers(v) for k, v in tree.items()}
     if isinstance(tree, list):
@@ -224,7 +226,6 @@ class RunFolder:
         self.run_id: str | None = None
         self.metrics: list[dict] = []
         self.ledger: JournaledLedger | None = None
-        self.checkpoint_id: str | None = None
 
     # ------------------------------------------------------------------ locking and creation
     @staticmethod
@@ -487,7 +488,6 @@ class RunFolder:
         for old in self.private.glob("checkpoint-*.pt"):
             if old.name != f"checkpoint-{ckpt_id}.pt":
                 old.unlink()
-        self.checkpoint_id = ckpt_id
 
     def load_checkpoint(self) -> dict:
         """The checkpoint (public state merged with its private part), format and run checked."""
@@ -501,7 +501,6 @@ class RunFolder:
         _expect(isinstance(secret, dict) and secret.get("run_id") == self.run_id
                 and secret.get("round") == ckpt["round"], f"{name}: does not match {CHECKPOINT}")
         ckpt["state"] = merge_state(ckpt["state"], secret["state"])
-        self.checkpoint_id = ckpt["id"]
         return ckpt
 
     def load_metrics(self, checkpoint: dict) -> None:
