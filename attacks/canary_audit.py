@@ -71,8 +71,13 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
 
 
 def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
-        epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0) -> dict:
-    """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below."""
+        epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0,
+        secret_seed: int | None = None) -> dict:
+    """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below.
+
+    ``seed`` is public (data, canaries, model init); the parties' noise comes from ``secret_seed``
+    (None: the OS's entropy; give one only for a reproducible study).
+    """
     import torch
 
     from privzv.attacks.study_settings import CLIP
@@ -95,11 +100,11 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     ds.y_train = y
     cfg = TrainConfig(dataset=dataset, method=method, epsilon=epsilon, delta=delta,
                       clip=CLIP.get(method, 10.0), epochs=epochs, server_kind="sum",
-                      embed_dim=k, evals=1, seed=seed, secret_seed=10_000 + seed)
+                      embed_dim=k, evals=1, seed=seed)
     cfg.validate()
     rounds = training_run.rounds_for(cfg, n)
     plan = privacy.plan(cfg, methods.get(method), n, rounds)
-    sched = training_run.build(cfg, ds, sigma=plan.sigma)
+    sched = training_run.build(cfg, ds, sigma=plan.sigma, secret_seed=secret_seed)
     sched.run(rounds, lambda r: False, lambda r: None)
     view = wire_view(sched.recorder.transcripts["device0"])
     g = view.gradient_rows()

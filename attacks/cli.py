@@ -22,6 +22,8 @@ MAX_SEEDS = 100
 MAX_EPSILONS = 50
 MAX_RELEASE_FLOATS = 10_000_000        # k * dim: one record's releases, held in memory
 MAX_TRIAL_FLOATS = 2_000_000_000       # trials * k * dim (and k * (B-1) * dim): simulated noise
+_SECRET_SEED = number("--secret-seed", low=0, high=2**63 - 1, integer=True)
+_SECRET_HELP = "seed of the parties' noise, for a reproducible study (default: the OS's entropy)"
 
 
 def _choice(flag: str, allowed: Sequence[str]):
@@ -72,6 +74,7 @@ def build_parser() -> Parser:
     can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True, high=MAX_EPOCHS),
                      default=3.0)
     can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    can.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
 
@@ -92,6 +95,7 @@ def build_parser() -> Parser:
     study.add_argument("--methods", nargs="+", default=list(study_settings.METHODS),
                        type=_choice("--methods", tuple(study_settings.METHODS)),
                        help="noise kinds (default: all three)")
+    study.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     study.add_argument("--keep-runs", action="store_true",
                        help="keep each run's transcripts and checkpoint (for privzv attack run)")
     study.add_argument("--json", action="store_true")
@@ -113,19 +117,16 @@ def _run(args) -> int:
 
 
 def _check_run_config(run: Path) -> None:
-    """Refuse a run folder whose config.json is missing, not strict JSON or not a valid config."""
-    from privzv.training.config import TrainConfig, read_json
+    """Refuse a path inside a run's private area, or a run whose public config.json is missing,
+    not strict JSON or not a valid config."""
+    from privzv.training.config import TrainConfig
+    from privzv.training.run_folder import public_config
 
-    path = run / "config.json"
-    if not path.is_file():
-        raise PrivzvError(f"--run {str(run)!r}: not a finished training run (no config.json)")
-    saved = read_json(path, "--run")
-    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
-        raise PrivzvError(f"--run {str(path)!r}: must hold a JSON object with a \"config\" object")
+    saved = public_config(run)
     try:
         TrainConfig.from_dict(saved["config"]).validate()
     except PrivzvError as exc:
-        raise PrivzvError(f"--run {str(path)!r}: {exc}") from None
+        raise PrivzvError(f"--run {str(run / 'config.json')!r}: {exc}") from None
 
 
 def _audit(args) -> int:
@@ -197,7 +198,7 @@ def _canary_audit(args) -> int:
 
     torch.set_num_threads(1)
     out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
-                           args.epochs, args.seed)
+                           args.epochs, args.seed, args.secret_seed)
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
         f"{o['correct']}/{o['guesses']} guesses right\n"

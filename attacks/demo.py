@@ -66,7 +66,7 @@ def digits_runs(out: Path, quiet: bool) -> dict:
                        clip=DIGITS_CLIP)
     runs = {}
     for name, epsilon, freeze in RUNS:
-        config = dataclasses.replace(base, epsilon=epsilon, freeze=freeze).resolved()
+        config = dataclasses.replace(base, epsilon=epsilon, freeze=freeze)
         folder = out / name
         folder.mkdir()
         bar = lambda **kw: cliutil.progress(desc=f"dpzv {name}", quiet=quiet, **kw)  # noqa: E731

@@ -37,6 +37,7 @@ from privzv.training.messages import SERVER, device_name
 from privzv.training.methods.dpzv import DPZV
 from privzv.training.noise import SeededNoise
 from privzv.training.parties import EmbeddingTable, Server
+from privzv.training.run import new_secret_seed
 
 ATTACKER = 0  # device index of the attacking client; device 1 is benign
 HEADS = ("sum", "mlp")
@@ -54,8 +55,12 @@ class ProbeSetup:
 
 def simulated_server(labels, num_classes: int, *, head: str = "sum", sigma: float = 0.0,
                      clip: float = 10.0, batch_size: int = 64, lam: float = 1e-3,
-                     seed: int = 0) -> ProbeSetup:
-    """Two devices, the attacker's row of the table zeroed, the benign row N(0, 1) embeddings."""
+                     seed: int = 0, secret_seed: int | None = None) -> ProbeSetup:
+    """Two devices, the attacker's row of the table zeroed, the benign row N(0, 1) embeddings.
+
+    The server's noise is seeded by ``secret_seed`` (None: the OS's entropy), never by ``seed``,
+    which the attacker knows.
+    """
     if head not in HEADS:
         raise PrivzvError(f"head {head!r}: allowed are {', '.join(HEADS)}")
     labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
@@ -67,7 +72,8 @@ def simulated_server(labels, num_classes: int, *, head: str = "sum", sigma: floa
     gen = torch.Generator().manual_seed(seed)
     table.data[1] = torch.randn(len(labels), embed_dim, generator=gen)
     server = Server(head=head_model, labels=labels, table=table,
-                    noise=SeededNoise(seed, "probe-server-noise"))
+                    noise=SeededNoise(new_secret_seed() if secret_seed is None else secret_seed,
+                                      "probe-server-noise"))
     config = TrainConfig(method="dpzv", devices=2, batch_size=batch_size, clip=clip, lam=lam,
                          embed_dim=embed_dim, server_kind=head, freeze="server")
     method = DPZV(config, sigma=sigma)
@@ -133,13 +139,16 @@ def predict(setup: ProbeSetup, grads: np.ndarray, aux_grads=None, aux_labels=Non
 def label_inference(labels, num_classes: int, *, variant: str = "malicious", repeats: int = 10,
                     targets: int = 200, aux_per_class: int = 5, head: str = "sum",
                     sigma: float = 0.0, clip: float = 10.0, batch_size: int = 64,
-                    seed: int = 0) -> dict:
-    """Run a probe on ``targets`` records of ``labels``; accuracy, prior and advantage."""
+                    seed: int = 0, secret_seed: int | None = None) -> dict:
+    """Run a probe on ``targets`` records of ``labels``; accuracy, prior and advantage.
+
+    ``seed`` is the attacker's (targets, probe directions); ``secret_seed`` the server's noise.
+    """
     if variant not in ("curious", "malicious"):
         raise PrivzvError(f"variant {variant!r}: allowed are curious, malicious")
     labels = np.asarray(labels)
     setup = simulated_server(labels, num_classes, head=head, sigma=sigma, clip=clip,
-                             batch_size=batch_size, seed=seed)
+                             batch_size=batch_size, seed=seed, secret_seed=secret_seed)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(labels))
     aux_ids = np.array([], dtype=int)

@@ -1,6 +1,8 @@
 """The transcript attacks by name: ``run_attack(name, run_dir, seed)`` attacks a finished run.
 
-An attack reads the attacker's transcript only (``privzv.training.transcript.load``). The run's
+An attack reads the attacker's transcript only (``privzv.training.transcript.load``) and the
+run's public config (``privzv.training.run_folder.public_config``, which refuses a path inside
+the run's private area: the secret seed and noise states stay unread). The run's
 dataset is loaded beside it for two things the attacker is granted or the scorer needs, kept
 apart: the attacker's own features and its auxiliary knowledge (a few labels per class, a few
 victim records), and the ground truth that scores the attack (labels, victim features).
@@ -8,7 +10,6 @@ victim records), and the ground truth that scores the attack (labels, victim fea
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -37,13 +38,11 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
     (a diverged run; see ``privzv.attacks.transcript_view``).
     """
     _check_name(name)
+    from privzv.training import run_folder, transcript
+
     run = Path(run_dir)
-    cfg_path = run / "config.json"
-    if not cfg_path.is_file():
-        raise PrivzvError(f"--run {str(run)!r}: not a finished training run (no config.json)")
-    saved = json.loads(cfg_path.read_text())
+    saved = run_folder.public_config(run)
     cfg = saved["config"]
-    from privzv.training import transcript
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,

@@ -43,6 +43,7 @@ class StudyConfig:
     epochs: float | None = None
     methods: tuple = tuple(METHODS)
     keep_runs: bool = False      # keep each run's transcripts and checkpoint (MBs per run)
+    secret_seed: int | None = None   # root of every run's secret seed (None: OS entropy); private
 
     def __post_init__(self):
         for m in self.methods:
@@ -50,7 +51,9 @@ class StudyConfig:
                 raise PrivzvError(f"--methods {m!r}: allowed are {', '.join(METHODS)}")
 
     def to_dict(self) -> dict:
+        """The public record of the study (the secret seed only as its source)."""
         d = dataclasses.asdict(self)
+        d["secret_seed"] = "given" if self.secret_seed is not None else "os-entropy"
         d["epsilons"] = [None if math.isinf(e) else e for e in self.epsilons]
         d["epochs"] = self.epochs if self.epochs is not None else EPOCHS[self.dataset]
         return d
@@ -78,7 +81,15 @@ def train_config(cfg: StudyConfig, method: str, epsilon: float, seed: int, num_c
     return TrainConfig(dataset=cfg.dataset, method=method, epsilon=epsilon, delta=cfg.delta,
                        threat=cfg.threat, accountant=cfg.accountant, **{**h, **override},
                        epochs=cfg.epochs or EPOCHS[cfg.dataset], server_kind=SERVER_KIND,
-                       embed_dim=num_classes, evals=1, seed=seed, secret_seed=10_000 + seed)
+                       embed_dim=num_classes, evals=1, seed=seed)
+
+
+def run_secret_seed(cfg: StudyConfig, *names) -> int | None:
+    """A run's secret seed: derived from the study's secret seed (never from a public one), or
+    None (the OS's entropy)."""
+    from privzv.training import seeds
+
+    return None if cfg.secret_seed is None else seeds.derive(cfg.secret_seed, *names)
 
 
 def _optimal_attacker(tcfg, records: int, rounds: int, seed: int) -> dict | None:
@@ -98,14 +109,14 @@ def _optimal_attacker(tcfg, records: int, rounds: int, seed: int) -> dict | None
 def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: Path) -> list[dict]:
     """Train once, attack the run; one row per attack (attack, metrics or error)."""
     from privzv.attacks import probe, registry
-    from privzv.training import data, run
+    from privzv.training import data, run, run_folder
 
     from privzv.training.config import TrainConfig
 
     dataset = data.load(cfg.dataset, TrainConfig().devices, seed=seed)
     tcfg = train_config(cfg, method, epsilon, seed, dataset.num_classes)
-    run_dir.mkdir(parents=True)
-    summary = run.train(tcfg, run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    summary = run.train(tcfg, run_dir, secret_seed=run_secret_seed(cfg, "run", method, epsilon, seed))
     base = {"method": method, "noise": METHODS[method] if math.isfinite(epsilon) else "none",
             "epsilon": None if math.isinf(epsilon) else epsilon, "seed": seed,
             "sigma": summary["sigma"], "test_accuracy": summary["test_accuracy"],
@@ -125,13 +136,15 @@ def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: P
     if lr is not None:
         rows.append({**base, "attack": "optimal-lr", "metrics": lr})
     if not cfg.keep_runs:
-        shutil.rmtree(run_dir / "transcripts", ignore_errors=True)
-        (run_dir / run.CHECKPOINT).unlink(missing_ok=True)
+        for name in (run_folder.TRANSCRIPTS, run_folder.PRIVATE):
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+        (run_dir / run_folder.CHECKPOINT).unlink(missing_ok=True)
     if method == "dpzv":
         res = probe.label_inference(dataset.y_train.numpy(), dataset.num_classes,
                                     variant="malicious", repeats=dataset.num_classes,
                                     targets=PROBE_TARGETS, sigma=summary["sigma"],
-                                    clip=tcfg.clip, batch_size=tcfg.batch_size, seed=seed)
+                                    clip=tcfg.clip, batch_size=tcfg.batch_size, seed=seed,
+                                    secret_seed=run_secret_seed(cfg, "probe", epsilon, seed))
         rows.append({**base, "attack": "probe-malicious", "metrics": _numbers(res)})
     return rows
 
@@ -205,7 +218,7 @@ def main_from_args(args) -> int:
     cfg = StudyConfig(dataset=args.dataset, seeds=args.seeds, epsilons=tuple(args.epsilons),
                       delta=args.delta, threat=args.threat, accountant=args.accountant,
                       epochs=args.epochs, methods=tuple(args.methods),
-                      keep_runs=args.keep_runs)
+                      keep_runs=args.keep_runs, secret_seed=args.secret_seed)
     results = run_study(cfg, args.out, quiet=args.json)
     summary = {"out": str(args.out), "wall_seconds": results["wall_seconds"],
                "runs": len({r["run"] for r in results["rows"]}), "table": results["table"]}

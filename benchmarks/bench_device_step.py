@@ -62,7 +62,7 @@ class Stepper:
 
     def __init__(self, method: str, dataset):
         config = TrainConfig(dataset="mnist-5k", method=method, devices=DEVICES, batch_size=BATCH,
-                             epsilon=1.0, sigma=SIGMA, transcripts=False, secret_seed=1).validate()
+                             epsilon=1.0, sigma=SIGMA, transcripts=False).validate()
         self.sched = run.build(config, dataset, sigma=SIGMA)
         self.method, self.server = self.sched.method, self.sched.server
         self.device = self.sched.devices[DEVICE]

@@ -45,7 +45,7 @@ def trial(method: str, seed: int, epochs: float, dataset) -> dict:
     """Train one run and attack its transcripts; accuracies in percent per role."""
     config = TrainConfig(dataset="mnist-5k", method=method, devices=2, epochs=epochs,
                          batch_size=64, server_kind="sum", embed_dim=10, evals=1,
-                         seed=seed, secret_seed=10_000 + seed)
+                         seed=seed)
     with tempfile.TemporaryDirectory() as folder:
         summary = train(config, Path(folder))
         results = {role: registry.attack_transcripts(

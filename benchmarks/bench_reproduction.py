@@ -99,8 +99,7 @@ class Cell:
                            epochs=s["epochs"], batch_size=s["batch_size"], epsilon=self.epsilon,
                            delta=DELTA, threat="device", accountant=self.accountant, clip=self.clip,
                            lr_device=self.lr_device, lr_server=self.lr_server, freeze=self.freeze,
-                           evals=10, transcripts=False, threads=1, seed=self.seed,
-                           secret_seed=1_000_003 + self.seed)
+                           evals=10, transcripts=False, threads=1, seed=self.seed)
 
 
 def hparams(dataset: str, method: str) -> dict:
@@ -154,17 +153,21 @@ def _best(rows: list[dict]) -> dict:
     return max(ordered, key=lambda r: r["test_accuracy"])
 
 
-def run_cell(cell: Cell) -> dict:
-    """Train one cell in a temporary folder; return its results row."""
+def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
+    """Train one cell in a temporary folder; return its results row (which holds no secret seed).
+
+    The run's secret seed is derived from ``secret_seed`` and the cell (``--secret-seed``, for a
+    reproducible benchmark), or drawn from the OS; never from the cell's public seed.
+    """
     from privzv import accounting
-    from privzv.training import methods, run
+    from privzv.training import methods, run, seeds
 
     config = cell.config()
+    secret = None if secret_seed is None else seeds.derive(secret_seed, cell.key)
     with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
         out = Path(tmp) / "run"
-        out.mkdir()
         start = time.perf_counter()
-        summary = run.train(config, out)
+        summary = run.train(config, out, secret_seed=secret)
         wall = time.perf_counter() - start
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
         saved = json.loads((out / "config.json").read_text())
@@ -198,7 +201,7 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def execute(cells: list[Cell], path: Path, workers: int) -> None:
+def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None = None) -> None:
     """Run the cells not yet in ``path``, appending each finished row (resumable)."""
     from privzv.cliutil import progress
 
@@ -208,7 +211,7 @@ def execute(cells: list[Cell], path: Path, workers: int) -> None:
     bar = progress(total=len(todo), desc="cells")
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, open(path, "a") as fh:
-        futures = {pool.submit(run_cell, c): c for c in todo}
+        futures = {pool.submit(run_cell, c, secret_seed): c for c in todo}
         for fut in cf.as_completed(futures):
             row = fut.result()
             fh.write(json.dumps(row, default=_inf_to_none) + "\n")
@@ -415,14 +418,17 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
+    p.add_argument("--secret-seed", type=int, help="root of the runs' secret noise seeds, for an "
+                   "exact rerun (never written to --out; default: the OS's entropy)")
     args = p.parse_args(argv)
     path = Path(args.out)
     start = time.perf_counter()
     if args.phase == "sweep":
         for _ in range(3):   # stage k+1 cells exist once stage k is done
-            execute(sweep_cells(args.datasets, args.methods, read_rows(path)), path, args.workers)
+            execute(sweep_cells(args.datasets, args.methods, read_rows(path)), path, args.workers,
+                    args.secret_seed)
     elif args.phase == "grid":
-        execute(grid_cells(args.datasets, args.methods), path, args.workers)
+        execute(grid_cells(args.datasets, args.methods), path, args.workers, args.secret_seed)
     summary = summarize(read_rows(path))
     summary["this_invocation_wall_seconds"] = time.perf_counter() - start
     if args.plot:

@@ -296,15 +296,22 @@ def test_strict_json_has_no_nan_or_infinity_tokens():
         cliutil.dumps({"x": object()})
 
 
-def test_a_diverging_run_fails_with_exit_1_and_writes_nothing(tmp_path, capsys):
-    out = tmp_path / "out"
+def test_a_diverging_run_fails_with_exit_1_and_finishes_nothing(tmp_path, capsys):
+    """Exit 1, one line; the run folder (committed at round 0 for crash safety) is left unfinished:
+    no summary.json, and no NaN/Infinity token in any of its JSON files."""
+    run = tmp_path / "out" / "run"
     rc = main(["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
-               "--lr-device", "1000", "--lr-server", "1000", "--json", "--out", str(out / "run")])
+               "--lr-device", "1000", "--lr-server", "1000", "--json", "--out", str(run)])
     captured = capsys.readouterr()
     assert rc == 1 and captured.out == ""
     lines = captured.err.splitlines()
     assert len(lines) == 1 and "training diverged by round" in lines[0] and "Traceback" not in captured.err
-    assert not out.exists() or _snapshot(out) == []
+    assert not (run / "summary.json").exists()
+    documents = [p.read_text() for p in run.glob("*.json")]
+    documents += [line for p in run.glob("*.jsonl") for line in p.read_text().splitlines()]
+    assert documents
+    for text in documents:
+        json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} in a run file"))
 
 
 def test_divergence_check_names_the_party_with_non_finite_parameters(tiny_scheduler_for_fuzz):
@@ -330,7 +337,6 @@ def tiny_scheduler_for_fuzz():
     from privzv.training.config import TrainConfig
 
     def make():
-        config = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, embed_dim=4, seed=0,
-                             secret_seed=1)
-        return run.build(config, data.load("breast-cancer", 2))
+        config = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, embed_dim=4, seed=0)
+        return run.build(config, data.load("breast-cancer", 2), secret_seed=1)
     return make

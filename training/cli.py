@@ -1,20 +1,20 @@
 """``privzv train``: train DPZV or a baseline on vertically partitioned data.
 
 Precedence: built-in defaults < ``--config FILE`` (JSON object of ``TrainConfig`` fields) <
-explicit flags. ``--resume DIR`` continues the run in DIR with its saved config (only
-``--epochs``, to extend it, and ``--json`` may be given with it). Bad input: one stderr line, exit 2.
+explicit flags. ``--resume DIR`` continues the run in DIR from its last checkpoint with its saved
+config (only ``--extend --epochs E``, ``--checkpoint-every`` and ``--json`` may be given with it).
+Bad input: one stderr line, exit 2.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Sequence
 
 from privzv import cliutil
 from privzv.errors import PrivzvError
-from privzv.training.config import FREEZE, TrainConfig
+from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam")
@@ -52,7 +52,14 @@ def build_parser() -> cliutil.Parser:
                    help="draw DP noise and keep decisions from OpenDP / the OS CSPRNG (floating-point"
                         " safe, not reproducible; needs privzv[secure]; docs/training.md)")
     p.add_argument("--out", help="run folder (default runs/DATASET-METHOD-TIME)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    p.add_argument("--secret-seed", type=n("--secret-seed", low=0, high=2**63 - 1, integer=True),
+                   help="seed of the parties' private noise, for a reproducible study (kept in "
+                        "OUT/private/; default: drawn from the OS)")
+    p.add_argument("--checkpoint-every", type=n("--checkpoint-every", low=1, integer=True),
+                   help=f"rounds between checkpoints (default {CHECKPOINT_EVERY})")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
+    p.add_argument("--extend", action="store_true", help="with --resume and --epochs: lengthen the run")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     return p
 
@@ -68,19 +75,17 @@ def config_from(args) -> TrainConfig:
     return dataclasses.replace(config, **given)
 
 
-def _resume_config(args) -> TrainConfig:
-    folder = Path(args.resume)
-    if not (folder / "config.json").exists() or not (folder / "checkpoint.pt").exists():
-        raise PrivzvError(f"--resume {args.resume!r}: not a finished run folder (no config.json/checkpoint.pt)")
-    others = [f for f in FLAG_FIELDS if f != "epochs" and getattr(args, f) is not None]
-    switches = [name for name in ("config", "out", "no_transcripts", "secure_noise") if getattr(args, name)]
-    if others or switches:
-        bad = (others or switches)[0].replace("_", "-")
-        raise PrivzvError(f"--{bad}: cannot be changed with --resume (only --epochs and --json)")
-    config = TrainConfig.from_dict(json.loads((folder / "config.json").read_text())["config"])
-    if args.epochs is not None:
-        config = dataclasses.replace(config, epochs=args.epochs)
-    return config
+def _check_resume_flags(args) -> None:
+    others = [f.replace("_", "-") for f in FLAG_FIELDS if f != "epochs" and getattr(args, f) is not None]
+    others += [name for name in ("config", "out", "no_transcripts", "overwrite", "secret_seed",
+                                 "secure_noise") if getattr(args, name) not in (None, False)]
+    if others:
+        raise PrivzvError(f"--{others[0].replace('_', '-')}: cannot be given with --resume (only "
+                          "--extend --epochs, --checkpoint-every and --json)")
+    if args.epochs is not None and not args.extend:
+        raise PrivzvError(f"--epochs {args.epochs:g}: changing a run's epochs needs --extend")
+    if args.extend and args.epochs is None:
+        raise PrivzvError("--extend: give the new --epochs")
 
 
 def _human(s: dict) -> str:
@@ -96,17 +101,24 @@ def _main(argv: Sequence[str]) -> int:
     from privzv.training import run
 
     args = build_parser().parse_args(list(argv))
+    bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
+    every = args.checkpoint_every
     if args.resume:
-        config, out, resume = _resume_config(args), Path(args.resume), True
+        _check_resume_flags(args)
+        out = Path(args.resume)
+        config = None
+        if args.extend:
+            config = dataclasses.replace(run.saved_config(out), epochs=args.epochs)
+        summary = run.train(config, out, resume=True, extend=args.extend, checkpoint_every=every,
+                            progress=bar)
     else:
-        config = config_from(args).resolved()
+        if args.extend:
+            raise PrivzvError("--extend: only with --resume")
+        config = config_from(args).validate()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
-        resume = False
-    config.validate()
-    with cliutil.atomic_output_dir(out, resume=resume) as work:
-        bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
-        summary = run.train(config, work, resume=resume, progress=bar)
+        summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
+                            checkpoint_every=every, progress=bar)
     summary["out"] = str(out)
     cliutil.emit(summary, args.json, _human)
     return 130 if summary["stopped"] == "interrupted" else 0

@@ -1,6 +1,7 @@
 """The run configuration: one dataclass, built from CLI flags and/or a JSON file, validated.
 
-Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``.
+Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``, which is
+public: the secret seed of the parties' noise is not a field (``privzv.training.run_folder``).
 Defaults: papers/001 App. H (C=10, lambda=1e-3, server momentum 0.9, delta=1e-5) where they
 apply, and tuned values for the embedded datasets (docs/training.md) elsewhere.
 """
@@ -9,18 +10,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import secrets
 from pathlib import Path
 
 from privzv.errors import PrivzvError
 
 FREEZE = ("devices", "server")
+CHECKPOINT_EVERY = 200   # default rounds between a run's checkpoints (not a config field)
 SERVER_UPDATES = ("fo", "zo")
 # Upper bounds on sizes that would otherwise exhaust memory or time (docs/cli.md, "Caps").
 CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
         "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "epochs": 100_000.0,
         "clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
-        "seed": 2**63 - 1, "secret_seed": 2**63 - 1}
+        "seed": 2**63 - 1}
 CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 
 
@@ -55,14 +56,8 @@ class TrainConfig:
     evals: int = 10                  # evaluations over the run
     transcripts: bool = True
     threads: int = 1                 # torch CPU threads (1 is fastest for the small models)
-    seed: int = 0
-    secret_seed: int | None = None   # root of private noise; drawn from the OS if None
+    seed: int = 0                    # public; the secret seed is not a config field (RunFolder)
     secure_noise: bool = False       # DP noise and keep decisions from OpenDP / the OS CSPRNG
-
-    def resolved(self) -> "TrainConfig":
-        """A copy with the secret seed drawn (recorded in config.json, for exact replays)."""
-        secret = self.secret_seed if self.secret_seed is not None else secrets.randbits(63)
-        return dataclasses.replace(self, secret_seed=secret)
 
     @property
     def private(self) -> bool:
@@ -77,6 +72,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         names = {f.name for f in dataclasses.fields(cls)}
+        if "secret_seed" in d:
+            raise PrivzvError("config key 'secret_seed': the secret seed is not part of the public "
+                              "config; pass --secret-seed (kept in the run's private area)")
         unknown = sorted(set(d) - names)
         if unknown:
             raise PrivzvError(f"config key {unknown[0]!r}: allowed are {', '.join(sorted(names))}")
@@ -117,8 +115,6 @@ class TrainConfig:
             _int_at_least(name, getattr(self, name), 1)
         _int_at_least("max_delay", self.max_delay, 0)
         _int_at_least("seed", self.seed, 0)
-        if self.secret_seed is not None:
-            _int_at_least("secret_seed", self.secret_seed, 0)
         if self.super_batch is not None:
             _int_at_least("super_batch", self.super_batch, 1)
         for name, cap in CAPS.items():
@@ -163,9 +159,8 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
-          "seed": (int,), "secret_seed": (int,),
-          "secure_noise": (bool,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze", "secret_seed"}
+          "seed": (int,), "secure_noise": (bool,)}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def read_json(path: str | Path, flag: str):

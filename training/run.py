@@ -1,24 +1,18 @@
-"""One training run: build the parties, plan the privacy, run the scheduler, write the run folder.
+"""One training run: build the parties, plan the privacy, run the scheduler, keep the run folder.
 
-Run folder (written atomically; ``--resume`` continues it):
-
-``config.json``     the config (with ``secret_seed``), sigma, versions, the calibration result
-``metrics.jsonl``   one JSON object per evaluation: round, epoch, test_accuracy, test_loss,
-                    bytes_up, bytes_down, epsilon_spent (null when no noise), wall_seconds
-``summary.json``    the ``--json`` summary
-``ledger.json``     the privacy ledger (``PrivacyLedger.state_dict()``; private runs only)
-``checkpoint.pt``   models, optimisers, generators, table, samplers (``Scheduler.state_dict``)
-``traffic.npz``     bytes per round: ``log`` [rounds, 4] = (round, device, up, down); ``up``,
-                    ``down`` per device (eq. (23) of papers/000 is ``log[:, 2:].sum()``)
-``transcripts/``    per-party transcripts (``privzv.training.transcript``), unless switched off
-``accuracy_vs_rounds.{png,svg}``, ``accuracy_vs_bytes.{png,svg}``
+The folder's files, its secrets boundary and its crash safety are ``privzv.training.run_folder``'s:
+``config.json`` (public config, sigma, versions), ``metrics.jsonl``, ``summary.json``,
+``ledger.json`` + ``ledger.journal`` (private runs), ``checkpoint.pt`` (public state),
+``traffic.npz`` (bytes per round: ``log`` [rounds, 4] = (round, device, up, down); ``up``, ``down``
+per device; eq. (23) of papers/000 is ``log[:, 2:].sum()``), ``transcripts/``, plots, and
+``private/`` (the secret seed and the parties' noise generator states).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import platform
+import secrets
 import time
 from pathlib import Path
 from typing import Callable
@@ -30,29 +24,33 @@ import privzv
 from privzv import cliutil
 from privzv.errors import PrivzvError
 from privzv.training import data, divergence, methods, models, noise, privacy, seeds
-from privzv.training.config import TrainConfig
+from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
+from privzv.training.run_folder import CHECKPOINT, RunFolder, public_config
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
 from privzv.training.scheduler import Scheduler
 from privzv.training.transcript import Recorder
 
-CHECKPOINT = "checkpoint.pt"
 
+def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0,
+          secret_seed: int | None = None) -> Scheduler:
+    """The parties, the method and the scheduler of a run (models initialised from the seed).
 
-def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> Scheduler:
-    """The parties, the method and the scheduler of a run (models initialised from the seed)."""
+    ``secret_seed`` roots the parties' private noise (None: drawn from the OS, not reproducible).
+    """
+    secret = new_secret_seed() if secret_seed is None else secret_seed
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
     devices = []
     for m in range(m_count):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
         devices.append(Device(m, models.device_model(dataset, m, config.embed_dim), dataset.x_train[m],
-                              seed=config.seed, noise=noise.source(config, config.secret_seed, "device", m)))
+                              seed=config.seed, noise=noise.source(config, secret, "device", m)))
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
     head = models.server_model(m_count, config.embed_dim, dataset.num_classes, kind=config.server_kind)
     table = EmbeddingTable(m_count, records, config.embed_dim, config.max_delay,
                            np.random.default_rng(seeds.derive(config.seed, "delay")))
-    server = Server(head, dataset.y_train, table, noise.source(config, config.secret_seed, "server"))
+    server = Server(head, dataset.y_train, table, noise.source(config, secret, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count)]
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
                              "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:])}
@@ -82,16 +80,63 @@ def versions() -> dict:
             "numpy": np.__version__, "dp-accounting": metadata.version("dp-accounting")}
 
 
-def train(config: TrainConfig, out: Path, *, resume: bool = False,
-          progress: Callable | None = None) -> dict:
-    """Run ``config`` writing into the (work) folder ``out``; returns the summary dict.
+def new_secret_seed() -> int:
+    """A secret seed from the operating system's entropy (``secrets``)."""
+    return secrets.randbits(63)
 
-    With ``resume``, ``out`` already holds a finished or stopped run of the same config: its
-    checkpoint, ledger, transcripts and metrics are continued (the ledger is never reset).
+
+def saved_config(out) -> TrainConfig:
+    """The saved config of the run in ``out`` (e.g. to change its epochs for ``extend``)."""
+    return TrainConfig.from_dict(public_config(out, flag="--resume")["config"])
+
+
+def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend: bool = False,
+          secret_seed: int | None = None, overwrite: bool = False,
+          checkpoint_every: int | None = None, progress: Callable | None = None) -> dict:
+    """Run ``config`` in the run folder ``out``; returns the summary dict.
+
+    A new run needs ``out`` absent, empty, or (``overwrite``) holding a run. ``secret_seed`` makes
+    the parties' noise reproducible (kept in ``out/private/``); by default it comes from the OS.
+    With ``resume``, ``out`` holds a stopped, killed or finished run: it continues from its last
+    checkpoint with its saved config (``config`` None, or equal to it); ``extend`` with a larger
+    ``epochs`` lengthens it (re-checking the budget). Every ``checkpoint_every`` rounds the run is
+    checkpointed (default ``CHECKPOINT_EVERY``, or the resumed run's own; saved in config.json).
     ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``).
     """
+    out = Path(out)
+    if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
+        raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
+    if resume:
+        if secret_seed is not None or overwrite:
+            flag = "--secret-seed" if secret_seed is not None else "--overwrite"
+            raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
+        with RunFolder.open(out) as folder:
+            return _resume(folder, config, extend, checkpoint_every, progress)
+    if extend:
+        raise PrivzvError("--extend: only with --resume")
+    if secret_seed is not None and not (isinstance(secret_seed, int) and 0 <= secret_seed < 2**63):
+        raise PrivzvError(f"--secret-seed {secret_seed!r}: must be an integer in [0, 2^63)")
     config.validate()
     torch.set_num_threads(config.threads)
+    dataset, method_cls, rounds = _setup(config)
+    p = privacy.plan(config, method_cls, len(dataset.y_train), rounds)
+    ledger = privacy.ledger(config, p)
+    if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
+        raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
+                          f" at sigma {p.sigma:.4g}")
+    secret = secret_seed if secret_seed is not None else new_secret_seed()
+    checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
+    with RunFolder.create(out, overwrite=overwrite) as folder:
+        folder.write_secrets(secret, given=secret_seed is not None)
+        folder.write_config(_saved_config(config, p, rounds, checkpoint_every))
+        if ledger is not None:
+            ledger = folder.start_ledger(ledger)
+        sched = build(config, dataset, ledger=ledger, sigma=p.sigma, secret_seed=secret)
+        return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
+
+
+def _setup(config: TrainConfig):
+    """The dataset, the method class and the planned rounds T of ``config``."""
     dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
@@ -99,83 +144,188 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     if b > records:
         flag = "super_batch" if b != config.batch_size else "--batch-size"
         raise PrivzvError(f"{flag} {b}: must be <= {records} (training records of {config.dataset})")
-    rounds = rounds_for(config, records)
-    if resume:
-        saved = json.loads((out / "config.json").read_text())
-        p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"))
-        if p.private and not (out / "ledger.json").exists():
-            raise PrivzvError(f"--resume {str(out)!r}: a private run (sigma {p.sigma:g}) without "
-                              "ledger.json; its spent budget is unknown, so it cannot continue")
-        ledger = privacy.restore_ledger(json.loads((out / "ledger.json").read_text())) if p.private else None
-    else:
-        p = privacy.plan(config, method_cls, records, rounds)
-        ledger = privacy.ledger(config, p)
-    sched = build(config, dataset, ledger=ledger, sigma=p.sigma)
-    metrics_path = out / "metrics.jsonl"
-    wall_before = 0.0
-    if resume:
-        sched.load_state_dict(torch.load(out / CHECKPOINT, weights_only=True))
-        if config.transcripts:
-            sched.recorder.extend_from(out / "transcripts")
-        lines = _read_metrics(metrics_path)
-        wall_before = lines[-1]["wall_seconds"] if lines else 0.0
-    elif ledger is not None and ledger.would_exceed(0, np.arange(b)):
-        raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
-                          f" at sigma {p.sigma:.4g}")
-    (out / "config.json").write_text(cliutil.dumps(
-        {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
-         "calibration": p.result, "release": _release_dict(p.release), "versions": versions()},
-        indent=2, default=str))
+    return dataset, method_cls, rounds_for(config, records)
 
-    start = time.perf_counter()
-    epoch_rounds = steps_per_epoch(config, records)
-    evals = {max(1, round(k * rounds / config.evals)) for k in range(1, config.evals + 1)}
 
-    def on_eval(r: int) -> None:
-        ev = sched.evaluate(dataset.x_test, dataset.y_test)
-        divergence.check(sched, ev)
-        row = {"round": r, "epoch": r / epoch_rounds, "test_accuracy": ev.test_accuracy,
-               "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
-               "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
-               "wall_seconds": wall_before + time.perf_counter() - start}
-        with open(metrics_path, "a") as fh:
-            fh.write(cliutil.dumps(row) + "\n")
+def _saved_config(config: TrainConfig, p, rounds: int, checkpoint_every: int,
+                  extensions: list | None = None) -> dict:
+    return {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
+            "calibration": p.result, "release": _release_dict(p.release), "versions": versions(),
+            "checkpoint_every": checkpoint_every, "extensions": extensions or []}
 
-    if not resume:
-        on_eval(0)
-    bar = progress(total=rounds) if progress else None
-    if bar and sched.round:
-        bar.update(sched.round)
+
+# Config fields a resume may change: epochs, with ``extend`` (everything else is fixed).
+RESUME_MUTABLE = ("epochs",)
+
+
+def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool) -> TrainConfig:
+    if given is None:
+        if extend:
+            raise PrivzvError("--extend: give the new --epochs")
+        return saved
+    changed = [f.name for f in dataclasses.fields(TrainConfig)
+               if getattr(given, f.name) != getattr(saved, f.name)]
+    fixed = [name for name in changed if name not in RESUME_MUTABLE]
+    if fixed:
+        raise PrivzvError(f"{fixed[0]} {getattr(given, fixed[0])!r}: cannot change on --resume (the "
+                          f"run has {getattr(saved, fixed[0])!r}; only --epochs, with --extend)")
+    if "epochs" in changed and not extend:
+        raise PrivzvError(f"--epochs {given.epochs:g}: the run has {saved.epochs:g}; lengthening it "
+                          "needs --extend")
+    if extend and not given.epochs > saved.epochs:
+        raise PrivzvError(f"--epochs {given.epochs:g}: --extend needs more than the run's "
+                          f"{saved.epochs:g} epochs")
+    return given.validate()
+
+
+def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
+            progress) -> dict:
+    saved = folder.read_config()
+    every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
+    saved_config = TrainConfig.from_dict(saved["config"]).validate()
+    config = _resumed_config(saved_config, given, extend)
+    secret = folder.read_secrets()
+    ckpt = folder.load_checkpoint()
+    _check_checkpoint(ckpt, saved, saved_config)
+    torch.set_num_threads(config.threads)
+    dataset, method_cls, rounds = _setup(config)
+    expected = rounds_for(saved_config, len(dataset.y_train))
+    if saved["rounds"] != expected:
+        raise PrivzvError(f"config.json: rounds {saved['rounds']} do not match its config "
+                          f"({expected} for {saved_config.epochs:g} epochs)")
+    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"))
+    ledger = None
+    if p.private:
+        ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)
+    elif (folder.path / "ledger.journal").exists():
+        raise PrivzvError(f"config.json: sigma {p.sigma:g} (no noise), but the run has a ledger")
+    sched = build(config, dataset, ledger=ledger, sigma=p.sigma, secret_seed=secret["secret_seed"])
     try:
-        sched.run(rounds, lambda r: r in evals, on_eval, tick=(bar.update if bar else lambda: None))
-    except KeyboardInterrupt:
-        sched.stopped = "interrupted"
-        on_eval(sched.round)
-    finally:
-        if bar:
-            bar.close()
-    _save(out, sched, ledger)
-    rows = _read_metrics(metrics_path)
-    summary = _summary(config, p, sched, ledger, rows[-1], rounds)
-    (out / "summary.json").write_text(cliutil.dumps(summary, indent=2))
-    from privzv.training import plots
-
-    plots.write(out, rows, config)
-    return summary
+        sched.load_state_dict(ckpt["state"])
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise PrivzvError(f"checkpoint.pt: does not fit the run's config ({type(exc).__name__})") from None
+    if config.transcripts:
+        folder.load_transcripts(sched.recorder, ckpt)
+    folder.load_metrics(ckpt)
+    if extend:
+        _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
+    folder.resumed(ckpt)
+    wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
+    return _Loop(folder, config, dataset, sched, p, rounds, every, wall).run(progress)
 
 
-def _save(out: Path, sched: Scheduler, ledger) -> None:
-    torch.save(sched.state_dict(), out / CHECKPOINT)
-    t = sched.traffic.state_dict()
-    np.savez(out / "traffic.npz", **t)
-    if ledger is not None:
-        (out / "ledger.json").write_text(json.dumps(ledger.state_dict()))
-    if sched.recorder.enabled:
-        sched.recorder.save(out / "transcripts")
+def _check_checkpoint(ckpt: dict, saved: dict, saved_config: TrainConfig) -> None:
+    """The checkpoint's copy of the config and sigma must be config.json's (epochs may be extended)."""
+    theirs = dict(ckpt.get("config") or {})
+    mine = saved_config.to_dict()
+    for name in sorted(set(theirs) | set(mine)):
+        if name not in RESUME_MUTABLE and theirs.get(name) != mine.get(name):
+            raise PrivzvError(f"config.json: {name} {mine.get(name)!r} differs from checkpoint.pt's "
+                              f"{theirs.get(name)!r}")
+    if ckpt.get("sigma") != saved["sigma"]:
+        raise PrivzvError(f"config.json: sigma {saved['sigma']!r} differs from checkpoint.pt's "
+                          f"{ckpt.get('sigma')!r}")
+    if theirs.get("epochs") != mine["epochs"] and not any(
+            e.get("epochs") == theirs.get("epochs") for e in saved.get("extensions", [])):
+        raise PrivzvError(f"config.json: epochs {mine['epochs']!r} differ from checkpoint.pt's "
+                          f"{theirs.get('epochs')!r} without an --extend")
+    if not (isinstance(ckpt.get("round"), int) and 0 <= ckpt["round"] <= saved["rounds"]):
+        raise PrivzvError(f"checkpoint.pt: round {ckpt.get('round')!r} is not within the run's "
+                          f"{saved['rounds']} rounds")
 
 
-def _read_metrics(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt) -> None:
+    """config.json for ``--extend``: the budget re-checked at the run's sigma for the new rounds."""
+    planned = None
+    if p.private:
+        from privzv import accounting
+
+        fixed = dataclasses.replace(config, sigma=p.sigma)
+        plan = privacy.plan(fixed, method_cls, len(dataset.y_train), rounds)
+        planned = accounting.account(plan.release, plan.schedule, config.delta,
+                                     accountant=config.accountant).epsilon
+        if config.sigma is None and planned > config.epsilon * (1 + 1e-9):
+            raise PrivzvError(f"--epochs {config.epochs:g}: sigma {p.sigma:.4g} was calibrated for "
+                              f"{saved_config.epochs:g} epochs; {config.epochs:g} would spend epsilon "
+                              f"{planned:.4g} > the budget {config.epsilon:g} (start a new run)")
+    extensions = [*saved.get("extensions", []), {"round": ckpt["round"], "epochs": saved_config.epochs,
+                                                  "rounds": saved["rounds"], "epsilon_planned": planned}]
+    folder.write_config({**_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
+                         "calibration": saved.get("calibration")})
+
+
+def _ledger_expected(config: TrainConfig, p, records: int) -> dict:
+    """The ledger parameters the saved config makes (the journal's must equal them)."""
+    return {"release": _release_dict(p.release), "delta": config.delta, "accountant": config.accountant,
+            "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
+            "schedule": {"devices": config.devices, "dataset_size": records, "threat": config.threat,
+                         "super_batch": config.super_batch}}
+
+
+class _Loop:
+    """The training loop of a run folder: evaluations, checkpoints, the finish."""
+
+    def __init__(self, folder: RunFolder, config, dataset, sched: Scheduler, p, rounds: int,
+                 every: int, wall_before: float = 0.0):
+        self.folder, self.config, self.dataset, self.sched, self.p = folder, config, dataset, sched, p
+        self.rounds, self.every, self.wall_before = rounds, every, wall_before
+        self.epoch_rounds = steps_per_epoch(config, len(dataset.y_train))
+        self.evals = {max(1, round(k * rounds / config.evals)) for k in range(1, config.evals + 1)}
+        self.start = time.perf_counter()
+        self.saved_at = None
+
+    def evaluate(self, r: int) -> None:
+        ev = self.sched.evaluate(self.dataset.x_test, self.dataset.y_test)
+        divergence.check(self.sched, ev)
+        ledger = self.sched.ledger
+        self.folder.append_metrics({
+            "round": r, "epoch": r / self.epoch_rounds, "test_accuracy": ev.test_accuracy,
+            "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
+            "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
+            "wall_seconds": self.wall_before + time.perf_counter() - self.start})
+
+    def checkpoint(self) -> None:
+        at = (self.sched.round, len(self.folder.metrics))
+        if at == self.saved_at:
+            return
+        self.folder.save_checkpoint(self.sched.round, self.sched.state_dict(), self.sched.recorder,
+                                    self.sched.traffic.state_dict(),
+                                    {"config": self.config.to_dict(), "sigma": self.p.sigma,
+                                     "rounds": self.rounds})
+        self.saved_at = at
+
+    def _at(self, r: int) -> None:
+        if r in self.evals or self.sched.stopped:
+            self.evaluate(r)
+        if r % self.every == 0 and not self.sched.stopped:
+            self.checkpoint()
+
+    def run(self, progress, fresh: bool = False) -> dict:
+        sched = self.sched
+        if fresh:
+            self.evaluate(0)
+            self.checkpoint()
+            self.folder.commit()
+        bar = progress(total=self.rounds) if progress else None
+        if bar and sched.round:
+            bar.update(sched.round)
+        try:
+            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at,
+                      tick=(bar.update if bar else lambda: None))
+        except KeyboardInterrupt:
+            sched.stopped = "interrupted"
+            self.evaluate(sched.round)
+        finally:
+            if bar:
+                bar.close()
+        self.checkpoint()
+        rows = self.folder.metrics
+        summary = _summary(self.config, self.p, sched, sched.ledger, rows[-1], self.rounds)
+        from privzv.training import plots
+
+        plots.write(self.folder.path, rows, self.config)
+        self.folder.finish(summary)
+        return summary
 
 
 def _release_dict(release) -> dict | None:

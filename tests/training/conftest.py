@@ -24,13 +24,14 @@ def _tiny_dataset(records: int = 96, devices: int = 2, features: int = 3, classe
 
 def _tiny_config(**changes) -> TrainConfig:
     base = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, epochs=1, embed_dim=4,
-                       seed=3, secret_seed=11, evals=1)
+                       seed=3, evals=1)
     return dataclasses.replace(base, **changes)
 
 
-def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None, **changes):
+def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None,
+                    secret_seed: int = 11, **changes):
     dataset = dataset or _tiny_dataset(devices=changes.get("devices", 2))
-    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma)
+    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, secret_seed=secret_seed)
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def tiny_config():
 
 @pytest.fixture
 def tiny_scheduler():
-    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, config changes)."""
+    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, secret_seed, config changes)."""
     return _tiny_scheduler
 
 

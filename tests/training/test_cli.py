@@ -21,7 +21,9 @@ def test_json_summary_and_run_folder(tmp_path, capsys):
     assert {"config.json", "metrics.jsonl", "summary.json", "ledger.json", "checkpoint.pt", "traffic.npz",
             "transcripts", "accuracy_vs_rounds.png", "accuracy_vs_rounds.svg", "accuracy_vs_bytes.png",
             "accuracy_vs_bytes.svg"} <= names
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]   # no leftovers
+    # no leftovers: only the lock file beside the folder, no temp file in it
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.")] == [".run.lock"]
+    assert not list(out.rglob(".*.tmp"))
 
 
 def test_config_file_and_flags_precedence(tmp_path, capsys):
@@ -53,7 +55,7 @@ def test_resume_extends_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", *SMALL, "--sigma", "1", "--out", str(out), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert main(["train", "--resume", str(out), "--epochs", "0.6", "--json"]) == 0
+    assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["rounds"] > first["rounds"] and second["epsilon_spent"] >= first["epsilon_spent"]
     assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]

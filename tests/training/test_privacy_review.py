@@ -74,11 +74,11 @@ def test_sigma_zero_under_a_finite_epsilon_is_refused(tiny_config):
 
 def test_resuming_a_private_run_without_its_ledger_is_refused(tmp_path):
     config = TrainConfig(dataset="digits", devices=2, epochs=0.1, batch_size=64, evals=1, seed=5,
-                         secret_seed=9, sigma=2.0, epsilon=50.0, transcripts=False)
+                         sigma=2.0, epsilon=50.0, transcripts=False)
     out = tmp_path / "run"
     out.mkdir()
     first = run.train(config, out)
     assert json.loads((out / "ledger.json").read_text())["releases"] == first["rounds"]
     (out / "ledger.json").unlink()
     with pytest.raises(PrivzvError, match="ledger.json"):
-        run.train(dataclasses.replace(config, epochs=0.2), out, resume=True)
+        run.train(dataclasses.replace(config, epochs=0.2), out, resume=True, extend=True)

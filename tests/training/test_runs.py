@@ -8,22 +8,24 @@ import numpy as np
 import pytest
 import torch
 
-from privzv.training import run, transcript
+from privzv.training import run, run_folder, transcript
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER
 
-BASE = TrainConfig(dataset="digits", devices=2, epochs=0.5, batch_size=64, evals=2, seed=5,
-                   secret_seed=9)
+BASE = TrainConfig(dataset="digits", devices=2, epochs=0.5, batch_size=64, evals=2, seed=5)
+SECRET = 9
 
 
 def _train(tmp_path, name, **changes):
     out = tmp_path / name
-    out.mkdir()
-    return out, run.train(dataclasses.replace(BASE, **changes), out)
+    return out, run.train(dataclasses.replace(BASE, **changes), out, secret_seed=SECRET)
 
 
 def _checkpoint(out):
-    return torch.load(out / run.CHECKPOINT, weights_only=True)
+    """The whole scheduler state: the public checkpoint with its private part merged back."""
+    public = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
+    secret = torch.load(out / run_folder.PRIVATE / f"checkpoint-{public['id']}.pt", weights_only=True)
+    return run_folder.merge_state(public["state"], secret["state"])
 
 
 def _same(a, b):
@@ -70,7 +72,7 @@ def test_resume_continues_the_run_and_the_ledger(tmp_path):
     straight, s_sum = _train(tmp_path, "straight", epochs=1.0, **kw)
     half, h_sum = _train(tmp_path, "half", epochs=0.5, **kw)
     first = json.loads((half / "ledger.json").read_text())["releases"]
-    resumed = run.train(dataclasses.replace(BASE, epochs=1.0, **kw), half, resume=True)
+    resumed = run.train(dataclasses.replace(BASE, epochs=1.0, **kw), half, resume=True, extend=True)
     ledger = json.loads((half / "ledger.json").read_text())
     assert first == h_sum["rounds"] and ledger["releases"] == resumed["rounds"] == s_sum["rounds"]
     assert _same(_checkpoint(half), _checkpoint(straight))           # bit for bit
@@ -82,14 +84,17 @@ def test_run_stops_before_the_release_that_would_exceed_the_budget_even_after_re
     out, summary = _train(tmp_path, "b", sigma=1.0, epsilon=1.5, epochs=2.0)
     assert summary["stopped"] == "budget" and summary["rounds"] < summary["rounds_planned"]
     assert summary["epsilon_spent"] <= 1.5
-    again = run.train(dataclasses.replace(BASE, sigma=1.0, epsilon=1.5, epochs=4.0), out, resume=True)
+    again = run.train(dataclasses.replace(BASE, sigma=1.0, epsilon=1.5, epochs=4.0), out, resume=True,
+                      extend=True)
     assert again["stopped"] == "budget" and again["rounds"] == summary["rounds"]
 
 
 def test_secret_subsampling_keeps_a_private_poisson_subset(tmp_path):
     out, summary = _train(tmp_path, "s", sigma=0.5, threat="secret-subsampling", batch_size=16, super_batch=64)
     server, device = transcript.load(out, SERVER), transcript.load(out, "device0")
-    masks = np.concatenate([e.fields["mask"] for e in server.select("local", "keep")])
+    assert not server.select("local", "keep")             # the server's secret: private/ only
+    private = transcript.load(out / "private", SERVER)
+    masks = np.concatenate([e.fields["mask"] for e in private.select("local", "keep")])
     sent = sum(len(e.fields["ids"]) for e in server.select("received"))
     assert masks.size == sent and sent > 16 * summary["rounds"]        # B' records sent per round
     p = masks.mean()

@@ -19,11 +19,11 @@ def digits():
     return data.load("digits", 4)
 
 
-def scheduler(ds, method, sigma=0.0, **overrides):
-    cfg = dict(method=method, batch_size=B, clip=C, transcripts=False, secret_seed=7, embed_dim=8)
+def scheduler(ds, method, sigma=0.0, secret_seed=7, **overrides):
+    cfg = dict(method=method, batch_size=B, clip=C, transcripts=False, embed_dim=8)
     cfg.update(overrides)
     config = TrainConfig(**cfg).validate()
-    return run.build(config, ds, sigma=sigma)
+    return run.build(config, ds, sigma=sigma, secret_seed=secret_seed)
 
 
 def run_rounds(sched, rounds):

@@ -1,0 +1,387 @@
+"""The run folder: secrets stay in private/, runs survive SIGKILL, resume refuses tampered folders."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import stat
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from filelock import FileLock
+
+from privzv.cli import main
+from privzv.training import run, run_folder, seeds, transcript
+from privzv.training.config import TrainConfig
+from privzv.training.noise import SeededNoise
+
+CLIP, SIGMA = 0.1, 1.0
+PRIVATE_RUN = TrainConfig(dataset="digits", devices=2, epochs=0.3, batch_size=64, evals=2, seed=5,
+                          clip=CLIP, sigma=SIGMA, epsilon=50.0)
+
+
+def _one_line_exit_2(capsys, argv, *words):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def private_run(tmp_path_factory):
+    """A finished private DPZV run (OS-entropy secret seed), checkpointed every 4 rounds."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    summary = run.train(PRIVATE_RUN, out, checkpoint_every=4)
+    return out, summary
+
+
+def _copy(private_run, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(private_run[0], out)
+    return out
+
+
+def _public_files(out):
+    return [p for p in out.rglob("*") if p.is_file() and run_folder.PRIVATE not in p.relative_to(out).parts]
+
+
+# ------------------------------------------------------------------------------ secrets boundary
+def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
+    out, _ = private_run
+    secret = json.loads((out / "private" / "secrets.json").read_text())
+    assert secret["source"] == "os-entropy" and isinstance(secret["secret_seed"], int)
+    s = secret["secret_seed"]
+    derived = [s, seeds.derive(s, "server"), seeds.derive(s, "device", 0), seeds.derive(s, "device", 1)]
+    needles = [str(v).encode() for v in derived] + [v.to_bytes(8, "little") for v in derived]
+    # generator states: the private checkpoint's (end of run) and the seeded start, as raw bytes
+    ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
+    private = torch.load(out / "private" / f"checkpoint-{ckpt['id']}.pt", weights_only=True)["state"]
+    states = [private["server/noise"]["gen"], private["devices/0/noise"]["gen"],
+              seeds.generator(s, "server").get_state()]
+    needles += [bytes(st.numpy()[64:128]) for st in states]
+    public = _public_files(out)
+    assert {"config.json", "checkpoint.pt", "ledger.json", "ledger.journal", "metrics.jsonl",
+            "summary.json", "server.npz", "device0.npz"} <= {p.name for p in public}
+    for path in public:
+        data = path.read_bytes()
+        assert not any(n in data for n in needles), path
+    assert "secret" not in (out / "config.json").read_text()
+    assert not any("noise" in key for key in _keys(ckpt["state"]))
+    # the private area is the owner's only
+    assert stat.S_IMODE((out / "private").stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600)
+               for p in (out / "private").rglob("*"))
+
+
+def _keys(tree, prefix=""):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield f"{prefix}/{k}"
+            yield from _keys(v, f"{prefix}/{k}")
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from _keys(v, f"{prefix}/{i}")
+
+
+def _released(out):
+    """Every downlink Delta in round order, as the devices received them."""
+    rows = [(e.round, float(e.fields["delta"][0])) for party in ("device0", "device1")
+            for e in transcript.load(out, party).select("received")]
+    return np.array([d for _, d in sorted(rows)])
+
+
+def _denoised(released, root):
+    noise = SeededNoise(root, "server")
+    return released - np.array([float(noise.gaussian((), SIGMA)) for _ in released])
+
+
+def test_no_public_value_rebuilds_the_noise(private_run):
+    """The issue's attack: subtract the draws of a generator seeded from a public value. With the
+    secret seed (positive control) every Delta falls back into [-C, C]; with any public value
+    (every integer in config.json, and the old derivations seed+1, 10000+seed, 1000003+seed)
+    the result stays as noisy as the release."""
+    out, _ = private_run
+    released = _released(out)
+    secret = json.loads((out / "private" / "secrets.json").read_text())["secret_seed"]
+    assert np.abs(_denoised(released, secret)).max() <= CLIP + 1e-4        # the attack works...
+    assert np.abs(released).max() > 10 * CLIP                               # ...on a noisy release
+    saved = json.loads((out / "config.json").read_text())
+    public = {v for v in _values(saved) if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    seed = saved["seed"]
+    public |= {seed + 1, 10_000 + seed, 1_000_003 + seed, 0, 1}
+    for value in sorted(public):
+        residual = _denoised(released, value)
+        assert np.abs(residual).max() > 10 * CLIP and residual.std() > 0.5 * SIGMA, value
+
+
+def _values(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _values(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _values(v)
+    else:
+        yield tree
+
+
+def test_secret_seed_flag_reproduces_the_noise_and_stays_private(tmp_path, capsys):
+    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
+            "--sigma", "1", "--secret-seed", "123", "--json"]
+    for name in ("a", "b"):
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+    assert main([*args[:-3], "--json", "--out", str(tmp_path / "c")]) == 0     # OS entropy
+    a, b, c = (_released(tmp_path / n) for n in "abc")
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    secrets_a = json.loads((tmp_path / "a" / "private" / "secrets.json").read_text())
+    assert (secrets_a["secret_seed"], secrets_a["source"]) == (123, "given")
+    assert 123 not in set(_values(json.loads((tmp_path / "a" / "config.json").read_text())))
+
+
+def test_attack_run_refuses_the_private_area(private_run, capsys):
+    out, _ = private_run
+    _one_line_exit_2(capsys, ["attack", "run", "--attack", "direct-label", "--run", str(out / "private")],
+                     "private area")
+    assert main(["attack", "run", "--attack", "direct-label", "--run", str(out), "--json"]) == 0
+
+
+# ------------------------------------------------------------------------------ crash safety
+def _journal_releases(tmp_path, name):
+    paths = [tmp_path / name / "ledger.journal", *tmp_path.glob(f".{name}.new-*/ledger.journal")]
+    return sum(p.read_bytes().count(b'"ids"') for p in paths if p.exists())
+
+
+def _cli_process(argv):
+    """``privzv argv`` in a forked process (already imported: no interpreter start-up per run)."""
+    pid = os.fork()
+    if pid == 0:   # the child: run, then leave without pytest's clean-up
+        code = 1
+        try:
+            with open(os.devnull, "w") as null:
+                sys.stdout = sys.stderr = null
+                code = main(argv)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _alive(pid):
+    done, _ = os.waitpid(pid, os.WNOHANG)
+    return done == 0
+
+
+def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
+    """SIGKILL a training process after a random number of releases (a few times, creation
+    included), then --resume: the run completes, the model and metrics equal an unkilled run's bit
+    for bit, and the ledger counts every release that may have left the server (never fewer than
+    the rounds)."""
+    config = dataclasses.replace(PRIVATE_RUN, epochs=1.0, batch_size=32, evals=3)
+    flags = ["--dataset", "digits", "--devices", "2", "--epochs", "1", "--batch-size", "32",
+             "--clip", str(CLIP), "--sigma", str(SIGMA), "--epsilon", "50", "--seed", "5",
+             "--secret-seed", "77", "--checkpoint-every", "7", "--json"]
+    with open(tmp_path / "c.json", "w") as fh:
+        json.dump({"evals": 3}, fh)
+    reference = run.train(config, tmp_path / "reference", secret_seed=77)   # (also warms imports)
+    out = tmp_path / "run"
+    fresh = ["train", *flags, "--config", str(tmp_path / "c.json"), "--out", str(out)]
+    resume = ["train", "--resume", str(out), "--json"]
+    rng = random.Random(8)
+    kills = 0
+    for target in [0, rng.randint(1, 10), rng.randint(5, 40), rng.randint(5, 40)]:
+        before = _journal_releases(tmp_path, "run")
+        pid = _cli_process(resume if (out / "config.json").exists() else fresh)
+        while (alive := _alive(pid)) and _journal_releases(tmp_path, "run") < before + target:
+            time.sleep(0.001)
+        if alive:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            kills += 1
+    capsys.readouterr()
+    assert main(resume if (out / "config.json").exists() else fresh) == 0
+    assert kills >= 3
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rounds"] == reference["rounds"] == summary["rounds_planned"]
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    ref_ckpt = torch.load(tmp_path / "reference" / "checkpoint.pt", weights_only=True)
+    assert ckpt["round"] == summary["rounds"]
+    for a, b in zip(ckpt["state"]["devices"] + [ckpt["state"]["server"]],
+                    ref_ckpt["state"]["devices"] + [ref_ckpt["state"]["server"]]):
+        key = "model" if "model" in a else "head"
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key])
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    ref_rows = [json.loads(x) for x in (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [r["round"] for r in ref_rows]
+    assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in ref_rows]
+    ledger = json.loads((out / "ledger.json").read_text())
+    journal = [json.loads(x) for x in (out / "ledger.journal").read_text().splitlines()]
+    discarded = sum(line["discarded"] for line in journal if "resume" in line)
+    assert ledger["releases"] == summary["rounds"] + discarded >= summary["rounds"]
+    ref_ledger = json.loads((tmp_path / "reference" / "ledger.json").read_text())
+    assert (np.array(ledger["counts"]) >= np.array(ref_ledger["counts"])).all()
+    assert summary["epsilon_spent"] >= reference["epsilon_spent"]
+    assert not list(tmp_path.glob(".run.new-*")) and not list(out.rglob(".*.tmp"))
+    assert len(list((out / "private").glob("checkpoint-*.pt"))) == 1
+
+
+def test_a_locked_out_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FileLock(str(tmp_path / ".run.lock")):
+        _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(out)],
+                         "another privzv run")
+    assert not out.exists()
+
+
+def test_same_out_twice_is_refused_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--devices", "2", "--epochs", "0.1", "--batch-size", "64", "--json", "--out", str(out)]
+    assert main(args) == 0
+    first = json.loads((out / "config.json").read_text())["run_id"]
+    capsys.readouterr()
+    _one_line_exit_2(capsys, args, "--resume", "--overwrite")
+    assert json.loads((out / "config.json").read_text())["run_id"] == first
+    assert main([*args, "--overwrite"]) == 0
+    assert json.loads((out / "config.json").read_text())["run_id"] != first
+    capsys.readouterr()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    _one_line_exit_2(capsys, [*args[:-1], str(other), "--overwrite"], "not empty")
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_leftover_temporary_folders_are_cleaned(tmp_path, capsys):
+    leftover = tmp_path / ".run.new-abc123"
+    (leftover / "private").mkdir(parents=True)
+    (leftover / "private" / "secrets.json").write_text('{"secret_seed": 1}')
+    assert main(["train", "--devices", "2", "--epochs", "0.1", "--batch-size", "64", "--json",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert not leftover.exists()
+
+
+# ------------------------------------------------------------------------------ resume integrity
+def _edit_json(path, change):
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def _set(key, value):
+    return lambda obj: obj.__setitem__(key, value)
+
+
+def _zero_counts(obj):
+    obj["counts"] = [[0] * len(row) for row in obj["counts"]]
+
+
+def _set_config(key, value):
+    return lambda obj: obj["config"].__setitem__(key, value)
+
+
+@pytest.mark.parametrize("name, path, change, words", [
+    ("counts zeroed", "ledger.json", _zero_counts, ["ledger.json", "differs"]),
+    ("budget raised", "ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
+    ("releases not a number", "ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
+    ("sigma lowered", "config.json", _set("sigma", 0.001), ["sigma"]),
+    ("sigma zero", "config.json", _set("sigma", 0.0), ["sigma"]),
+    ("budget raised in config", "config.json", _set_config("epsilon", 1e6), ["epsilon"]),
+    ("epochs cut in config", "config.json", _set_config("epochs", 0.1), ["epochs"]),
+    ("clip changed in config", "config.json", _set_config("clip", 5.0), ["clip"]),
+    ("foreign run id", "config.json", _set("run_id", "0123456789abcdef"), ["belong to run"]),
+])
+def test_tampered_files_are_refused(private_run, tmp_path, capsys, name, path, change, words):
+    out = _copy(private_run, tmp_path)
+    _edit_json(out / path, change)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], *words)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before   # nothing written
+
+
+@pytest.mark.parametrize("name", ["ledger.json", "ledger.journal", "checkpoint.pt", "metrics.jsonl",
+                                  "config.json"])
+def test_corrupt_or_missing_files_are_refused(private_run, tmp_path, capsys, name):
+    out = _copy(private_run, tmp_path)
+    (out / name).write_bytes(b"\x00garbage{")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], name)
+    (out / name).unlink()
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], name)
+
+
+def test_missing_or_short_transcripts_are_refused(private_run, tmp_path, capsys):
+    out = _copy(private_run, tmp_path)
+    (out / "transcripts" / "device1.json").unlink()
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], "transcripts/device1", "missing")
+    shutil.rmtree(out / "transcripts")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], "transcripts/")
+
+
+def test_foreign_ledger_copied_in_is_refused(private_run, tmp_path, capsys):
+    out = _copy(private_run, tmp_path)
+    other = tmp_path / "other"
+    run.train(dataclasses.replace(PRIVATE_RUN, seed=6), other)
+    shutil.copy(other / "ledger.json", out / "ledger.json")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], "ledger.json", "differs")
+    shutil.copy(other / "ledger.journal", out / "ledger.journal")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], "ledger.journal", "belongs to run")
+
+
+def test_old_checkpoint_with_a_newer_ledger_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    run.train(PRIVATE_RUN, out)
+    old = {p.relative_to(out): p.read_bytes() for p in [out / "checkpoint.pt", *(out / "private").glob("checkpoint-*")]}
+    assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
+    capsys.readouterr()
+    for name, data in old.items():
+        (out / name).write_bytes(data)
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], "checkpoint.pt", "older")
+
+
+def test_epochs_change_needs_extend_and_extend_rechecks_the_budget(private_run, tmp_path, capsys):
+    out = _copy(private_run, tmp_path)
+    _one_line_exit_2(capsys, ["train", "--resume", str(out), "--epochs", "1"], "--extend")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out), "--extend", "--epochs", "0.1"], "more than")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out), "--seed", "3"], "--seed")
+    calibrated = tmp_path / "calibrated"
+    run.train(dataclasses.replace(PRIVATE_RUN, sigma=None, epsilon=2.0), calibrated)
+    _one_line_exit_2(capsys, ["train", "--resume", str(calibrated), "--extend", "--epochs", "3"],
+                     "would spend epsilon", "budget 2")
+    config = json.loads((calibrated / "config.json").read_text())
+    assert config["config"]["epochs"] == 0.3 and config["extensions"] == []
+
+
+def test_extend_records_the_extension_and_the_ledger_continues(private_run, tmp_path, capsys):
+    out = _copy(private_run, tmp_path)
+    first = private_run[1]
+    assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["config"]["epochs"] == 0.6 and config["rounds"] == second["rounds"] > first["rounds"]
+    assert config["extensions"][0]["round"] == first["rounds"] and config["extensions"][0]["epochs"] == 0.3
+    assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]
+    assert main(["train", "--resume", str(out), "--json"]) == 0   # and it resumes again
+
+
+def test_secret_keep_decisions_stay_private_and_survive_resume(tmp_path):
+    """Under secret-subsampling the server's keep masks go to private/transcripts/ (with their
+    position) and a resumed run puts them back in place: same transcripts as a straight run."""
+    cfg = dataclasses.replace(PRIVATE_RUN, threat="secret-subsampling", batch_size=16, super_batch=64,
+                              epochs=0.2)
+    run.train(cfg, tmp_path / "half", secret_seed=4, checkpoint_every=3)
+    run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "half", resume=True, extend=True)
+    run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "straight", secret_seed=4)
+    for out in (tmp_path / "half", tmp_path / "straight"):
+        assert not transcript.load(out, "server").select("local", "keep")
+    half, straight = (transcript.load(tmp_path / n / "private", "server").select("local", "keep")
+                      for n in ("half", "straight"))
+    assert len(half) == len(straight) > 0
+    assert all(np.array_equal(a.fields["mask"], b.fields["mask"]) and a.round == b.round
+               and a.fields["_position"] == b.fields["_position"] for a, b in zip(half, straight))
+    public = [(e.round, e.kind) for e in transcript.load(tmp_path / "half", "server").entries]
+    assert public == [(e.round, e.kind) for e in transcript.load(tmp_path / "straight", "server").entries]

@@ -1,0 +1,621 @@
+"""A training run's folder: every file name, the format version, the secrets boundary, crash safety.
+
+Layout (``FORMAT`` 1). Public (what a party, an attack or a reader of the results may see):
+
+``config.json``     ``format``, ``run_id``, the config (no secret seed), ``seed``, ``sigma``,
+                    ``rounds``, ``release``, ``calibration``, ``versions``, ``extensions``
+``metrics.jsonl``   one JSON object per evaluation
+``ledger.journal``  private runs: one JSON line per release, appended and fsync'd before the
+                    release leaves the server, plus checkpoint and resume markers
+``ledger.json``     private runs: ``PrivacyLedger.state_dict()`` at the last checkpoint
+``checkpoint.pt``   the public part of ``Scheduler.state_dict()`` and what resume cross-checks
+``traffic.npz``, ``transcripts/``, ``summary.json`` (written last: the run finished), plots
+
+Private (``private/``, mode 0700, files 0600; never read by an attack, see :func:`public_config`):
+
+``private/secrets.json``        ``secret_seed`` (from OS entropy, or given for a study) and its source
+``private/checkpoint-ID.pt``    the secret part of the scheduler state (``SECRET_STATE``: every
+                                party's noise generator), of the checkpoint named ID
+``private/transcripts/``        the secret entries of the transcripts (``SECRET_ENTRIES``: the
+                                server's keep decisions)
+
+Every file is replaced atomically (temp file in the same folder, fsync, rename, fsync of the
+folder). A new run is built in a hidden ``.NAME.new-XXXX`` folder and renamed into place after its
+round-0 checkpoint, so ``--out`` either does not exist or holds a resumable run; a lock file
+``.NAME.lock`` beside it keeps a second process out. A kill at any point leaves a run that
+``--resume`` continues from its last checkpoint; releases journaled after that checkpoint stay
+counted (the ledger may over-count, never under-count).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from privzv.errors import PrivzvError
+from privzv.ledger import PrivacyLedger
+
+FORMAT = 1
+CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
+LEDGER, JOURNAL = "ledger.json", "ledger.journal"
+CHECKPOINT, TRAFFIC, TRANSCRIPTS = "checkpoint.pt", "traffic.npz", "transcripts"
+PRIVATE, SECRETS = "private", "secrets.json"
+
+# Paths into Scheduler.state_dict() that only the private area holds ("*": every list item).
+# A new secret (e.g. a sampler the server keeps) is one more path here.
+SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"))
+# Transcript entries that are their party's secret (its sampling decisions), as (party,
+# direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
+SECRET_ENTRIES = {("server", "local", "keep")}
+POSITION = "_position"
+
+
+# --------------------------------------------------------------------------- atomic files
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, write: Callable, *, private: bool = False) -> None:
+    """Replace ``path`` atomically: ``write(fh)`` into a temp file beside it, fsync, rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600 if private else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _dumps(obj, what: str, **kw) -> str:
+    """Strict JSON; a NaN or infinity (a diverged run) is a one-line error, not a bad file."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        raise PrivzvError(f"{what}: a value is NaN or infinite (did the run diverge?); the run "
+                          "folder keeps its last checkpoint") from None
+
+
+def _write_json(path: Path, obj, *, private: bool = False) -> None:
+    text = _dumps(obj, path.name, indent=1)
+    atomic_write(path, lambda fh: fh.write(text.encode()), private=private)
+
+
+def _torch_save(path: Path, obj, *, private: bool = False) -> None:
+    import torch
+
+    atomic_write(path, lambda fh: torch.save(obj, fh), private=private)
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PrivzvError(f"{what}: missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PrivzvError(f"{what}: corrupt ({str(exc).splitlines()[0][:80]})") from None
+
+
+def _torch_load(path: Path, what: str):
+    import torch
+
+    if not path.is_file():
+        raise PrivzvError(f"{what}: missing")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as exc:   # a truncated or foreign file: torch raises many kinds
+        raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
+
+
+def _expect(ok: bool, message: str) -> None:
+    if not ok:
+        raise PrivzvError(message)
+
+
+# --------------------------------------------------------------------------- secret state
+def split_state(state: dict) -> tuple[dict, dict]:
+    """(public, secret) parts of a scheduler state: ``SECRET_STATE`` paths go to ``secret``,
+    keyed "server/noise", "devices/0/noise", ...; :func:`merge_state` puts them back."""
+    public = _copy_containers(state)
+    secret = {}
+    for path in SECRET_STATE:
+        for keys, parent in _parents(public, path[:-1], ()):
+            secret["/".join(map(str, keys + (path[-1],)))] = parent.pop(path[-1])
+    return public, secret
+
+
+def merge_state(public: dict, secret: dict) -> dict:
+    """The whole scheduler state again from :func:`split_state`'s two parts."""
+    state = _copy_containers(public)
+    for key, value in secret.items():
+        *keys, last = key.split("/")
+        node = state
+        for k in keys:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[last] = value
+    return state
+
+
+def _copy_containers(tree):
+    """A copy of the dicts and lists of ``tree`` (its leaves, tensors, shared)."""
+    if isinstance(tree, dict):
+        return {k: _copy_containers(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_copy_containers(v) for v in tree]
+    return tree
+
+
+def _parents(tree, path: tuple, keys: tuple) -> Iterator[tuple[tuple, dict]]:
+    if not path:
+        yield keys, tree
+        return
+    head, rest = path[0], path[1:]
+    items = enumerate(tree) if head == "*" else [(head, tree[head])]
+    for k, child in items:
+        yield from _parents(child, rest, keys + (k,))
+
+
+# --------------------------------------------------------------------------- the ledger journal
+def _ledger_json(state: dict) -> dict:
+    """A ledger state as strict JSON (an infinite budget, a sigma-only run, becomes null)."""
+    return {**state, "epsilon_budget": state["epsilon_budget"] if math.isfinite(state["epsilon_budget"])
+            else None}
+
+
+class JournaledLedger(PrivacyLedger):
+    """A PrivacyLedger that appends each release to an fsync'd journal before ``record`` returns,
+    so the release it counts leaves the server only once it is on disk."""
+
+    journal = None   # an open binary file (set by RunFolder)
+
+    def record(self, device: int, batch_ids) -> None:
+        super().record(device, batch_ids)
+        if self.journal is not None:
+            self._append({"device": int(device), "ids": np.asarray(batch_ids).tolist()})
+
+    def _append(self, line: dict) -> None:
+        self.journal.write((_dumps(line, JOURNAL) + "\n").encode())
+        self.journal.flush()
+        os.fsync(self.journal.fileno())
+
+    def params(self) -> dict:
+        """What defines the ledger (everything but the counts), as strict JSON."""
+        state = _ledger_json(self.state_dict())
+        return {k: v for k, v in state.items() if k not in ("counts", "releases")}
+
+    @classmethod
+    def from_params(cls, params: dict) -> "JournaledLedger":
+        s = params["schedule"]
+        budget = params["epsilon_budget"]
+        return cls.from_state_dict({**params, "epsilon_budget": math.inf if budget is None else budget,
+                                    "releases": 0,
+                                    "counts": np.zeros((s["devices"], s["dataset_size"]), np.int64)})
+
+
+# --------------------------------------------------------------------------- the folder
+def _check_new_target(final: Path, out, overwrite: bool) -> None:
+    """``--out`` must not exist, be an empty folder, or (with ``overwrite``) hold a run folder."""
+    if final.exists() and not final.is_dir():
+        raise PrivzvError(f"--out {str(out)!r}: is a file, not a folder")
+    if final.is_dir() and any(final.iterdir()):
+        if not (final / CONFIG).is_file():
+            raise PrivzvError(f"--out {str(out)!r}: folder exists and is not empty (choose a new one)")
+        if not overwrite:
+            raise PrivzvError(f"--out {str(out)!r}: holds a run; continue it with --resume or "
+                              "replace it with --overwrite")
+
+
+class RunFolder:
+    """One run folder, locked while open. ``path`` is where files go (the hidden new folder
+    until :meth:`commit`), ``final`` the ``--out`` folder."""
+
+    def __init__(self, final: Path, path: Path, lock):
+        self.final, self.path, self._lock = final, path, lock
+        self.run_id: str | None = None
+        self.metrics: list[dict] = []
+        self.ledger: JournaledLedger | None = None
+
+    # ------------------------------------------------------------------ locking and creation
+    @staticmethod
+    def _locked(final: Path, flag: str, shown):
+        from filelock import FileLock, Timeout
+
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(final.parent / f".{final.name}.lock"))
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise PrivzvError(f"{flag} {str(shown)!r}: another privzv run is using this folder "
+                              "(wait for it to finish)") from None
+        except OSError as exc:
+            raise PrivzvError(f"{flag} {str(shown)!r}: cannot use this folder ({exc.strerror})") from None
+        name = _glob_escape(final.name)
+        for leftover in [*final.parent.glob(f".{name}.new-*"), *final.parent.glob(f".{name}.old-*")]:
+            shutil.rmtree(leftover, ignore_errors=True)   # a killed creation or overwrite
+        return lock
+
+    @classmethod
+    @contextlib.contextmanager
+    def create(cls, out, *, overwrite: bool = False) -> Iterator["RunFolder"]:
+        """A new run for ``out``, built hidden and renamed into place by :meth:`commit`.
+
+        ``out`` must not exist, be an empty folder, or (with ``overwrite``) hold a run folder.
+        Before ``commit`` an error removes everything; after it the run stays resumable.
+        """
+        final = Path(out).resolve()
+        _check_new_target(final, out, overwrite)     # before the lock: a refusal leaves no lock file
+        lock = cls._locked(final, "--out", out)
+        folder = None
+        try:
+            _check_new_target(final, out, overwrite)  # again, now that no other run can change it
+            work = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+            folder = cls(final, work, lock)
+            folder.run_id = secrets.token_hex(8)
+            (work / PRIVATE).mkdir(mode=0o700)
+            yield folder
+        except BaseException:
+            if folder is not None and folder.path != final:
+                shutil.rmtree(folder.path, ignore_errors=True)
+            raise
+        finally:
+            folder.close() if folder is not None else lock.release()
+
+    def commit(self) -> None:
+        """Rename the new run into place (replacing an empty folder, or the run to overwrite)."""
+        old = None
+        if self.final.is_dir() and any(self.final.iterdir()):
+            old = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.old-", dir=self.final.parent))
+            os.replace(self.final, old)
+        os.replace(self.path, self.final)
+        _fsync_dir(self.final.parent)
+        self.path = self.final
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, out) -> Iterator["RunFolder"]:
+        """An existing run, locked, for ``--resume`` (its files are read by :meth:`read_config`,
+        :meth:`load_checkpoint`, :meth:`load_ledger`...)."""
+        final = Path(out).resolve()
+        if not (final / CONFIG).is_file():
+            raise PrivzvError(f"--resume {str(out)!r}: not a run folder (no {CONFIG})")
+        folder = cls(final, final, cls._locked(final, "--resume", out))
+        try:
+            for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"),
+                          *final.glob(f"{TRANSCRIPTS}/.*.tmp")]:
+                stray.unlink()               # a write interrupted by a kill
+            yield folder
+        finally:
+            folder.close()
+
+    def close(self) -> None:
+        if self.ledger is not None and self.ledger.journal is not None:
+            self.ledger.journal.close()
+            self.ledger.journal = None
+        self._lock.release()
+
+    # ------------------------------------------------------------------ public and private files
+    @property
+    def private(self) -> Path:
+        return self.path / PRIVATE
+
+    def write_secrets(self, secret_seed: int, given: bool) -> None:
+        _write_json(self.private / SECRETS, {"format": FORMAT, "run_id": self.run_id,
+                                             "secret_seed": secret_seed,
+                                             "source": "given" if given else "os-entropy"}, private=True)
+
+    def read_secrets(self) -> dict:
+        s = _read_json(self.private / SECRETS, f"{PRIVATE}/{SECRETS}")
+        _expect(isinstance(s, dict) and s.get("run_id") == self.run_id
+                and isinstance(s.get("secret_seed"), int), f"{PRIVATE}/{SECRETS}: does not belong to "
+                f"run {self.run_id} (or is corrupt)")
+        return s
+
+    def write_config(self, saved: dict) -> None:
+        _write_json(self.path / CONFIG, {"format": FORMAT, "run_id": self.run_id, **saved})
+
+    def read_config(self) -> dict:
+        """The saved config.json (format checked); sets ``run_id``."""
+        saved = _read_json(self.path / CONFIG, CONFIG)
+        _expect(isinstance(saved, dict) and saved.get("format") == FORMAT,
+                f"{CONFIG}: format {saved.get('format') if isinstance(saved, dict) else None!r}, "
+                f"expected {FORMAT}")
+        _expect(isinstance(saved.get("run_id"), str) and isinstance(saved.get("config"), dict),
+                f"{CONFIG}: corrupt (no run_id or config)")
+        sigma = saved.get("sigma")
+        _expect(isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma)
+                and sigma >= 0, f"{CONFIG}: sigma {sigma!r} is not a number >= 0")
+        for name in ("rounds", "checkpoint_every"):
+            value = saved.get(name)
+            _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                    f"{CONFIG}: {name} {value!r} is not an integer >= 1")
+        self.run_id = saved["run_id"]
+        return saved
+
+    # ------------------------------------------------------------------ metrics
+    def append_metrics(self, row: dict) -> None:
+        text = "".join(_dumps(r, METRICS) + "\n" for r in [*self.metrics, row])
+        self.metrics.append(row)
+        atomic_write(self.path / METRICS, lambda fh: fh.write(text.encode()))
+
+    def _read_metrics(self) -> list[dict]:
+        path = self.path / METRICS
+        if not path.is_file():
+            raise PrivzvError(f"{METRICS}: missing")
+        try:
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (UnicodeDecodeError, ValueError):
+            raise PrivzvError(f"{METRICS}: corrupt (a line is not JSON)") from None
+        return rows
+
+    # ------------------------------------------------------------------ the ledger
+    def start_ledger(self, ledger: PrivacyLedger) -> JournaledLedger:
+        """The run's ledger, journaled from now on (a new private run)."""
+        self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
+        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params()}
+        atomic_write(self.path / JOURNAL, lambda fh: fh.write((json.dumps(header) + "\n").encode()))
+        self._open_journal()
+        self._write_ledger()
+        return self.ledger
+
+    def _open_journal(self) -> None:
+        self.ledger.journal = open(self.path / JOURNAL, "ab")
+
+    def _write_ledger(self) -> None:
+        _write_json(self.path / LEDGER, _ledger_json(self.ledger.state_dict()))
+
+    def _read_journal(self) -> tuple[dict, list[dict]]:
+        path = self.path / JOURNAL
+        if not path.is_file():
+            raise PrivzvError(f"{JOURNAL}: missing (a private run's ledger; its spent budget is unknown,"
+                              " so it cannot continue)")
+        data = path.read_bytes()
+        end = data.rfind(b"\n") + 1     # after it: a line torn by a kill (its release never left)
+        self._journal_end = end
+        try:
+            lines = [json.loads(x) for x in data[:end].decode().splitlines()]
+        except (UnicodeDecodeError, ValueError):
+            raise PrivzvError(f"{JOURNAL}: corrupt (a line is not JSON)") from None
+        _expect(bool(lines) and isinstance(lines[0], dict) and lines[0].get("format") == FORMAT,
+                f"{JOURNAL}: corrupt (no header)")
+        _expect(lines[0].get("run_id") == self.run_id,
+                f"{JOURNAL}: belongs to run {lines[0].get('run_id')!r}, not {self.run_id!r}")
+        return lines[0], lines[1:]
+
+    def load_ledger(self, expected: dict, checkpoint: dict) -> JournaledLedger:
+        """Replay the journal into the run's ledger and cross-check it with ``expected`` (the ledger
+        parameters the saved config makes; ``schedule``: the keys given), ``ledger.json`` and the
+        checkpoint. Reads only: :meth:`resumed` writes."""
+        header, lines = self._read_journal()
+        params = header.get("ledger") if isinstance(header.get("ledger"), dict) else {}
+        for key, want in expected.items():
+            got = params.get(key)
+            if key == "schedule" and isinstance(got, dict):
+                got = {k: got.get(k) for k in want}
+            _expect(got == want, f"{JOURNAL}: ledger {key} {got!r} differs from {CONFIG}'s {want!r}")
+        saved = _read_json(self.path / LEDGER, LEDGER)
+        _expect(isinstance(saved, dict) and isinstance(saved.get("releases"), int)
+                and not isinstance(saved.get("releases"), bool),
+                f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
+                " is not an integer)")
+        markers, marked = [], 0
+        try:
+            ledger = JournaledLedger.from_params(params)
+            seen_at_ledger = saved["releases"] == 0 and _ledger_json(ledger.state_dict())
+            for line in lines:
+                if "ids" in line:
+                    ledger.record(line["device"], np.asarray(line["ids"], dtype=np.int64))
+                    if ledger.releases == saved["releases"]:
+                        seen_at_ledger = _ledger_json(ledger.state_dict())
+                else:
+                    marked = ledger.releases
+                    if "checkpoint" in line:
+                        markers.append(line)
+        except (KeyError, TypeError, ValueError, PrivzvError) as exc:
+            raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
+        _expect(seen_at_ledger == saved, f"{LEDGER}: differs from the journal's ledger after "
+                f"{saved['releases']} releases (edited, or another run's)")
+        done = checkpoint["releases"]
+        _expect(ledger.releases >= done, f"{JOURNAL}: {ledger.releases} releases, fewer than the "
+                f"{done} of {CHECKPOINT} (round {checkpoint['round']})")
+        ids = [m["checkpoint"] for m in markers]
+        if checkpoint["id"] in ids:
+            _expect(ids[-1] == checkpoint["id"], f"{CHECKPOINT}: an older checkpoint (round "
+                    f"{checkpoint['round']}) than the ledger's last (round {markers[-1]['round']})")
+        else:   # killed between writing the checkpoint and marking it
+            _expect(not markers or markers[-1]["round"] <= checkpoint["round"],
+                    f"{CHECKPOINT}: round {checkpoint['round']} is not in the ledger's history (last "
+                    f"checkpoint round {markers[-1]['round'] if markers else None})")
+        self.ledger = ledger
+        self._discarded = ledger.releases - max(done, marked)
+        return ledger
+
+    def resumed(self, checkpoint: dict) -> None:
+        """After every check passed: mark the resume in the journal (with the releases made after
+        the checkpoint, which stay counted), drop later metrics rows, and unfinish the run."""
+        if self.ledger is not None:
+            os.truncate(self.path / JOURNAL, self._journal_end)
+            self._open_journal()
+            self.ledger._append({"resume": checkpoint["id"], "round": checkpoint["round"],
+                                 "discarded": self._discarded})
+        rows, self.metrics = self.metrics, []
+        for row in rows:
+            self.append_metrics(row)
+        (self.path / SUMMARY).unlink(missing_ok=True)
+        for stray in self.private.glob("checkpoint-*.pt"):   # a newer one whose commit was killed
+            if stray.name != f"checkpoint-{checkpoint['id']}.pt":
+                stray.unlink()
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, round_: int, state: dict, recorder, traffic: dict, meta: dict) -> None:
+        """Transcripts, then the private and public checkpoint (the commit point), then the
+        journal marker, ledger.json and traffic.npz. ``meta`` is cross-checked on resume."""
+        ckpt_id = f"{round_:010d}-{secrets.token_hex(4)}"
+        counts = self._save_transcripts(recorder) if recorder.enabled else None
+        public, secret = split_state(state)
+        _torch_save(self.private / f"checkpoint-{ckpt_id}.pt",
+                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
+                     "state": secret}, private=True)
+        releases = self.ledger.releases if self.ledger is not None else 0
+        _torch_save(self.path / CHECKPOINT,
+                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
+                     "releases": releases, "metrics": list(self.metrics),
+                     "transcripts": counts, **meta, "state": public})
+        if self.ledger is not None:
+            self.ledger._append({"checkpoint": ckpt_id, "round": round_, "releases": releases})
+            self._write_ledger()
+        atomic_write(self.path / TRAFFIC, lambda fh: np.savez(fh, **traffic))
+        for old in self.private.glob("checkpoint-*.pt"):
+            if old.name != f"checkpoint-{ckpt_id}.pt":
+                old.unlink()
+
+    def load_checkpoint(self) -> dict:
+        """The checkpoint (public state merged with its private part), format and run checked."""
+        ckpt = _torch_load(self.path / CHECKPOINT, CHECKPOINT)
+        _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT and "state" in ckpt,
+                f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
+        _expect(ckpt.get("run_id") == self.run_id,
+                f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {self.run_id!r}")
+        name = f"{PRIVATE}/checkpoint-{ckpt['id']}.pt"
+        secret = _torch_load(self.path / name, name)
+        _expect(isinstance(secret, dict) and secret.get("run_id") == self.run_id
+                and secret.get("round") == ckpt["round"], f"{name}: does not match {CHECKPOINT}")
+        ckpt["state"] = merge_state(ckpt["state"], secret["state"])
+        return ckpt
+
+    def load_metrics(self, checkpoint: dict) -> None:
+        """The metrics rows of the checkpoint (rows written after it are dropped)."""
+        rows, want = self._read_metrics(), checkpoint["metrics"]
+        _expect(rows[:len(want)] == want, f"{METRICS}: differs from the {len(want)} rows of "
+                f"{CHECKPOINT} (round {checkpoint['round']})")
+        self.metrics = list(want)
+
+    def _save_transcripts(self, recorder) -> dict:
+        """Secret entries to private/transcripts/, the rest to transcripts/; entries per party."""
+        public, secret = _split_transcripts(recorder)
+        for part, base, private in ((secret, self.private, True), (public, self.path, False)):
+            folder = base / TRANSCRIPTS
+            folder.mkdir(mode=0o700 if private else 0o777, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".new-", dir=self.path) as tmp:
+                part.save(Path(tmp))
+                for party in part.transcripts:
+                    for ext in ("npz", "json"):   # the index last: an old index over a new npz reads
+                        name = f"{party}.{ext}"
+                        atomic_write(folder / name, lambda fh: fh.write((Path(tmp) / name).read_bytes()),
+                                     private=private)
+        return {p: [len(public.transcripts[p].entries),
+                    len(secret.transcripts[p].entries) if p in secret.transcripts else 0]
+                for p in recorder.transcripts}
+
+    def load_transcripts(self, recorder, checkpoint: dict) -> None:
+        """Put the checkpoint's transcript entries back into ``recorder`` (later ones dropped)."""
+        from privzv.training import transcript
+
+        counts = checkpoint["transcripts"]
+        _expect(counts is not None, f"{CHECKPOINT}: the run was saved without transcripts")
+        for party, (n_public, n_secret) in counts.items():
+            public = self._entries(self.path, TRANSCRIPTS, party, n_public, checkpoint)
+            secret = self._entries(self.private, f"{PRIVATE}/{TRANSCRIPTS}", party, n_secret, checkpoint)
+            merged: list = [None] * (n_public + n_secret)
+            for e in secret:
+                i = int(e.fields[POSITION][0])
+                _expect(0 <= i < len(merged) and merged[i] is None,
+                        f"{PRIVATE}/{TRANSCRIPTS}/{party}: corrupt (entry position {i})")
+                merged[i] = dataclasses.replace(e, fields={k: v for k, v in e.fields.items()
+                                                           if k != POSITION})
+            rest = iter(public)
+            recorder.transcripts[party].entries[:0] = [e if e is not None else next(rest) for e in merged]
+
+    @staticmethod
+    def _entries(base: Path, what: str, party: str, n: int, checkpoint: dict) -> list:
+        """The first ``n`` entries of ``party``'s transcript under ``base`` (all before the
+        checkpoint's round)."""
+        from privzv.training import transcript
+
+        if n == 0:
+            return []
+        what = f"{what}/{party}"
+        try:
+            entries = transcript.load(base, party).entries
+        except PrivzvError:
+            raise PrivzvError(f"{what}: missing ({CHECKPOINT} of round {checkpoint['round']} "
+                              f"expects {n} entries)") from None
+        except Exception as exc:
+            raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
+        _expect(len(entries) >= n and all(e.round < checkpoint["round"] for e in entries[:n]),
+                f"{what}: {len(entries)} entries, {CHECKPOINT} of round {checkpoint['round']} "
+                f"expects {n}")
+        return entries[:n]
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, summary: dict) -> None:
+        """Write summary.json (atomically): the run is finished."""
+        _write_json(self.path / SUMMARY, summary)
+
+
+
+def _split_transcripts(recorder):
+    """(public, secret) Recorders: ``SECRET_ENTRIES`` (with their position) apart from the rest."""
+    from privzv.training.transcript import Recorder
+
+    meta = {p: t.meta for p, t in recorder.transcripts.items()}
+    public, secret = Recorder(list(meta), meta), Recorder([], {})
+    for party, t in recorder.transcripts.items():
+        for i, e in enumerate(t.entries):
+            if (party, e.direction, e.kind) in SECRET_ENTRIES:
+                if party not in secret.transcripts:
+                    secret.transcripts[party] = dataclasses.replace(t, entries=[])
+                secret.transcripts[party].entries.append(
+                    dataclasses.replace(e, fields={**e.fields, POSITION: np.array([i])}))
+            else:
+                public.transcripts[party].entries.append(e)
+    return public, secret
+
+
+def _glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def is_private(path) -> bool:
+    """Whether ``path`` is inside a run folder's private area."""
+    p = Path(path).resolve()
+    return any(part.name == PRIVATE and (part.parent / CONFIG).is_file() for part in (p, *p.parents))
+
+
+def public_config(run_dir, flag: str = "--run") -> dict:
+    """The public config.json of a run folder, for a reader that must see nothing secret."""
+    run = Path(run_dir)
+    if is_private(run):
+        raise PrivzvError(f"{flag} {str(run)!r}: is inside a run's private area; attacks read only "
+                          "public files")
+    if not (run / CONFIG).is_file():
+        raise PrivzvError(f"{flag} {str(run)!r}: not a training run (no {CONFIG})")
+    saved = _read_json(run / CONFIG, f"{flag} {str(run)!r}: {CONFIG}")
+    _expect(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
+            f"{flag} {str(run)!r}: {CONFIG} is not a run's config")
+    return saved
