@@ -52,11 +52,8 @@ import numpy as np
 from privzv import gdp
 from privzv.threats import Exposure
 
-ACCOUNTANTS = ("pld", "rdp", "gdp-clt", "seed")
-
-# PLD value discretisation used by ``account``: dp-accounting's default, widened for very large
-# privacy losses (where the grid would otherwise have millions of points and epsilon is huge).
-PLD_DISCRETIZATION = 1e-4
+ACCOUNTANTS = ("best", "pld", "rdp", "gdp-clt", "seed")
+RIGOROUS = ("best", "pld", "rdp")
 
 
 def seed_mu(z: float, batch_size: int, dataset_size: int, steps: int) -> float:
@@ -91,56 +88,94 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     return 1.0 / math.sqrt(math.log1p((mu / q) ** 2 / k))
 
 
+# PLD value discretisation: this fraction of the (target or estimated) epsilon, within bounds;
+# a privacy-loss grid estimated to need more points than PLD_MAX_POINTS is not built (the next
+# rigorous accountant answers instead).
+PLD_RELATIVE_DISCRETIZATION = 1e-4
+PLD_DISCRETIZATION_RANGE = (1e-7, 1.0)
+PLD_MAX_POINTS = 2_000_000
+
+
+class CannotAnswer(Exception):
+    """An accountant cannot evaluate this exposure (grid too large, overflow); the caller falls
+    back to the next rigorous accountant and says so."""
+
+
+def pld_discretization(epsilon: float) -> float:
+    """The PLD value discretisation for an answer near ``epsilon``: PLD_RELATIVE_DISCRETIZATION
+    * epsilon, clamped to PLD_DISCRETIZATION_RANGE (chosen from the target, not a GDP model)."""
+    low, high = PLD_DISCRETIZATION_RANGE
+    if not math.isfinite(epsilon):
+        return high
+    return min(max(PLD_RELATIVE_DISCRETIZATION * epsilon, low), high)
+
+
+def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
+    """epsilon of k Gaussian releases ignoring any sampling: exactly sqrt(k)/z-GDP (Dong, Roth &
+    Su 2022, Cor. 3.3 and 2.13). With Poisson sampling it stays a rigorous upper bound (sampling
+    is a randomised pre-processing of the records, so by joint convexity the sampled mechanism
+    is no less private than the unsampled one)."""
+    return gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
+
+
 def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
-                discretization: float | None = None) -> float:
-    """Pessimistic PLD epsilon (dp-accounting PLDAccountant) of the exposure; see module docs.
+                discretization: float) -> float:
+    """Pessimistic PLD epsilon (dp-accounting ``privacy_loss_distribution``) of the exposure.
 
     Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
     (mu = sqrt(k)/z; Dong, Roth & Su 2022, Cor. 3.3) and its (epsilon, delta) curve is the
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
-    With sampling that closed form stays a valid upper bound (subsampling is a randomised
-    pre-processing; joint convexity), used where dp-accounting's grid overflows (tiny z).
-
-    ``discretization`` defaults to PLD_DISCRETIZATION * max(1, mu^2) with mu the CLT/exact GDP
-    estimate, which keeps the grid small when epsilon is large. The estimate is an upper bound at
-    any discretisation (``pessimistic_estimate=True``, dp-accounting's default).
+    With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
+    (module docstring for the pair), self-composed k times, with the truncated tail masses (which
+    a pessimistic PLD adds to delta) kept below delta / 1e4, so that delta down to 1e-300 is
+    evaluated rather than swamped by the default 1e-15 truncation. An upper bound at any
+    discretisation. Raises CannotAnswer when the grid would be too large or overflows.
     """
-    exact = gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
     if exposure.sampling_rate is None:
-        return exact
-    if discretization is None:
-        discretization = PLD_DISCRETIZATION * max(1.0, min(clt_mu(z, exposure), 1e4) ** 2)
+        return unamplified_epsilon(z, exposure, delta)
+    # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
+    # noise units, t the tail quantile of the truncated mass
+    log_truncation = min(-50.0, math.log(delta) - 10.0)
+    a = 1.0 / z
+    span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
+    if not span / discretization <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"the privacy-loss grid would need about {span / discretization:.3g} "
+                           "points")
     try:
-        eps = _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                           float(delta), float(discretization))
-    except (OverflowError, FloatingPointError):
-        return exact
-    return min(eps, exact)
+        return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
+                            float(delta), float(discretization), log_truncation)
+    except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
+        raise CannotAnswer(f"dp-accounting's PLD failed ({type(exc).__name__})") from None
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization):
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
     import dp_accounting as dpa
-    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.pld import privacy_loss_distribution as pld
 
-    relation = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
-    event = dpa.GaussianDpEvent(z)
-    if q is not None:
-        if neighbors == "replace-one":
-            relation = dpa.NeighboringRelation.REPLACE_ONE
-            event = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(2.0 * z))
-        else:
-            event = dpa.PoissonSampledDpEvent(q, event)
-    accountant = pld_privacy_accountant.PLDAccountant(
-        relation, value_discretization_interval=discretization)
-    accountant.compose(event, k)
-    return float(accountant.get_epsilon(delta))
+    relation = (dpa.NeighboringRelation.REPLACE_ONE if neighbors == "replace-one"
+                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    single = pld.from_gaussian_mechanism(
+        standard_deviation=2.0 * z if neighbors == "replace-one" else z,
+        value_discretization_interval=discretization, log_mass_truncation_bound=log_truncation,
+        sampling_prob=q, neighboring_relation=relation, pessimistic_estimate=True)
+    composed = single.self_compose(k, tail_mass_truncation=min(1e-15, 1e-4 * delta))
+    eps = float(composed.get_epsilon_for_delta(delta))
+    if not math.isfinite(eps):
+        raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
+    return eps
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:
-    """RDP epsilon (dp-accounting RdpAccountant, default orders); see module docs for replace-one."""
-    return _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                        float(delta))
+    """RDP epsilon (dp-accounting, default orders); see module docs for replace-one."""
+    try:
+        eps = _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
+                           float(delta))
+    except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError) as exc:
+        raise CannotAnswer(f"RDP failed ({type(exc).__name__})") from None
+    if not math.isfinite(eps):
+        raise CannotAnswer("RDP gave no finite epsilon at any order")
+    return eps
 
 
 @functools.lru_cache(maxsize=4096)
@@ -151,7 +186,8 @@ def _rdp_epsilon(z, k, q, neighbors, delta):
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
-        return _rdp_epsilon_unlogged(z, k, q, neighbors, delta)
+        with np.errstate(all="ignore"):
+            return _rdp_epsilon_unlogged(z, k, q, neighbors, delta)
     finally:
         absl.setLevel(level)
 
@@ -166,12 +202,71 @@ def _rdp_epsilon_unlogged(z, k, q, neighbors, delta):
         accountant = rdp.RdpAccountant()
         accountant.compose(event, k)
         return float(accountant.get_epsilon(delta))
-    # replace-one with Poisson sampling: Mironov 2017, Prop. 11 (p = q = 2), per release.
     orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
-    sampled = functools.partial(rdp._compute_rdp_poisson_subsampled_gaussian, q, 2.0 * z)
-    per_release = (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(
-        2.0 * orders - 1.0)
+    per_release = np.minimum(replace_one_rdp(q, z, orders), mironov_replace_one_rdp(q, z, orders))
     return float(rdp.compute_epsilon(orders, k * per_release, delta)[0])
+
+
+def mironov_replace_one_rdp(q: float, z: float, orders: np.ndarray) -> np.ndarray:
+    """Replace-one RDP of one sampled release bounded through the add-remove neighbour in
+    between (Mironov 2017, "Renyi differential privacy", arXiv:1702.07476, Prop. 11, p = q = 2):
+    eps_rep(alpha) <= (alpha - 1/2)/(alpha - 1) eps_ar(2 alpha) + eps_ar(2 alpha - 1), eps_ar
+    the add-remove RDP of the sampled Gaussian with per-record sensitivity r (multiplier 2z),
+    from dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian`` (a private function:
+    pyproject pins dp-accounting to the tested range and a test calls it)."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    sampled = functools.partial(rdp._compute_rdp_poisson_subsampled_gaussian, q, 2.0 * z)
+    return (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(2.0 * orders - 1.0)
+
+
+# Quadrature for replace_one_rdp: trapezoid step (in noise units) and half-width around the
+# integrand's mass; orders whose integrand sits further out than _RDP_MAX_REACH give inf.
+_RDP_STEP = 0.1
+_RDP_HALF_WIDTH = 15.0
+_RDP_MAX_REACH = 2e3
+# relative and absolute margin added to the quadrature so the value stays an upper bound
+_RDP_MARGIN = (1e-9, 1e-18)
+
+
+def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
+    """Exact Renyi divergence of order alpha between dp-accounting's replace-one pair of one
+    Poisson-sampled Gaussian release, P = (1-q) N(0,1) + q N(-a,1) and Q = (1-q) N(0,1) +
+    q N(a,1), a = 1/(2z) (the pair of the PLD path, module docstring), by 1-D quadrature:
+
+        eps(alpha) = log( integral p(x)^alpha q(x)^(1-alpha) dx ) / (alpha - 1).
+
+    P(x) = Q(-x), so the divergence is symmetric and one direction suffices. The integrand is
+    smooth and decays like a Gaussian around x ~ -alpha a, where the trapezoid rule converges
+    geometrically (Trefethen & Weideman 2014, "The exponentially convergent trapezoidal rule",
+    SIAM Review 56(3), Sec. 5); a margin of 1e-9 relative keeps the value an upper bound.
+    Mironov 2017's Prop. 11 bounds the same quantity from above; at DP-SGD settings it is 8-12%
+    larger (``tests/privzv/test_accounting.py`` compares both). Orders whose mass lies beyond
+    2000 noise units give inf (a valid, useless bound)."""
+    from scipy.special import logsumexp
+
+    orders = np.asarray(orders, dtype=float)
+    a = 0.5 / z
+    out = np.full(orders.shape, np.inf)
+    log_1q, log_q = math.log1p(-q), math.log(q)
+    for i, alpha in enumerate(orders):
+        reach = alpha * a
+        if reach > _RDP_MAX_REACH:
+            continue
+        x = np.arange(-reach - a - _RDP_HALF_WIDTH, a + _RDP_HALF_WIDTH, _RDP_STEP)
+        # log(p/phi) and log(q/phi), phi the N(0,1) density: small where the two are close
+        shift = -0.5 * a * a
+        log_p = np.logaddexp(log_1q, log_q + shift - a * x)
+        log_r = np.logaddexp(log_1q, log_q + shift + a * x)
+        g = alpha * log_p + (1.0 - alpha) * log_r     # log of the integrand over phi
+        log_phi = -0.5 * x * x - 0.5 * math.log(2.0 * math.pi) + math.log(_RDP_STEP)
+        if g.max() < 1.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
+            log_int = math.log1p(max(float(np.sum(np.exp(log_phi) * np.expm1(g))), 0.0))
+        else:
+            log_int = float(logsumexp(log_phi + g))
+        value = max(log_int, 0.0) / (alpha - 1.0)
+        out[i] = value * (1.0 + _RDP_MARGIN[0]) + _RDP_MARGIN[1]
+    return out
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
