@@ -22,13 +22,17 @@ Mapping to dp-accounting (read from its source, version 0.6):
   docstring). Our replace-one sensitivity is 2r, so the event is
   ``PoissonSampledDpEvent(q, GaussianDpEvent(2z))`` under ``NeighboringRelation.REPLACE_ONE``.
   For DPZV's scalar contributions in [-C/B, C/B] these are the extreme contributions.
-- Poisson sampling, replace-one, RDP: dp-accounting refuses this event. A replace-one pair
-  (D, D') passes through D'' = D without the record, which is add-remove adjacent to both, so
-  Mironov's weak triangle inequality for Renyi divergences (Mironov 2017, "Renyi differential
-  privacy", Prop. 11 with p = q = 2) gives, per release and order alpha,
-  eps_rep(alpha) <= (alpha - 1/2)/(alpha - 1) * eps_ar(2 alpha) + eps_ar(2 alpha - 1),
-  where eps_ar is the add-remove RDP of the sampled Gaussian with per-record sensitivity r
-  (multiplier 2z). A valid upper bound, looser than the PLD's.
+- Poisson sampling, replace-one, RDP: dp-accounting refuses this event. privzv computes the
+  exact Renyi divergence of the same pair as the PLD path, (1-q) N(0,1) + q N(-a,1) against
+  (1-q) N(0,1) + q N(a,1) with a = 1/(2z), by 1-D quadrature (:func:`replace_one_rdp`), and
+  converts with dp-accounting's ``compute_epsilon``. This replaces the earlier bound by
+  Mironov's weak triangle inequality (Mironov 2017, "Renyi differential privacy",
+  arXiv:1702.07476, Prop. 11), which bounds the same divergence from above and is 15% to
+  several times looser.
+- ``best``: the smaller of pld and rdp (both rigorous upper bounds), each evaluated where it
+  answers; the answer names the one that produced it. pld and rdp each fall back to the other
+  where they cannot answer (a grid too large, an overflow), and both to the unamplified closed
+  form (:func:`unamplified_epsilon`).
 
 The non-dp-accounting accountants work in Gaussian DP:
 
@@ -85,15 +89,23 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     k, q = exposure.compositions, exposure.sampling_rate
     if q is None:
         return math.sqrt(k) / mu
-    return 1.0 / math.sqrt(math.log1p((mu / q) ** 2 / k))
+    log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)      # x = mu^2 / (q^2 k)
+    return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
-# PLD value discretisation: this fraction of the (target or estimated) epsilon, within bounds;
-# a privacy-loss grid estimated to need more points than PLD_MAX_POINTS is not built (the next
-# rigorous accountant answers instead).
+# PLD value discretisation: see pld_discretization; a privacy-loss grid estimated to need more
+# points than PLD_MAX_POINTS is not built (the next rigorous accountant answers instead): this
+# bounds the time of one evaluation to about 0.2 s.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_DISCRETIZATION_RANGE = (1e-7, 1.0)
-PLD_MAX_POINTS = 2_000_000
+PLD_MAX_POINTS = 400_000
+PLD_MAX_COMPOSITIONS = 1_000_000
+# dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
+# epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
+# shows it): below this delta, pld does not answer and rdp (log-space, exact) does.
+PLD_MIN_DELTA = 1e-12
+_FIRST_POWER = 16
+_STAGED_FROM = 100_000
 
 
 class CannotAnswer(Exception):
@@ -101,13 +113,17 @@ class CannotAnswer(Exception):
     back to the next rigorous accountant and says so."""
 
 
-def pld_discretization(epsilon: float) -> float:
-    """The PLD value discretisation for an answer near ``epsilon``: PLD_RELATIVE_DISCRETIZATION
-    * epsilon, clamped to PLD_DISCRETIZATION_RANGE (chosen from the target, not a GDP model)."""
+def pld_discretization(epsilon: float, compositions: int) -> float:
+    """The PLD value discretisation for an answer near ``epsilon`` after k = ``compositions``
+    releases: min(r epsilon, sqrt(r epsilon / k)), r = PLD_RELATIVE_DISCRETIZATION, clamped to
+    PLD_DISCRETIZATION_RANGE. The pessimistic (connect-the-dots) rounding moves epsilon by
+    about k Delta^2 (measured on dp-accounting 0.6 at k = 1e4 to 1e8), so this keeps its
+    relative effect near r; chosen from the answer, not from a GDP model."""
     low, high = PLD_DISCRETIZATION_RANGE
     if not math.isfinite(epsilon):
         return high
-    return min(max(PLD_RELATIVE_DISCRETIZATION * epsilon, low), high)
+    r = PLD_RELATIVE_DISCRETIZATION * epsilon
+    return min(max(min(r, math.sqrt(r / compositions)), low), high)
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
@@ -127,20 +143,30 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
     With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
     (module docstring for the pair), self-composed k times, with the truncated tail masses (which
-    a pessimistic PLD adds to delta) kept below delta / 1e4, so that delta down to 1e-300 is
-    evaluated rather than swamped by the default 1e-15 truncation. An upper bound at any
-    discretisation. Raises CannotAnswer when the grid would be too large or overflows.
+    a pessimistic PLD adds to delta) kept below delta / 1e4. An upper bound at any
+    discretisation. Raises CannotAnswer when the grid would be too large or overflows, for
+    delta < PLD_MIN_DELTA and for more than PLD_MAX_COMPOSITIONS releases.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
+    if exposure.compositions > PLD_MAX_COMPOSITIONS:
+        raise CannotAnswer(f"k={exposure.compositions} compositions: above "
+                           f"{PLD_MAX_COMPOSITIONS:.0e}, a PLD evaluation takes seconds")
+    if delta < PLD_MIN_DELTA:
+        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD's FFT "
+                           "round-off dominates")
     # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
     # noise units, t the tail quantile of the truncated mass
     log_truncation = min(-50.0, math.log(delta) - 10.0)
     a = 1.0 / z
     span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
-    if not span / discretization <= PLD_MAX_POINTS:
-        raise CannotAnswer(f"the privacy-loss grid would need about {span / discretization:.3g} "
-                           "points")
+    discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
+    # the composed grid: about mu^2/2 + 16 mu wide, mu the GDP (CLT) estimate of the whole run
+    mu = min(clt_mu(z, exposure), 1e6)
+    points = max(span, 0.5 * mu * mu + 16.0 * mu) / discretization
+    if not points <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"the privacy-loss grid would need about {points:.3g} points at "
+                           f"discretisation {discretization:.3g}")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
                             float(delta), float(discretization), log_truncation)
@@ -159,7 +185,16 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
         standard_deviation=2.0 * z if neighbors == "replace-one" else z,
         value_discretization_interval=discretization, log_mass_truncation_bound=log_truncation,
         sampling_prob=q, neighboring_relation=relation, pessimistic_estimate=True)
-    composed = single.self_compose(k, tail_mass_truncation=min(1e-15, 1e-4 * delta))
+    # For large k compose a small power first: dp-accounting's sparse self_compose evaluates
+    # size**k as a Python integer (seconds for k ~ 1e7); a power >= _FIRST_POWER is dense
+    # whenever the single release has >= 2 grid points (ensured by pld_epsilon).
+    tail = min(1e-15, 1e-4 * delta) / 3.0
+    first = _FIRST_POWER if k > _STAGED_FROM else 1
+    composed = single.self_compose(first, tail_mass_truncation=tail) if first > 1 else single
+    composed = composed.self_compose(k // first, tail_mass_truncation=tail)
+    if k % first:
+        composed = composed.compose(single.self_compose(k % first, tail_mass_truncation=tail),
+                                    tail_mass_truncation=tail)
     eps = float(composed.get_epsilon_for_delta(delta))
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
@@ -203,21 +238,7 @@ def _rdp_epsilon_unlogged(z, k, q, neighbors, delta):
         accountant.compose(event, k)
         return float(accountant.get_epsilon(delta))
     orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
-    per_release = np.minimum(replace_one_rdp(q, z, orders), mironov_replace_one_rdp(q, z, orders))
-    return float(rdp.compute_epsilon(orders, k * per_release, delta)[0])
-
-
-def mironov_replace_one_rdp(q: float, z: float, orders: np.ndarray) -> np.ndarray:
-    """Replace-one RDP of one sampled release bounded through the add-remove neighbour in
-    between (Mironov 2017, "Renyi differential privacy", arXiv:1702.07476, Prop. 11, p = q = 2):
-    eps_rep(alpha) <= (alpha - 1/2)/(alpha - 1) eps_ar(2 alpha) + eps_ar(2 alpha - 1), eps_ar
-    the add-remove RDP of the sampled Gaussian with per-record sensitivity r (multiplier 2z),
-    from dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian`` (a private function:
-    pyproject pins dp-accounting to the tested range and a test calls it)."""
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
-
-    sampled = functools.partial(rdp._compute_rdp_poisson_subsampled_gaussian, q, 2.0 * z)
-    return (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(2.0 * orders - 1.0)
+    return float(rdp.compute_epsilon(orders, k * replace_one_rdp(q, z, orders), delta)[0])
 
 
 # Quadrature for replace_one_rdp: trapezoid step (in noise units) and half-width around the
@@ -240,8 +261,9 @@ def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
     smooth and decays like a Gaussian around x ~ -alpha a, where the trapezoid rule converges
     geometrically (Trefethen & Weideman 2014, "The exponentially convergent trapezoidal rule",
     SIAM Review 56(3), Sec. 5); a margin of 1e-9 relative keeps the value an upper bound.
-    Mironov 2017's Prop. 11 bounds the same quantity from above; at DP-SGD settings it is 8-12%
-    larger (``tests/privzv/test_accounting.py`` compares both). Orders whose mass lies beyond
+    Mironov 2017's Prop. 11 (weak triangle inequality through the add-remove neighbour) bounds
+    the same quantity from above and is 15% to several times larger
+    (``tests/privzv/test_peer_values.py`` compares both). Orders whose mass lies beyond
     2000 noise units give inf (a valid, useless bound)."""
     from scipy.special import logsumexp
 

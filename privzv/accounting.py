@@ -102,7 +102,7 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float, order
                 # discretise from an estimate of the answer (a function of z alone, so that
                 # calibrate, account and the ledger agree exactly)
                 disc = coarseness * accountants.pld_discretization(answers.get("rdp", _estimate(
-                    z, exp, neighbors, delta)))
+                    z, exp, neighbors, delta)), exp.compositions)
                 answers[name] = accountants.pld_epsilon(z, exp, neighbors, delta, disc)
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
@@ -163,8 +163,9 @@ def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Ex
 
 _HOW = {
     "pld": "dp-accounting PLD, pessimistic",
-    "rdp": "dp-accounting RDP; replace-one with sampling by exact quadrature of the sampled "
-           "pair's Renyi divergence",
+    "rdp": "dp-accounting RDP",
+    "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
+                       "Renyi divergence, dp-accounting's conversion",
     "unamplified": "closed form without amplification: k Gaussian releases are sqrt(k)/z-GDP",
 }
 
@@ -186,7 +187,9 @@ def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: E
     else:
         rigorous = True
         how = ("exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
-               if exp.sampling_rate is None else _HOW[name])
+               if exp.sampling_rate is None else _HOW[
+                   "rdp-replace-one" if name == "rdp" and release.neighbors == "replace-one"
+                   else name])
         chosen = " (best: the smallest rigorous bound)" if accountant == "best" else ""
         fell = f"; fallback: {bound.fallback}" if bound.fallback else ""
         note = f"{name}{chosen} ({how}): {threat}; rigorous upper bound{fell}"
