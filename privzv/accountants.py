@@ -250,6 +250,16 @@ _RDP_MAX_REACH = 2e3
 _RDP_MARGIN = (1e-9, 1e-18)
 
 
+def _log1p_mix(q: float, u: np.ndarray) -> np.ndarray:
+    """log((1 - q) + q e^u) = log1p(q expm1(u)), accurate also where it is tiny; log-sum-exp
+    where e^u would overflow."""
+    out = np.empty_like(u)
+    big = u > 50.0
+    out[~big] = np.log1p(q * np.expm1(u[~big]))
+    out[big] = np.logaddexp(math.log1p(-q), math.log(q) + u[big])
+    return out
+
+
 def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
     """Exact Renyi divergence of order alpha between dp-accounting's replace-one pair of one
     Poisson-sampled Gaussian release, P = (1-q) N(0,1) + q N(-a,1) and Q = (1-q) N(0,1) +
@@ -270,7 +280,6 @@ def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
     orders = np.asarray(orders, dtype=float)
     a = 0.5 / z
     out = np.full(orders.shape, np.inf)
-    log_1q, log_q = math.log1p(-q), math.log(q)
     for i, alpha in enumerate(orders):
         reach = alpha * a
         if reach > _RDP_MAX_REACH:
@@ -278,11 +287,10 @@ def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
         x = np.arange(-reach - a - _RDP_HALF_WIDTH, a + _RDP_HALF_WIDTH, _RDP_STEP)
         # log(p/phi) and log(q/phi), phi the N(0,1) density: small where the two are close
         shift = -0.5 * a * a
-        log_p = np.logaddexp(log_1q, log_q + shift - a * x)
-        log_r = np.logaddexp(log_1q, log_q + shift + a * x)
+        log_p, log_r = _log1p_mix(q, shift - a * x), _log1p_mix(q, shift + a * x)
         g = alpha * log_p + (1.0 - alpha) * log_r     # log of the integrand over phi
         log_phi = -0.5 * x * x - 0.5 * math.log(2.0 * math.pi) + math.log(_RDP_STEP)
-        if g.max() < 1.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
+        if g.max() < 700.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
             log_int = math.log1p(max(float(np.sum(np.exp(log_phi) * np.expm1(g))), 0.0))
         else:
             log_int = float(logsumexp(log_phi + g))

@@ -18,7 +18,8 @@ from privzv.release import THREATS, Release, Schedule
 from privzv.threats import Exposure, exposure, releases_per_record
 
 __all__ = ["ACCOUNTANTS", "Result", "Bound", "account", "calibrate", "account_all",
-           "calibrate_all", "evaluate", "checked_exposure", "releases_per_record"]
+           "calibrate_all", "account_exposure", "calibrate_exposure", "evaluate",
+           "checked_exposure", "releases_per_record"]
 
 # Calibration under pld: a cheap first solve at this many times the final discretisation.
 COARSE_FACTOR = 10.0
@@ -226,7 +227,15 @@ def account(release: Release, schedule: Schedule, delta: float,
     """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat.
 
     PrivzvError if that epsilon exceeds the floating-point range."""
-    exp = checked_exposure(release, schedule, delta, accountant)
+    return account_exposure(release, schedule,
+                            checked_exposure(release, schedule, delta, accountant), delta,
+                            accountant)
+
+
+def account_exposure(release: Release, schedule: Schedule, exp: Exposure, delta: float,
+                     accountant: str) -> Result:
+    """:func:`account` for a given Exposure (``release`` must carry its sigma)."""
+    _check(delta, accountant)
     z = release.noise_multiplier
     bound = evaluate(z, release, schedule, exp, delta, accountant)
     return _finite(_result(z, bound, release, schedule, exp, delta, accountant),
@@ -244,9 +253,17 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     COARSE_FACTOR times the discretisation of :func:`evaluate` first).
     """
     _check(delta, accountant)
+    return calibrate_exposure(epsilon, delta, release, schedule, exposure(release, schedule),
+                              accountant)
+
+
+def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule: Schedule,
+                       exp: Exposure, accountant: str) -> Result:
+    """:func:`calibrate` for a given Exposure (``schedule`` names the threat; the seed reads
+    it)."""
+    _check(delta, accountant)
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise PrivzvError(f"epsilon={epsilon!r}: must be a finite number > 0")
-    exp = exposure(release, schedule)
     b, d, t = release.batch_size, schedule.dataset_size, schedule.steps
 
     def bound(z, coarseness=1.0):

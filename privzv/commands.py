@@ -5,6 +5,8 @@ Bad input raises PrivzvError, which :func:`privzv.cliutil.run` prints as one lin
 """
 from __future__ import annotations
 
+import math
+
 from privzv import cliutil
 from privzv.accounting import ACCOUNTANTS
 from privzv.errors import PrivzvError
@@ -51,6 +53,10 @@ def _convert(args) -> int:
     else:
         delta = gdp.delta_from_epsilon(epsilon, mu)
     out = {"mu": mu, "epsilon": epsilon, "delta": delta}
+    for name, value in out.items():
+        if not math.isfinite(value):
+            raise PrivzvError(f"convert: {name} exceeds the floating-point range for these "
+                              "inputs (no finite answer)")
     cliutil.emit(out, args.json, lambda o: f"mu = {o['mu']:.6g}   epsilon = {o['epsilon']:.6g}"
                                           f"   delta = {o['delta']:.6g}")
     return 0
@@ -184,6 +190,10 @@ def _account(args) -> int:
 
 
 def _emit(args, results, compare: str) -> int:
+    for r in results:   # strict JSON: no Infinity or NaN (an unbounded seed epsilon, say)
+        if not all(math.isfinite(v) for v in (r.sigma, r.noise_multiplier, r.epsilon)):
+            raise PrivzvError(f"{r.accountant}: epsilon or sigma exceeds the floating-point "
+                              "range for these inputs (no finite answer); give more noise")
     if args.all:
         out = {"results": [r.to_dict() for r in results]}
         cliutil.emit(out, args.json, lambda o: _table(o["results"], compare))
