@@ -95,10 +95,10 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 
 # PLD value discretisation: see pld_discretization; a privacy-loss grid estimated to need more
 # points than PLD_MAX_POINTS is not built (the next rigorous accountant answers instead): this
-# bounds the time of one evaluation to about 0.2 s.
+# bounds the time of one evaluation to about a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_DISCRETIZATION_RANGE = (1e-7, 1.0)
-PLD_MAX_POINTS = 400_000
+PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSITIONS = 1_000_000
 # dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
 # epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
@@ -161,9 +161,9 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     a = 1.0 / z
     span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
     discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
-    # the composed grid: about mu^2/2 + 16 mu wide, mu the GDP (CLT) estimate of the whole run
+    # the composed grid: about mu^2/2 + 10 mu wide, mu the GDP (CLT) estimate of the whole run
     mu = min(clt_mu(z, exposure), 1e6)
-    points = max(span, 0.5 * mu * mu + 16.0 * mu) / discretization
+    points = max(span, 0.5 * mu * mu + 10.0 * mu) / discretization
     if not points <= PLD_MAX_POINTS:
         raise CannotAnswer(f"the privacy-loss grid would need about {points:.3g} points at "
                            f"discretisation {discretization:.3g}")

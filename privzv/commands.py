@@ -231,12 +231,14 @@ def _table(rows: list[dict], compare: str) -> str:
         guarantee = ("NOT RIGOROUS" if r["accountant"] == "seed" else
                      "upper bound" if r["rigorous"] else "approximate")
         threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
+        name = r["accountant"] if r["requested"] in (None, r["accountant"]) else (
+            f"{r['requested']}>{r['accountant']}")   # a fallback: requested > answered
         q = "-" if r["sampling_rate"] is None else f"{r['sampling_rate']:.4g}"
-        lines.append(f"{threat:<19}{r['accountant']:<11}{guarantee:<13}{r['sigma']:>11.5g}"
+        lines.append(f"{threat:<19}{name:<11}{guarantee:<13}{r['sigma']:>11.5g}"
                      + (f"{r['head_sigma']:>11.5g}" if with_head else "")
                      + f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
                      f"{r['compositions']:>8}{q:>10}{r[compare] / seed:>15.3g}x")
     lines.append(f"delta {rows[0]['delta']:.3g}, neighbors {rows[0]['neighbors']}. The seed row is "
                  "the DPZV paper's formula (Theorem VI.5), not a privacy guarantee; compare it "
-                 "with the rigorous rows.")
+                 "with the rigorous rows. a>b: accountant a could not answer, b did.")
     return "\n".join(lines)
