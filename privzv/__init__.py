@@ -17,6 +17,9 @@ _LAZY = {
     "account_all": "privzv.accounting",
     "calibrate_all": "privzv.accounting",
     "releases_per_record": "privzv.accounting",
+    "noise_multiplier": "privzv.api",
+    "epsilon": "privzv.api",
+    "to_dp_event": "privzv.dpevent",
     "PrivacyLedger": "privzv.ledger",
     "BudgetExceeded": "privzv.ledger",
 }

@@ -22,13 +22,17 @@ Mapping to dp-accounting (read from its source, version 0.6):
   docstring). Our replace-one sensitivity is 2r, so the event is
   ``PoissonSampledDpEvent(q, GaussianDpEvent(2z))`` under ``NeighboringRelation.REPLACE_ONE``.
   For DPZV's scalar contributions in [-C/B, C/B] these are the extreme contributions.
-- Poisson sampling, replace-one, RDP: dp-accounting refuses this event. A replace-one pair
-  (D, D') passes through D'' = D without the record, which is add-remove adjacent to both, so
-  Mironov's weak triangle inequality for Renyi divergences (Mironov 2017, "Renyi differential
-  privacy", Prop. 11 with p = q = 2) gives, per release and order alpha,
-  eps_rep(alpha) <= (alpha - 1/2)/(alpha - 1) * eps_ar(2 alpha) + eps_ar(2 alpha - 1),
-  where eps_ar is the add-remove RDP of the sampled Gaussian with per-record sensitivity r
-  (multiplier 2z). A valid upper bound, looser than the PLD's.
+- Poisson sampling, replace-one, RDP: dp-accounting refuses this event. privzv computes the
+  exact Renyi divergence of the same pair as the PLD path, (1-q) N(0,1) + q N(-a,1) against
+  (1-q) N(0,1) + q N(a,1) with a = 1/(2z), by 1-D quadrature (:func:`replace_one_rdp`), and
+  converts with dp-accounting's ``compute_epsilon``. This replaces the earlier bound by
+  Mironov's weak triangle inequality (Mironov 2017, "Renyi differential privacy",
+  arXiv:1702.07476, Prop. 11), which bounds the same divergence from above and is 15% to
+  several times looser.
+- ``best``: the smaller of pld and rdp (both rigorous upper bounds), each evaluated where it
+  answers; the answer names the one that produced it. pld and rdp each fall back to the other
+  where they cannot answer (a grid too large, an overflow), and both to the unamplified closed
+  form (:func:`unamplified_epsilon`).
 
 The non-dp-accounting accountants work in Gaussian DP:
 
@@ -52,11 +56,8 @@ import numpy as np
 from privzv import gdp
 from privzv.threats import Exposure
 
-ACCOUNTANTS = ("pld", "rdp", "gdp-clt", "seed")
-
-# PLD value discretisation used by ``account``: dp-accounting's default, widened for very large
-# privacy losses (where the grid would otherwise have millions of points and epsilon is huge).
-PLD_DISCRETIZATION = 1e-4
+ACCOUNTANTS = ("best", "pld", "rdp", "gdp-clt", "seed")
+RIGOROUS = ("best", "pld", "rdp")
 
 
 def seed_mu(z: float, batch_size: int, dataset_size: int, steps: int) -> float:
@@ -88,59 +89,128 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     k, q = exposure.compositions, exposure.sampling_rate
     if q is None:
         return math.sqrt(k) / mu
-    return 1.0 / math.sqrt(math.log1p((mu / q) ** 2 / k))
+    log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)      # x = mu^2 / (q^2 k)
+    return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
+
+
+# PLD value discretisation: see pld_discretization; a privacy-loss grid estimated to need more
+# points than PLD_MAX_POINTS is not built (the next rigorous accountant answers instead): this
+# bounds the time of one evaluation to about a second.
+PLD_RELATIVE_DISCRETIZATION = 1e-4
+PLD_DISCRETIZATION_RANGE = (1e-7, 1.0)
+PLD_MAX_POINTS = 1_000_000
+PLD_MAX_COMPOSITIONS = 1_000_000
+# dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
+# epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
+# shows it): below this delta, pld does not answer and rdp (log-space, exact) does.
+PLD_MIN_DELTA = 1e-12
+_FIRST_POWER = 16
+_STAGED_FROM = 100_000
+
+
+class CannotAnswer(Exception):
+    """An accountant cannot evaluate this exposure (grid too large, overflow); the caller falls
+    back to the next rigorous accountant and says so."""
+
+
+def pld_discretization(epsilon: float, compositions: int) -> float:
+    """The PLD value discretisation for an answer near ``epsilon`` after k = ``compositions``
+    releases: min(r epsilon, sqrt(r epsilon / k)), r = PLD_RELATIVE_DISCRETIZATION, clamped to
+    PLD_DISCRETIZATION_RANGE. The pessimistic (connect-the-dots) rounding moves epsilon by
+    about k Delta^2 (measured on dp-accounting 0.6 at k = 1e4 to 1e8), so this keeps its
+    relative effect near r; chosen from the answer, not from a GDP model."""
+    low, high = PLD_DISCRETIZATION_RANGE
+    if not math.isfinite(epsilon):
+        return high
+    r = PLD_RELATIVE_DISCRETIZATION * epsilon
+    return min(max(min(r, math.sqrt(r / compositions)), low), high)
+
+
+def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
+    """epsilon of k Gaussian releases ignoring any sampling: exactly sqrt(k)/z-GDP (Dong, Roth &
+    Su 2022, Cor. 3.3 and 2.13). With Poisson sampling it stays a rigorous upper bound (sampling
+    is a randomised pre-processing of the records, so by joint convexity the sampled mechanism
+    is no less private than the unsampled one)."""
+    return gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
 
 
 def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
-                discretization: float | None = None) -> float:
-    """Pessimistic PLD epsilon (dp-accounting PLDAccountant) of the exposure; see module docs.
+                discretization: float) -> float:
+    """Pessimistic PLD epsilon (dp-accounting ``privacy_loss_distribution``) of the exposure.
 
     Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
     (mu = sqrt(k)/z; Dong, Roth & Su 2022, Cor. 3.3) and its (epsilon, delta) curve is the
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
-    With sampling that closed form stays a valid upper bound (subsampling is a randomised
-    pre-processing; joint convexity), used where dp-accounting's grid overflows (tiny z).
-
-    ``discretization`` defaults to PLD_DISCRETIZATION * max(1, mu^2) with mu the CLT/exact GDP
-    estimate, which keeps the grid small when epsilon is large. The estimate is an upper bound at
-    any discretisation (``pessimistic_estimate=True``, dp-accounting's default).
+    With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
+    (module docstring for the pair), self-composed k times, with the truncated tail masses (which
+    a pessimistic PLD adds to delta) kept below delta / 1e4. An upper bound at any
+    discretisation. Raises CannotAnswer when the grid would be too large or overflows, for
+    delta < PLD_MIN_DELTA and for more than PLD_MAX_COMPOSITIONS releases.
     """
-    exact = gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
     if exposure.sampling_rate is None:
-        return exact
-    if discretization is None:
-        discretization = PLD_DISCRETIZATION * max(1.0, min(clt_mu(z, exposure), 1e4) ** 2)
+        return unamplified_epsilon(z, exposure, delta)
+    if exposure.compositions > PLD_MAX_COMPOSITIONS:
+        raise CannotAnswer(f"k={exposure.compositions} compositions: above "
+                           f"{PLD_MAX_COMPOSITIONS:.0e}, a PLD evaluation takes seconds")
+    if delta < PLD_MIN_DELTA:
+        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD's FFT "
+                           "round-off dominates")
+    # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
+    # noise units, t the tail quantile of the truncated mass
+    log_truncation = min(-50.0, math.log(delta) - 10.0)
+    a = 1.0 / z
+    span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
+    discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
+    # the composed grid: about mu^2/2 + 10 mu wide, mu the GDP (CLT) estimate of the whole run
+    mu = min(clt_mu(z, exposure), 1e6)
+    points = max(span, 0.5 * mu * mu + 10.0 * mu) / discretization
+    if not points <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"the privacy-loss grid would need about {points:.3g} points at "
+                           f"discretisation {discretization:.3g}")
     try:
-        eps = _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                           float(delta), float(discretization))
-    except (OverflowError, FloatingPointError):
-        return exact
-    return min(eps, exact)
+        return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
+                            float(delta), float(discretization), log_truncation)
+    except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
+        raise CannotAnswer(f"dp-accounting's PLD failed ({type(exc).__name__})") from None
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization):
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
     import dp_accounting as dpa
-    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.pld import privacy_loss_distribution as pld
 
-    relation = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
-    event = dpa.GaussianDpEvent(z)
-    if q is not None:
-        if neighbors == "replace-one":
-            relation = dpa.NeighboringRelation.REPLACE_ONE
-            event = dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(2.0 * z))
-        else:
-            event = dpa.PoissonSampledDpEvent(q, event)
-    accountant = pld_privacy_accountant.PLDAccountant(
-        relation, value_discretization_interval=discretization)
-    accountant.compose(event, k)
-    return float(accountant.get_epsilon(delta))
+    relation = (dpa.NeighboringRelation.REPLACE_ONE if neighbors == "replace-one"
+                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    single = pld.from_gaussian_mechanism(
+        standard_deviation=2.0 * z if neighbors == "replace-one" else z,
+        value_discretization_interval=discretization, log_mass_truncation_bound=log_truncation,
+        sampling_prob=q, neighboring_relation=relation, pessimistic_estimate=True)
+    # For large k compose a small power first: dp-accounting's sparse self_compose evaluates
+    # size**k as a Python integer (seconds for k ~ 1e7); a power >= _FIRST_POWER is dense
+    # whenever the single release has >= 2 grid points (ensured by pld_epsilon).
+    tail = min(1e-15, 1e-4 * delta) / 3.0
+    first = _FIRST_POWER if k > _STAGED_FROM else 1
+    composed = single.self_compose(first, tail_mass_truncation=tail) if first > 1 else single
+    composed = composed.self_compose(k // first, tail_mass_truncation=tail)
+    if k % first:
+        composed = composed.compose(single.self_compose(k % first, tail_mass_truncation=tail),
+                                    tail_mass_truncation=tail)
+    eps = float(composed.get_epsilon_for_delta(delta))
+    if not math.isfinite(eps):
+        raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
+    return eps
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:
-    """RDP epsilon (dp-accounting RdpAccountant, default orders); see module docs for replace-one."""
-    return _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                        float(delta))
+    """RDP epsilon (dp-accounting, default orders); see module docs for replace-one."""
+    try:
+        eps = _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
+                           float(delta))
+    except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError) as exc:
+        raise CannotAnswer(f"RDP failed ({type(exc).__name__})") from None
+    if not math.isfinite(eps):
+        raise CannotAnswer("RDP gave no finite epsilon at any order")
+    return eps
 
 
 @functools.lru_cache(maxsize=4096)
@@ -151,7 +221,8 @@ def _rdp_epsilon(z, k, q, neighbors, delta):
     level = absl.level
     absl.setLevel(logging.ERROR)
     try:
-        return _rdp_epsilon_unlogged(z, k, q, neighbors, delta)
+        with np.errstate(all="ignore"):
+            return _rdp_epsilon_unlogged(z, k, q, neighbors, delta)
     finally:
         absl.setLevel(level)
 
@@ -166,12 +237,66 @@ def _rdp_epsilon_unlogged(z, k, q, neighbors, delta):
         accountant = rdp.RdpAccountant()
         accountant.compose(event, k)
         return float(accountant.get_epsilon(delta))
-    # replace-one with Poisson sampling: Mironov 2017, Prop. 11 (p = q = 2), per release.
     orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
-    sampled = functools.partial(rdp._compute_rdp_poisson_subsampled_gaussian, q, 2.0 * z)
-    per_release = (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(
-        2.0 * orders - 1.0)
-    return float(rdp.compute_epsilon(orders, k * per_release, delta)[0])
+    return float(rdp.compute_epsilon(orders, k * replace_one_rdp(q, z, orders), delta)[0])
+
+
+# Quadrature for replace_one_rdp: trapezoid step (in noise units) and half-width around the
+# integrand's mass; orders whose integrand sits further out than _RDP_MAX_REACH give inf.
+_RDP_STEP = 0.1
+_RDP_HALF_WIDTH = 15.0
+_RDP_MAX_REACH = 2e3
+# relative and absolute margin added to the quadrature so the value stays an upper bound
+_RDP_MARGIN = (1e-9, 1e-18)
+
+
+def _log1p_mix(q: float, u: np.ndarray) -> np.ndarray:
+    """log((1 - q) + q e^u) = log1p(q expm1(u)), accurate also where it is tiny; log-sum-exp
+    where e^u would overflow."""
+    out = np.empty_like(u)
+    big = u > 50.0
+    out[~big] = np.log1p(q * np.expm1(u[~big]))
+    out[big] = np.logaddexp(math.log1p(-q), math.log(q) + u[big])
+    return out
+
+
+def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
+    """Exact Renyi divergence of order alpha between dp-accounting's replace-one pair of one
+    Poisson-sampled Gaussian release, P = (1-q) N(0,1) + q N(-a,1) and Q = (1-q) N(0,1) +
+    q N(a,1), a = 1/(2z) (the pair of the PLD path, module docstring), by 1-D quadrature:
+
+        eps(alpha) = log( integral p(x)^alpha q(x)^(1-alpha) dx ) / (alpha - 1).
+
+    P(x) = Q(-x), so the divergence is symmetric and one direction suffices. The integrand is
+    smooth and decays like a Gaussian around x ~ -alpha a, where the trapezoid rule converges
+    geometrically (Trefethen & Weideman 2014, "The exponentially convergent trapezoidal rule",
+    SIAM Review 56(3), Sec. 5); a margin of 1e-9 relative keeps the value an upper bound.
+    Mironov 2017's Prop. 11 (weak triangle inequality through the add-remove neighbour) bounds
+    the same quantity from above and is 15% to several times larger
+    (``tests/privzv/test_peer_values.py`` compares both). Orders whose mass lies beyond
+    2000 noise units give inf (a valid, useless bound)."""
+    from scipy.special import logsumexp
+
+    orders = np.asarray(orders, dtype=float)
+    a = 0.5 / z
+    out = np.full(orders.shape, np.inf)
+    for i, alpha in enumerate(orders):
+        reach = alpha * a
+        if reach > _RDP_MAX_REACH:
+            continue
+        x = np.arange(-reach - a - _RDP_HALF_WIDTH, a + _RDP_HALF_WIDTH, _RDP_STEP)
+        # log(p/phi) and log(q/phi), phi the N(0,1) density: small where the two are close
+        shift = -0.5 * a * a
+        log_p, log_r = _log1p_mix(q, shift - a * x), _log1p_mix(q, shift + a * x)
+        g = alpha * log_p + (1.0 - alpha) * log_r     # log of the integrand over phi
+        log_phi = -0.5 * x * x - 0.5 * math.log(2.0 * math.pi) + math.log(_RDP_STEP)
+        if g.max() < 700.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
+            log_int = math.log1p(max(float(np.sum(np.exp(log_phi) * np.expm1(g))), 0.0))
+        else:
+            log_int = float(logsumexp(log_phi + g))
+        value = max(log_int, 0.0) / (alpha - 1.0)
+        out[i] = value * (1.0 + _RDP_MARGIN[0]) + _RDP_MARGIN[1]
+    return out
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:

@@ -17,20 +17,26 @@ from privzv.errors import PrivzvError
 from privzv.release import THREATS, Release, Schedule
 from privzv.threats import Exposure, exposure, releases_per_record
 
-__all__ = ["ACCOUNTANTS", "Result", "account", "calibrate", "account_all", "calibrate_all",
-           "releases_per_record"]
+__all__ = ["ACCOUNTANTS", "Result", "Bound", "account", "calibrate", "account_all",
+           "calibrate_all", "account_exposure", "calibrate_exposure", "evaluate",
+           "checked_exposure", "releases_per_record"]
 
-# Calibration under pld: a cheap first solve at this many times the account() discretisation.
+# Calibration under pld: a cheap first solve at this many times the final discretisation.
 COARSE_FACTOR = 10.0
+# Closed-form calibration: relative nudges of z until the re-evaluated epsilon is <= the target.
+MAX_NUDGES = 64
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """One accounting answer. ``compositions``: releases composed per record; ``sampling_rate``:
-    the Poisson rate that amplifies them (None: no amplification); ``mu``: the GDP parameter for
-    the GDP-based accountants (None for pld and rdp). ``sigma`` is the downlink's noise std,
-    ``head_sigma`` the head update's (None without a DP head); ``noise_multiplier`` is the
-    round's, both combined (:attr:`privzv.release.Release.noise_multiplier`)."""
+    """One accounting answer. ``accountant`` is the accountant that produced ``epsilon`` (for
+    ``requested`` "best": the smaller of pld and rdp; after a fallback: the one that answered,
+    with ``fallback`` saying why); ``compositions``: releases composed per record;
+    ``sampling_rate``: the Poisson rate that amplifies them (None: no amplification); ``mu``:
+    the GDP parameter for the GDP-based accountants (None otherwise). ``sigma`` is the
+    downlink's noise std, ``head_sigma`` the head update's (None without a DP head);
+    ``noise_multiplier`` is the round's, both combined
+    (:attr:`privzv.release.Release.noise_multiplier`)."""
 
     sigma: float
     noise_multiplier: float
@@ -45,76 +51,158 @@ class Result:
     mu: float | None
     note: str
     head_sigma: float | None = None
+    requested: str | None = None
+    fallback: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """epsilon from one accountant: which one answered (``accountant``), mu for the GDP-based
+    ones, and why the requested one did not (``fallback``, None when it did)."""
+
+    epsilon: float
+    accountant: str
+    mu: float | None = None
+    fallback: str | None = None
+
+
 def _check(delta: float, accountant: str) -> None:
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+    if not (isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta < 1):
         raise PrivzvError(f"delta={delta!r}: must be a number with 0 < delta < 1")
     if accountant not in ACCOUNTANTS:
         raise PrivzvError(f"accountant={accountant!r}: allowed are {', '.join(ACCOUNTANTS)}")
 
 
-def _threat_text(schedule: Schedule, exp: Exposure) -> str:
+def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
     k, q = exp.compositions, exp.sampling_rate
     amp = "no amplification" if q is None else f"Poisson amplification q={q:.6g}"
-    return {
+    text = {
         "device": f"device threat: the device chose its batch; record in {k} of its releases, "
                   f"{amp}",
         "eavesdropper": f"eavesdropper threat: all {k} releases, {amp}",
         "secret-subsampling": f"secret-subsampling threat: record in {k} super-batches, "
                               f"server keeps it with {amp}",
     }[schedule.threat]
+    if release.head is not None:
+        text += (f"; each round is the downlink release and the DP head update "
+                 f"(head share {release.head_share:g} of 1/z^2), composed as one Gaussian")
+    return text
+
+
+def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float, order: tuple[str, ...],
+                    coarseness: float) -> Bound:
+    """The first of ``order`` (pld, rdp) that answers, else the unamplified closed form; for
+    ``order`` of length 2 under "best", the smaller of both. Each is a rigorous upper bound."""
+    answers, failures = {}, []
+    for name in order:
+        try:
+            if name == "pld":
+                # discretise from an estimate of the answer (a function of z alone, so that
+                # calibrate, account and the ledger agree exactly)
+                disc = coarseness * accountants.pld_discretization(answers.get("rdp", _estimate(
+                    z, exp, neighbors, delta)), exp.compositions)
+                answers[name] = accountants.pld_epsilon(z, exp, neighbors, delta, disc)
+            else:
+                answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
+        except accountants.CannotAnswer as exc:
+            failures.append(f"{name}: {exc}")
+    if not answers:
+        answers["unamplified"] = accountants.unamplified_epsilon(z, exp, delta)
+    elif exp.sampling_rate is not None:   # always valid; wins only where the grids fail
+        unamplified = accountants.unamplified_epsilon(z, exp, delta)
+        if unamplified < min(answers.values()):
+            answers["unamplified"] = unamplified
+    name = min(answers, key=answers.get)
+    return Bound(answers[name], name, None, "; ".join(failures) or None)
+
+
+def _estimate(z: float, exp: Exposure, neighbors: str, delta: float) -> float:
+    """A cheap upper estimate of epsilon to choose the PLD discretisation from (rdp, or the
+    unamplified closed form where rdp cannot answer)."""
+    try:
+        return accountants.rdp_epsilon(z, exp, neighbors, delta)
+    except accountants.CannotAnswer:
+        return accountants.unamplified_epsilon(z, exp, delta)
+
+
+def evaluate(z: float, release: Release, schedule: Schedule, exp: Exposure, delta: float,
+             accountant: str, coarseness: float = 1.0) -> Bound:
+    """The Bound of noise multiplier z for an exposure (the seed reads the schedule).
+
+    ``best`` evaluates pld and rdp (each where it answers) and keeps the smaller; ``pld`` falls
+    back to rdp, ``rdp`` to pld, and both to the unamplified closed form
+    (:func:`privzv.accountants.unamplified_epsilon`), naming which answered. pld discretises
+    at ``coarseness`` times :func:`privzv.accountants.pld_discretization` of the rdp estimate of
+    the answer (> 1 only for calibration's cheap first solve)."""
+    if accountant == "seed":
+        mu = accountants.seed_mu(z, release.batch_size, schedule.dataset_size, schedule.steps)
+        return Bound(accountants.gdp_epsilon(mu, delta), "seed", mu)
+    if accountant == "gdp-clt":
+        mu = accountants.clt_mu(z, exp)
+        return Bound(accountants.gdp_epsilon(mu, delta), "gdp-clt", mu)
+    if exp.sampling_rate is None and accountant != "rdp":   # exact closed form, below rdp
+        return Bound(accountants.unamplified_epsilon(z, exp, delta), "pld")
+    order = {"best": ("rdp", "pld"), "pld": ("pld", "rdp"), "rdp": ("rdp", "pld")}[accountant]
+    bound = _rigorous_bound(z, exp, release.neighbors, delta,
+                            order if accountant == "best" else order[:1], coarseness)
+    if accountant != "best" and bound.fallback:   # it could not answer: the other one does
+        other = _rigorous_bound(z, exp, release.neighbors, delta, order[1:], coarseness)
+        bound = dataclasses.replace(other, fallback=f"{bound.fallback}; {other.accountant} "
+                                                     "answered")
+    return bound
 
 
 def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Exposure,
-                         delta: float, accountant: str, discretization: float | None = None
-                         ) -> tuple[float, float | None]:
-    """(epsilon, mu or None) of noise multiplier z for an exposure (the seed reads the schedule)."""
-    if accountant == "seed":
-        mu = accountants.seed_mu(z, release.batch_size, schedule.dataset_size, schedule.steps)
-        return accountants.gdp_epsilon(mu, delta), mu
-    if accountant == "gdp-clt":
-        mu = accountants.clt_mu(z, exp)
-        return accountants.gdp_epsilon(mu, delta), mu
-    if accountant == "rdp":
-        return accountants.rdp_epsilon(z, exp, release.neighbors, delta), None
-    return accountants.pld_epsilon(z, exp, release.neighbors, delta, discretization), None
+                         delta: float, accountant: str) -> tuple[float, float | None]:
+    """(epsilon, mu or None) of noise multiplier z for an exposure (:func:`evaluate`)."""
+    bound = evaluate(z, release, schedule, exp, delta, accountant)
+    return bound.epsilon, bound.mu
 
 
-def _result(z: float, eps: float, mu: float | None, release: Release, schedule: Schedule,
-            exp: Exposure, delta: float, accountant: str) -> Result:
-    threat = _threat_text(schedule, exp)
-    if accountant == "seed":
+_HOW = {
+    "pld": "dp-accounting PLD, pessimistic",
+    "rdp": "dp-accounting RDP",
+    "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
+                       "Renyi divergence, dp-accounting's conversion",
+    "unamplified": "closed form without amplification: k Gaussian releases are sqrt(k)/z-GDP",
+}
+
+
+def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: Exposure,
+            delta: float, accountant: str) -> Result:
+    threat = _threat_text(release, schedule, exp)
+    name = bound.accountant
+    if name == "seed":
         rigorous = False
         note = ("seed accountant (DPZV Theorem VI.5, sigma = 2C sqrt(T)/(D mu)): NOT a rigorous "
                 "bound; it scales mu linearly by the sampling rate B/D and ignores the threat "
                 f"and the devices (the threat here, {schedule.threat}, does not change it)")
-    elif accountant == "gdp-clt":
+    elif name == "gdp-clt":
         rigorous = exp.sampling_rate is None
         note = (f"gdp-clt: {threat}; " + (
             "exact: k Gaussian releases compose to sqrt(k)/z-GDP" if rigorous else
             "APPROXIMATE central-limit value (Bu et al. 2020), not an upper bound"))
-    elif accountant == "rdp":
-        rigorous = True
-        extra = ("; replace-one with sampling bounded by Mironov's weak triangle inequality"
-                 if exp.sampling_rate is not None and release.neighbors == "replace-one" else "")
-        note = f"rdp (dp-accounting RdpAccountant): {threat}; rigorous upper bound{extra}"
     else:
         rigorous = True
         how = ("exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
-               if exp.sampling_rate is None else "dp-accounting PLDAccountant, pessimistic")
-        note = f"pld ({how}): {threat}; rigorous upper bound"
+               if exp.sampling_rate is None else _HOW[
+                   "rdp-replace-one" if name == "rdp" and release.neighbors == "replace-one"
+                   else name])
+        chosen = " (best: the smallest rigorous bound)" if accountant == "best" else ""
+        fell = f"; fallback: {bound.fallback}" if bound.fallback else ""
+        note = f"{name}{chosen} ({how}): {threat}; rigorous upper bound{fell}"
     k, q = exp.compositions, exp.sampling_rate
-    if accountant == "seed":  # the formula composes all T releases at "sampling rate" B/D
+    if name == "seed":  # the formula composes all T releases at "sampling rate" B/D
         k, q = schedule.steps, release.batch_size / schedule.dataset_size
     noised = release.with_noise_multiplier(z)
     return Result(sigma=noised.sigma, head_sigma=noised.head and noised.head.sigma,
-                  noise_multiplier=z, epsilon=eps, delta=delta,
-                  accountant=accountant, threat=schedule.threat, neighbors=release.neighbors,
-                  rigorous=rigorous, compositions=k, sampling_rate=q, mu=mu, note=note)
+                  noise_multiplier=z, epsilon=bound.epsilon, delta=delta,
+                  accountant=name, threat=schedule.threat, neighbors=release.neighbors,
+                  rigorous=rigorous, compositions=k, sampling_rate=q, mu=bound.mu, note=note,
+                  requested=accountant, fallback=bound.fallback)
 
 
 def checked_exposure(release: Release, schedule: Schedule, delta: float,
@@ -127,44 +215,72 @@ def checked_exposure(release: Release, schedule: Schedule, delta: float,
     return exposure(release, schedule)
 
 
+def _finite(result: Result, what: str) -> Result:
+    if not math.isfinite(result.epsilon):
+        raise PrivzvError(f"{what}: epsilon exceeds the floating-point range (no meaningful "
+                          "privacy); give more noise")
+    return result
+
+
 def account(release: Release, schedule: Schedule, delta: float,
-            accountant: str = "pld") -> Result:
-    """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat."""
-    exp = checked_exposure(release, schedule, delta, accountant)
+            accountant: str = "best") -> Result:
+    """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat.
+
+    PrivzvError if that epsilon exceeds the floating-point range."""
+    return account_exposure(release, schedule,
+                            checked_exposure(release, schedule, delta, accountant), delta,
+                            accountant)
+
+
+def account_exposure(release: Release, schedule: Schedule, exp: Exposure, delta: float,
+                     accountant: str) -> Result:
+    """:func:`account` for a given Exposure (``release`` must carry its sigma)."""
+    _check(delta, accountant)
     z = release.noise_multiplier
-    eps, mu = epsilon_for_exposure(z, release, schedule, exp, delta, accountant)
-    return _result(z, eps, mu, release, schedule, exp, delta, accountant)
+    bound = evaluate(z, release, schedule, exp, delta, accountant)
+    return _finite(_result(z, bound, release, schedule, exp, delta, accountant),
+                   f"sigma={release.sigma!r}")
 
 
 def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule,
-              accountant: str = "pld") -> Result:
+              accountant: str = "best") -> Result:
     """The smallest sigma with epsilon(sigma) <= ``epsilon`` at ``delta`` (release.sigma ignored).
 
     One-sided: the returned Result's epsilon is the accountant's value at the returned sigma,
-    re-evaluated, and is <= the target. seed, gdp-clt and unsampled pld are solved in closed
-    form; sampled pld and rdp
-    by :func:`privzv.calibration.smallest_feasible` (pld: a coarse solve at COARSE_FACTOR times
-    the discretisation first, then the account() discretisation; relative precision ~1e-4).
+    re-evaluated, and is <= the target. seed, gdp-clt and unsampled pld and best are solved in
+    closed form; the others by :func:`privzv.calibration.smallest_feasible`
+    (relative precision 6e-4 in epsilon, i.e. about 1e-4 in sigma; pld: a coarse solve at
+    COARSE_FACTOR times the discretisation of :func:`evaluate` first).
     """
+    _check(delta, accountant)
+    return calibrate_exposure(epsilon, delta, release, schedule, exposure(release, schedule),
+                              accountant)
+
+
+def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule: Schedule,
+                       exp: Exposure, accountant: str) -> Result:
+    """:func:`calibrate` for a given Exposure (``schedule`` names the threat; the seed reads
+    it)."""
     _check(delta, accountant)
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise PrivzvError(f"epsilon={epsilon!r}: must be a finite number > 0")
-    exp = exposure(release, schedule)
     b, d, t = release.batch_size, schedule.dataset_size, schedule.steps
 
-    def evaluate(z, discretization=None):
-        return epsilon_for_exposure(z, release, schedule, exp, delta, accountant, discretization)
+    def bound(z, coarseness=1.0):
+        return evaluate(z, release, schedule, exp, delta, accountant, coarseness)
 
-    if accountant in ("seed", "gdp-clt") or (accountant == "pld" and exp.sampling_rate is None):
-        # closed forms; pld without sampling is the exact Gaussian composition (accountants.py)
+    if accountant in ("seed", "gdp-clt") or (exp.sampling_rate is None and accountant != "rdp"):
+        # closed forms; without sampling pld and best are the exact Gaussian composition
         mu_target = gdp.mu_from_epsilon(epsilon, delta)
         z = (accountants.seed_noise_multiplier(mu_target, b, d, t) if accountant == "seed"
              else accountants.clt_noise_multiplier(mu_target, exp))
-        eps, mu = evaluate(z)
-        while eps > epsilon:  # closed forms can land a rounding error above the target
-            z *= 1.0 + 1e-12
-            eps, mu = evaluate(z)
-        return _result(z, eps, mu, release, schedule, exp, delta, accountant)
+        for _ in range(MAX_NUDGES):  # closed forms can land a rounding error above the target
+            found = bound(z)
+            if found.epsilon <= epsilon:
+                return _result(z, found, release, schedule, exp, delta, accountant)
+            z *= 1.0 + 1e-12 * 2 ** _
+        raise PrivzvError(f"epsilon={epsilon!r}: the closed form could not be brought below "
+                          "the target")
 
     def model_mu(z):
         return accountants.clt_mu(z, exp)
@@ -173,14 +289,12 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
         return accountants.clt_noise_multiplier(mu, exp)
 
     start = None
-    if accountant == "pld":
-        mu_target = gdp.mu_from_epsilon(epsilon, delta)
-        coarse = COARSE_FACTOR * accountants.PLD_DISCRETIZATION * max(1.0, mu_target ** 2)
-        start, _ = smallest_feasible(lambda z: evaluate(z, coarse)[0], epsilon, delta, model_mu,
-                                     model_inverse, eps_rtol=2e-3)
-    z, eps = smallest_feasible(lambda z: evaluate(z)[0], epsilon, delta, model_mu, model_inverse,
-                               start=start)
-    return _result(z, eps, None, release, schedule, exp, delta, accountant)
+    if accountant in ("pld", "best"):
+        start, _ = smallest_feasible(lambda z: bound(z, COARSE_FACTOR).epsilon, epsilon,
+                                     delta, model_mu, model_inverse, eps_rtol=2e-3)
+    z, _ = smallest_feasible(lambda z: bound(z).epsilon, epsilon, delta, model_mu,
+                             model_inverse, start=start)
+    return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
 
 def _side_by_side(release: Release, schedule: Schedule, run) -> list[Result]:

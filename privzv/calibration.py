@@ -83,4 +83,5 @@ def _secant(p0, p1, aim) -> float:
     if not (math.isfinite(e0) and math.isfinite(e1) and e0 > 0 and e1 > 0) or e0 == e1:
         return math.nan
     x0, x1, y0, y1 = math.log(z0), math.log(z1), math.log(e0), math.log(e1)
-    return math.exp(x1 + (math.log(aim) - y1) * (x1 - x0) / (y1 - y0))
+    step = x1 + (math.log(aim) - y1) * (x1 - x0) / (y1 - y0)
+    return math.exp(step) if abs(step) < 700 else math.nan   # nan: the caller bisects

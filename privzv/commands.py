@@ -5,6 +5,8 @@ Bad input raises PrivzvError, which :func:`privzv.cliutil.run` prints as one lin
 """
 from __future__ import annotations
 
+import math
+
 from privzv import cliutil
 from privzv.accounting import ACCOUNTANTS
 from privzv.errors import PrivzvError
@@ -51,6 +53,10 @@ def _convert(args) -> int:
     else:
         delta = gdp.delta_from_epsilon(epsilon, mu)
     out = {"mu": mu, "epsilon": epsilon, "delta": delta}
+    for name, value in out.items():
+        if not math.isfinite(value):
+            raise PrivzvError(f"convert: {name} exceeds the floating-point range for these "
+                              "inputs (no finite answer)")
     cliutil.emit(out, args.json, lambda o: f"mu = {o['mu']:.6g}   epsilon = {o['epsilon']:.6g}"
                                           f"   delta = {o['delta']:.6g}")
     return 0
@@ -63,9 +69,11 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
         p.add_argument("--epsilon", required=True, help="target epsilon (> 0)",
                        type=cliutil.number("--epsilon", low=0, low_open=True))
     else:
-        p.add_argument("--sigma", required=True, help="noise std of the release (> 0)",
+        p.add_argument("--sigma", required=True, help="noise std of the downlink release (> 0); with --head-clip the head's std follows "
+                            "--head-share",
                        type=cliutil.number("--sigma", low=0, low_open=True))
-    add_release_options(p)
+    add_release_options(p, accountant_default="best")
+    add_round_options(p)
     p.add_argument("--super-batch", type=cliutil.number("--super-batch", low=1, integer=True),
                    help="B': super-batch size for --threat secret-subsampling")
     p.add_argument("--all", action="store_true",
@@ -75,7 +83,8 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
     p.set_defaults(func=func)
 
 
-def add_release_options(p, *, clip_default: float | None = None) -> None:
+def add_release_options(p, *, clip_default: float | None = None,
+                        accountant_default: str = "pld") -> None:
     """--delta, the schedule (--steps, --dataset-size, --batch-size, --devices), --clip,
     --threat, --accountant and --neighbors; shared with ``privzv attack audit``.
     ``clip_default`` None makes --clip required."""
@@ -92,13 +101,42 @@ def add_release_options(p, *, clip_default: float | None = None) -> None:
     p.add_argument("--devices", default=1, type=cliutil.number("--devices", low=1, integer=True),
                    help="M: devices the releases are spread over (default 1)")
     p.add_argument("--threat", default="device", choices=THREATS, help="observer (default device)")
-    p.add_argument("--accountant", default="pld", choices=ACCOUNTANTS, help="default pld")
+    p.add_argument("--accountant", default=accountant_default, choices=ACCOUNTANTS,
+                   help=f"default {accountant_default} (best: the smaller of the rigorous pld "
+                        "and rdp bounds, naming which)")
     p.add_argument("--neighbors", default="replace-one", choices=NEIGHBORS,
                    help="neighbouring relation (default replace-one: sensitivity 2C/B)")
 
 
+def add_round_options(p) -> None:
+    """--head-clip, --head-share, --device-steps: the round as training makes it (a DP head
+    update beside the downlink, and each device's number of rounds)."""
+    p.add_argument("--head-clip", type=cliutil.number("--head-clip", low=0, low_open=True),
+                   help="C_h: per-example clip of the server head's DP-SGD update made in the "
+                        "same round (batch size = --batch-size); omit for a frozen head")
+    p.add_argument("--head-share", default=0.5,
+                   type=cliutil.number("--head-share", low=0, high=1, low_open=True,
+                                       high_open=True),
+                   help="fraction of the round's 1/z^2 spent on the head (default 0.5: one noise "
+                        "multiplier for both mechanisms)")
+    p.add_argument("--device-steps", type=_device_steps, metavar="N0,N1,...",
+                   help="each device's number of rounds (summing to --steps, one per device); "
+                        "default round-robin")
+
+
+def _device_steps(text: str) -> tuple[int, ...]:
+    try:
+        steps = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise cliutil.BadValue(f"--device-steps {text!r}: must be comma-separated integers "
+                               ">= 0") from None
+    if any(v < 0 for v in steps):
+        raise cliutil.BadValue(f"--device-steps {text!r}: must be comma-separated integers >= 0")
+    return steps
+
+
 def _release_and_schedule(args):
-    from privzv.release import Release, Schedule
+    from privzv.release import HeadUpdate, Release, Schedule
 
     b, d, bp = args.batch_size, args.dataset_size, args.super_batch
     if b > d:
@@ -111,10 +149,20 @@ def _release_and_schedule(args):
     if bp is not None and args.threat != "secret-subsampling" and not args.all:
         raise PrivzvError(f"--super-batch {bp}: only used with --threat secret-subsampling "
                           "or --all")
-    release = Release(clip=args.clip, batch_size=b, sigma=getattr(args, "sigma", None),
-                      neighbors=args.neighbors)
+    n = getattr(args, "device_steps", None)
+    if n is not None and not (len(n) == args.devices and sum(n) == args.steps):
+        raise PrivzvError(f"--device-steps {','.join(map(str, n))}: must give --devices "
+                          f"{args.devices} counts summing to --steps {args.steps}")
+    head_clip = getattr(args, "head_clip", None)
+    head = None if head_clip is None else HeadUpdate(clip=head_clip, batch_size=b,
+                                                     neighbors=args.neighbors)
+    release = Release(clip=args.clip, batch_size=b, neighbors=args.neighbors, head=head,
+                      head_share=getattr(args, "head_share", 0.5))
+    sigma = getattr(args, "sigma", None)
+    if sigma is not None:
+        release = release.with_sigma(sigma)
     schedule = Schedule(steps=args.steps, dataset_size=d, devices=args.devices,
-                        threat=args.threat, super_batch=bp)
+                        threat=args.threat, super_batch=bp, device_steps=n)
     return release, schedule
 
 
@@ -142,6 +190,10 @@ def _account(args) -> int:
 
 
 def _emit(args, results, compare: str) -> int:
+    for r in results:   # strict JSON: no Infinity or NaN (an unbounded seed epsilon, say)
+        if not all(math.isfinite(v) for v in (r.sigma, r.noise_multiplier, r.epsilon)):
+            raise PrivzvError(f"{r.accountant}: epsilon or sigma exceeds the floating-point "
+                              "range for these inputs (no finite answer); give more noise")
     if args.all:
         out = {"results": [r.to_dict() for r in results]}
         cliutil.emit(out, args.json, lambda o: _table(o["results"], compare))
@@ -153,8 +205,12 @@ def _emit(args, results, compare: str) -> int:
 def _single(r: dict) -> str:
     kind = "rigorous upper bound" if r["rigorous"] else "NOT a rigorous bound"
     return "\n".join([
-        f"sigma             {r['sigma']:.6g}",
-        f"noise multiplier  {r['noise_multiplier']:.6g}   (sigma / sensitivity)",
+        f"sigma             {r['sigma']:.6g}" + ("" if r["head_sigma"] is None else
+                                                    "   (downlink)"),
+        *([] if r["head_sigma"] is None else
+          [f"head sigma        {r['head_sigma']:.6g}   (server head's DP update)"]),
+        f"noise multiplier  {r['noise_multiplier']:.6g}   (sigma / sensitivity" + (
+            ")" if r["head_sigma"] is None else ", downlink and head combined)"),
         f"epsilon           {r['epsilon']:.6g}   at delta {r['delta']:.3g}",
         f"accountant        {r['accountant']} ({kind}), threat {r['threat']}, "
         f"neighbors {r['neighbors']}",
@@ -163,20 +219,26 @@ def _single(r: dict) -> str:
 
 
 def _table(rows: list[dict], compare: str) -> str:
-    """A small table; the last column is sigma (calibrate) or epsilon (account) over the seed's."""
+    """A small table; the last column is sigma (calibrate) or epsilon (account) over the seed's.
+    With a DP head, a "head sigma" column follows the (downlink) sigma."""
     seed = next(r[compare] for r in rows if r["accountant"] == "seed")
-    head = f"{'threat':<19}{'accountant':<11}{'guarantee':<13}{'sigma':>11}{'noise mult.':>12}" \
-           f"{'epsilon':>11}{'k':>8}{'q':>10}{f'{compare} / seed':>16}"
+    with_head = rows[0]["head_sigma"] is not None
+    head = (f"{'threat':<19}{'accountant':<11}{'guarantee':<13}{'sigma':>11}"
+            + (f"{'head sigma':>11}" if with_head else "")
+            + f"{'noise mult.':>12}{'epsilon':>11}{'k':>8}{'q':>10}{f'{compare} / seed':>16}")
     lines = [head, "-" * len(head)]
     for r in rows:
         guarantee = ("NOT RIGOROUS" if r["accountant"] == "seed" else
                      "upper bound" if r["rigorous"] else "approximate")
         threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
+        name = r["accountant"] if r["requested"] in (None, r["accountant"]) else (
+            f"{r['requested']}>{r['accountant']}")   # a fallback: requested > answered
         q = "-" if r["sampling_rate"] is None else f"{r['sampling_rate']:.4g}"
-        lines.append(f"{threat:<19}{r['accountant']:<11}{guarantee:<13}{r['sigma']:>11.5g}"
-                     f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
+        lines.append(f"{threat:<19}{name:<11}{guarantee:<13}{r['sigma']:>11.5g}"
+                     + (f"{r['head_sigma']:>11.5g}" if with_head else "")
+                     + f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
                      f"{r['compositions']:>8}{q:>10}{r[compare] / seed:>15.3g}x")
     lines.append(f"delta {rows[0]['delta']:.3g}, neighbors {rows[0]['neighbors']}. The seed row is "
                  "the DPZV paper's formula (Theorem VI.5), not a privacy guarantee; compare it "
-                 "with the rigorous rows.")
+                 "with the rigorous rows. a>b: accountant a could not answer, b did.")
     return "\n".join(lines)

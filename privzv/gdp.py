@@ -229,9 +229,9 @@ def _probit_residual(log_delta, dlog_delta, curvature, z_target):
 
 def _mu_from_quantile(q, epsilon):
     """The mu > 0 with mu/2 - eps/mu = q: q + sqrt(q^2 + 2 eps), without cancellation."""
-    root = np.hypot(q, np.sqrt(2.0 * epsilon))               # no underflow for tiny q
+    root = np.hypot(q, np.sqrt(epsilon) * math.sqrt(2.0))  # no underflow, no overflow
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(q < 0, 2.0 * epsilon / (root - q), q + root)
+        return np.where(q < 0, epsilon / (root - q) * 2.0, q + root)   # no overflow at 1e308
 
 
 def epsilon_from_delta(mu, delta):
@@ -242,7 +242,8 @@ def epsilon_from_delta(mu, delta):
     it is the root of Phi^-1(delta(eps; mu)) = Phi^-1(delta), found by a bracketed Halley
     iteration from the upper bound eps <= mu^2/2 - mu Phi^-1(delta) (as delta(eps; mu) <=
     Phi(mu/2 - eps/mu)). Relative error ~1e-12 (<= 1e-10; as eps -> 0 the root is
-    ill-conditioned and the error becomes absolute, ~1e-16). mu > 0 and 0 < delta < 1.
+    ill-conditioned and the error becomes absolute, ~1e-16). mu > 0 and 0 < delta < 1; inf where
+    epsilon exceeds the float range (mu above about 1.9e154).
     """
     m, d, shape = _pair("mu", mu, "delta", delta, _MU, _DELTA)
     return _out(_chunked(_solve_epsilon, m, d).reshape(shape), mu, delta)
@@ -264,9 +265,15 @@ def _solve_epsilon(m: np.ndarray, d: np.ndarray) -> np.ndarray:
     if positive.any():
         m_pos = m[positive]
         z_target = special.ndtri_exp(np.log(d[positive]))
-        upper = m_pos * (0.5 * m_pos - z_target)
-        eps[positive] = _halley(upper, np.zeros_like(upper), upper.copy(), _epsilon_step,
-                                m_pos, z_target)
+        with np.errstate(over="ignore"):
+            upper = m_pos * (0.5 * m_pos - z_target)
+        huge = ~np.isfinite(upper)          # epsilon beyond the float range: inf
+        eps_pos = np.full_like(upper, np.inf)
+        if (~huge).any():
+            eps_pos[~huge] = _halley(upper[~huge], np.zeros_like(upper[~huge]),
+                                     upper[~huge].copy(), _epsilon_step, m_pos[~huge],
+                                     z_target[~huge])
+        eps[positive] = eps_pos
     return eps
 
 
@@ -298,7 +305,8 @@ def _mu_step(a, eps, z_target):
 def _solve_mu(e: np.ndarray, d: np.ndarray) -> np.ndarray:
     z_target = special.ndtri_exp(np.log(d))
     mu_low = d * math.sqrt(2.0 * math.pi)             # delta <= 2 Phi(mu/2) - 1 <= mu phi(0)
-    lower = np.maximum(z_target, 0.5 * mu_low - e / mu_low)
+    with np.errstate(over="ignore"):   # e / mu_low = inf only lowers the bound to z_target
+        lower = np.maximum(z_target, 0.5 * mu_low - e / mu_low)
     a = _halley(lower.copy(), lower, np.full_like(lower, np.inf), _mu_step, e, z_target)
     return _mu_from_quantile(a, e)
 

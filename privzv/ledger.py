@@ -139,9 +139,34 @@ class PrivacyLedger:
         self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
         self.releases += 1
 
+    # ----------------------------------------------------------------- summary
+    def mechanisms(self) -> list[dict]:
+        """Each Gaussian mechanism of a round, with the releases of it that contain the worst
+        record so far (``count``; every release under ``eavesdropper``), its sigma, L2
+        sensitivity and noise multiplier: the downlink release, then the DP head update (made
+        in the same rounds from the same records) when the release has one."""
+        k, release = self._compositions(), self.release
+        z_down, z_head = release.split(release.noise_multiplier)
+        rows = [{"mechanism": "downlink", "count": k, "sigma": release.sigma,
+                 "sensitivity": release.sensitivity, "noise_multiplier": z_down}]
+        if release.head is not None:
+            rows.append({"mechanism": "head", "count": k, "sigma": release.head.sigma,
+                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head})
+        return rows
+
+    def summary(self) -> dict:
+        """epsilon spent, the budget and each mechanism (:meth:`mechanisms`), JSON-ready."""
+        return {"epsilon_spent": self.epsilon_spent(), "epsilon_budget": self.epsilon_budget,
+                "delta": self.delta, "accountant": self.accountant,
+                "threat": self.schedule.threat, "releases": self.releases,
+                "compositions": self._compositions(),
+                "noise_multiplier": self.release.noise_multiplier,
+                "mechanisms": self.mechanisms()}
+
     # ----------------------------------------------------------------- persistence
     def state_dict(self) -> dict:
-        """JSON-serialisable state; :meth:`from_state_dict` restores it exactly."""
+        """JSON-serialisable state; :meth:`from_state_dict` restores it exactly. ``mechanisms``
+        is informative (:meth:`mechanisms`); restoring recomputes it."""
         return {
             "version": STATE_VERSION,
             "release": dataclasses.asdict(self.release),
@@ -151,20 +176,57 @@ class PrivacyLedger:
             "accountant": self.accountant,
             "releases": self.releases,
             "counts": self._counts.tolist(),
+            "mechanisms": self.mechanisms(),
         }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "PrivacyLedger":
+        """The ledger of :meth:`state_dict`; PrivzvError (never another exception) for a state
+        that is not one: wrong version, missing or misshapen fields, negative counts, or more
+        releases of one record than releases in total."""
+        if not isinstance(state, dict):
+            raise PrivzvError(f"ledger state: must be a JSON object, got {type(state).__name__}")
         if state.get("version") != STATE_VERSION:
             raise PrivzvError(f"ledger state version {state.get('version')!r}: expected "
                               f"{STATE_VERSION}")
-        ledger = cls(Release(**state["release"]), Schedule(**state["schedule"]), state["delta"],
-                     state["epsilon_budget"], state["accountant"])
-        counts = np.asarray(state["counts"], dtype=np.int64)
-        if counts.shape != ledger._counts.shape or (counts < 0).any():
-            raise PrivzvError(f"ledger state counts: expected shape {ledger._counts.shape} of "
-                              "non-negative integers")
-        ledger._counts = counts
-        ledger._worst = int(counts.sum(axis=0).max())
-        ledger.releases = int(state["releases"])
+        missing = [key for key in _STATE_KEYS if key not in state]
+        if missing:
+            raise PrivzvError(f"ledger state: missing {', '.join(missing)}")
+        try:
+            release = Release(**state["release"])
+            schedule = Schedule(**state["schedule"])
+        except TypeError as exc:
+            raise PrivzvError(f"ledger state release/schedule: {exc}") from None
+        ledger = cls(release, schedule, state["delta"], state["epsilon_budget"],
+                     state["accountant"])
+        releases = state["releases"]
+        if not (isinstance(releases, int) and not isinstance(releases, bool) and releases >= 0):
+            raise PrivzvError(f"ledger state releases={releases!r}: must be an integer >= 0")
+        counts = _counts(state["counts"], ledger._counts.shape)
+        worst = int(counts.sum(axis=0).max())
+        if worst > releases:
+            raise PrivzvError(f"ledger state: a record is in {worst} releases, more than "
+                              f"releases={releases}")
+        ledger._counts, ledger._worst, ledger.releases = counts, worst, releases
         return ledger
+
+
+_STATE_KEYS = ("release", "schedule", "delta", "epsilon_budget", "accountant", "releases",
+               "counts")
+
+
+def _counts(value, shape: tuple[int, int]) -> np.ndarray:
+    """A (devices, records) array of non-negative integers from JSON, else PrivzvError."""
+    message = (f"ledger state counts: expected {shape[0]} lists of {shape[1]} non-negative "
+               "integers")
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+        raise PrivzvError(message)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for row in value for v in row):
+        raise PrivzvError(message)
+    try:
+        counts = np.asarray(value, dtype=np.int64)
+    except (ValueError, OverflowError):
+        raise PrivzvError(message) from None
+    if counts.shape != shape or (counts < 0).any():
+        raise PrivzvError(message)
+    return counts

@@ -332,3 +332,77 @@ def test_unsampled_pld_is_the_exact_gaussian_composition():
     accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
     accountant.compose(dpa.GaussianDpEvent(2.5), 10)
     assert exact <= accountant.get_epsilon(1e-5) <= exact * 1.01
+
+
+def _mironov_replace_one_rdp(q, z, orders):
+    """Mironov 2017 (arXiv:1702.07476), Prop. 11 with p = q = 2, through the add-remove
+    neighbour: eps_rep(a) <= (a - 1/2)/(a - 1) eps_ar(2a) + eps_ar(2a - 1), eps_ar from
+    dp-accounting's private _compute_rdp_poisson_subsampled_gaussian (pinned in pyproject)."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    def sampled(o):
+        return rdp._compute_rdp_poisson_subsampled_gaussian(q, 2.0 * z, o)
+    return (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(2.0 * orders - 1.0)
+
+
+@pytest.mark.parametrize("q, z", [(256 / 60000, 1.0), (0.01, 0.5), (0.5, 2.0), (1e-3, 5.0)])
+def test_exact_replace_one_rdp_is_below_mironovs_bound_and_matches_mpmath(q, z):
+    """The quadrature (accountants.replace_one_rdp) against Mironov's upper bound at every
+    default order, and against an mpmath integral of the same Renyi divergence at three."""
+    import mpmath
+
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+    from privzv.accountants import replace_one_rdp
+
+    orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
+    exact = replace_one_rdp(q, z, orders)
+    bound = _mironov_replace_one_rdp(q, z, orders)
+    finite = np.isfinite(bound)
+    assert np.all(exact[finite] <= bound[finite])
+    a = 0.5 / z
+    for alpha in (1.5, 4.0, 20.0):
+        def integrand(x, alpha=mpmath.mpf(alpha)):
+            phi = mpmath.npdf(x)
+            p = phi * ((1 - q) + q * mpmath.exp(-a * x - a * a / 2))
+            r = phi * ((1 - q) + q * mpmath.exp(a * x - a * a / 2))
+            return p ** alpha * r ** (1 - alpha)
+        ref = float(mpmath.log(mpmath.quad(integrand, [-mpmath.inf, -alpha * a, 0, mpmath.inf]))
+                    / (alpha - 1))
+        got = replace_one_rdp(q, z, [alpha])[0]
+        assert ref <= got <= ref * (1 + 1e-8) + 1e-15
+
+
+def test_dp_event_export_reproduces_privzvs_epsilon_in_dp_accounting():
+    """to_dp_event: the exported event, given to dp-accounting's PLDAccountant with the exported
+    relation, gives privzv's pld epsilon (same discretisation); with a DP head the round is a
+    composition inside one Poisson sampling, and combined=True is its single-Gaussian equal."""
+    import dp_accounting as dpa
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from privzv import to_dp_event
+    from privzv.release import HeadUpdate
+
+    def dpa_epsilon(event, relation, delta=1e-5):
+        accountant = pld_privacy_accountant.PLDAccountant(relation)
+        accountant.compose(event)
+        return accountant.get_epsilon(delta)
+
+    for neighbors, threat in (("replace-one", "eavesdropper"), ("add-remove", "eavesdropper"),
+                              ("replace-one", "device")):
+        release = Release(clip=1.0, batch_size=100, neighbors=neighbors).with_noise_multiplier(1.5)
+        schedule = Schedule(steps=20, dataset_size=1000, threat=threat)
+        event, relation = to_dp_event(release, schedule)
+        ours = account(release, schedule, 1e-5, "pld").epsilon
+        assert dpa_epsilon(event, relation) == pytest.approx(ours, rel=2e-3)
+    head = Release(clip=1.0, batch_size=100, head=HeadUpdate(2.0, 100), head_share=0.3)
+    head = head.with_noise_multiplier(1.5)
+    schedule = Schedule(steps=50, dataset_size=1000, threat="eavesdropper")
+    event, relation = to_dp_event(head, schedule)
+    z_down, z_head = head.split(1.5)
+    assert event.count == 50 and relation == dpa.NeighboringRelation.REPLACE_ONE
+    assert event.event.sampling_probability == 0.1
+    assert [e.noise_multiplier for e in event.event.event.events] == [2 * z_down, 2 * z_head]
+    combined, _ = to_dp_event(head, schedule, combined=True)
+    assert combined.event.event.noise_multiplier == pytest.approx(2 * 1.5, rel=1e-12)
+    assert dpa_epsilon(combined, relation) == pytest.approx(
+        account(head, schedule, 1e-5, "pld").epsilon, rel=2e-3)

@@ -120,3 +120,42 @@ def test_console_entry_point_exit_code_and_no_traceback():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "privzv: error: --delta '2': must be > 0 and < 1"]
+
+
+def test_head_options_calibrate_the_whole_round_and_show_both_sigmas(capsys):
+    from privzv.accounting import calibrate
+    from privzv.release import HeadUpdate, Release, Schedule
+
+    flags = ["--head-clip", "0.5", "--head-share", "0.8", "--devices", "2", "--device-steps",
+             "70,30", "--accountant", "pld"]
+    obj = run_json(capsys, "calibrate", "--epsilon", "1", *RELEASE, *flags)
+    release = Release(clip=1.0, batch_size=100, head=HeadUpdate(clip=0.5, batch_size=100),
+                      head_share=0.8)
+    schedule = Schedule(steps=100, dataset_size=1000, devices=2, device_steps=(70, 30))
+    expected = calibrate(1.0, 1e-5, release, schedule, "pld")
+    assert obj["compositions"] == 7 + 3          # ceil(70/10) + ceil(30/10)
+    assert obj["sigma"] == expected.sigma and obj["head_sigma"] == expected.head_sigma
+    # z_h = z / sqrt(0.8): sigma_h = z_h * 2 C_h / B
+    assert obj["head_sigma"] == pytest.approx(
+        obj["noise_multiplier"] / 0.8 ** 0.5 * 2 * 0.5 / 100, rel=1e-12)
+    acc = run_json(capsys, "account", "--sigma", repr(obj["sigma"]), *RELEASE, *flags)
+    assert acc["head_sigma"] == pytest.approx(obj["head_sigma"], rel=1e-12)
+    assert acc["epsilon"] == pytest.approx(obj["epsilon"], rel=1e-9) and acc["epsilon"] <= 1
+    code, out, _ = run(capsys, "calibrate", "--epsilon", "1", *RELEASE, *flags)
+    assert code == 0 and "head sigma" in out and "downlink and head combined" in out
+    code, out, _ = run(capsys, "account", "--sigma", "0.1", *RELEASE, *flags, "--all")
+    assert code == 0 and "head sigma" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--device-steps", "50,40", "--devices", "2"], "summing to --steps 100"),
+    (["--device-steps", "90"], "summing to --steps 100"),
+    (["--device-steps", "100", "--devices", "2"], "--devices 2"),
+    (["--device-steps", "a,b"], "--device-steps 'a,b'"),
+    (["--device-steps", "110,-10", "--devices", "2"], "--device-steps '110,-10'"),
+    (["--head-clip", "0"], "--head-clip '0'"),
+    (["--head-clip", "1", "--head-share", "1"], "--head-share '1'"),
+])
+def test_bad_round_options_are_one_line_and_exit_2(capsys, flags, named):
+    code, out, err = run(capsys, "calibrate", "--epsilon", "1", *RELEASE, *flags)
+    assert code == 2 and out == "" and named in err and err.count("\n") == 1

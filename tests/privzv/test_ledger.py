@@ -7,7 +7,7 @@ import pytest
 from privzv.accounting import account
 from privzv.errors import PrivzvError
 from privzv.ledger import BudgetExceeded, PrivacyLedger
-from privzv.release import Release, Schedule
+from privzv.release import HeadUpdate, Release, Schedule
 
 D, B = 100, 10
 RELEASE = Release(clip=1.0, batch_size=B, sigma=1.0)     # noise multiplier 5
@@ -122,3 +122,66 @@ def test_bad_construction_is_refused():
         PrivacyLedger(Release(1.0, B), Schedule(steps=10, dataset_size=D), 1e-5, 1.0)
     with pytest.raises(PrivzvError, match="version"):
         PrivacyLedger.from_state_dict({"version": 99})
+
+
+HEADED = Release(clip=1.0, batch_size=B, head=HeadUpdate(clip=0.5, batch_size=B),
+                 head_share=0.8).with_noise_multiplier(3.0)
+
+
+def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
+    ledger = PrivacyLedger(HEADED, Schedule(steps=40, dataset_size=D, devices=2), 1e-5, 1e3)
+    run_epochs(ledger, devices=2, epochs=1)
+    down, head = ledger.mechanisms()
+    assert (down["mechanism"], head["mechanism"]) == ("downlink", "head")
+    assert down["count"] == head["count"] == 2      # the worst record: once per device's epoch
+    assert down["sigma"] == HEADED.sigma and head["sigma"] == HEADED.head.sigma
+    assert head["sensitivity"] == 2 * 0.5 / B and down["sensitivity"] == 2 * 1.0 / B
+    # the two noise multipliers combine into the round's: z^-2 = z_d^-2 + z_h^-2
+    combined = (down["noise_multiplier"] ** -2 + head["noise_multiplier"] ** -2) ** -0.5
+    assert combined == pytest.approx(3.0, rel=1e-12)
+    summary = ledger.summary()
+    assert summary["mechanisms"] == ledger.state_dict()["mechanisms"] == ledger.mechanisms()
+    assert summary["epsilon_spent"] == ledger.epsilon_spent() and summary["compositions"] == 2
+    assert len(PrivacyLedger(RELEASE, Schedule(steps=4, dataset_size=D), 1e-5,
+                             1e3).mechanisms()) == 1
+
+
+def _state(**changes):
+    ledger = PrivacyLedger(HEADED, Schedule(steps=40, dataset_size=D, devices=2), 1e-5, 1e3)
+    ledger.record(0, np.arange(B))
+    state = json.loads(json.dumps(ledger.state_dict()))
+    state.update(changes)
+    return state
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"releases": "x"}, "releases='x'"),
+    ({"releases": -1}, "releases=-1"),
+    ({"releases": True}, "releases=True"),
+    ({"releases": 0}, "more than releases=0"),
+    ({"counts": "x"}, "counts"),
+    ({"counts": [[0] * D]}, "counts"),
+    ({"counts": [[0] * D, [-1] + [0] * (D - 1)]}, "counts"),
+    ({"counts": [[0] * D, [0.5] + [0] * (D - 1)]}, "counts"),
+    ({"counts": [[0] * D, [0] * (D - 1)]}, "counts"),
+    ({"release": {"clip": 1.0, "batch_size": B, "colour": 1}}, "release/schedule"),
+    ({"release": {"clip": "x", "batch_size": B}}, "clip='x'"),
+    ({"schedule": {"steps": 40, "dataset_size": D, "devices": 2, "device_steps": "ab"}},
+     "release/schedule|device_steps"),
+    ({"delta": "x"}, "delta='x'"),
+    ({"version": "1"}, "version"),
+])
+def test_a_corrupt_state_is_a_privzv_error(changes, named):
+    with pytest.raises(PrivzvError, match=named.replace("(", r"\(")):
+        PrivacyLedger.from_state_dict(_state(**changes))
+
+
+def test_a_state_missing_a_field_or_not_an_object_is_a_privzv_error():
+    state = _state()
+    del state["counts"]
+    with pytest.raises(PrivzvError, match="missing counts"):
+        PrivacyLedger.from_state_dict(state)
+    with pytest.raises(PrivzvError, match="JSON object"):
+        PrivacyLedger.from_state_dict([1, 2])
+    restored = PrivacyLedger.from_state_dict(_state())
+    assert restored.mechanisms()[1]["sigma"] == HEADED.head.sigma

@@ -1,0 +1,138 @@
+"""Issue 9: no crash, hang, NaN or Infinity anywhere in the documented ranges (epsilon up to 1e4,
+delta down to 1e-300, T up to 1e8, sigma down to 1e-12); fallbacks name the accountant."""
+import json
+
+import numpy as np
+import pytest
+
+import privzv
+from privzv import accountants, gdp
+from privzv.accounting import account, calibrate
+from privzv.cli import main
+from privzv.release import Release, Schedule
+from privzv.threats import Exposure
+
+SIZES = ["--dataset-size", "60000", "--batch-size", "256", "--clip", "1"]
+
+
+def _strict(text):
+    def refuse(token):
+        raise AssertionError(f"non-strict JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("argv", [
+    # issue 9's crashes: OverflowError in the secant, in clt_noise_multiplier, numpy
+    # ArrayMemoryError, RuntimeWarnings leaking from convert
+    ["calibrate", "--epsilon", "1e4", "--delta", "1e-5", "--steps", "1000", "--threat",
+     "eavesdropper", "--neighbors", "add-remove", "--accountant", "rdp"],
+    ["account", "--sigma", "1e-12", "--delta", "1e-5", "--steps", "1", "--threat",
+     "eavesdropper"],
+    ["account", "--sigma", "0.01", "--delta", "1e-300", "--steps", "1000", "--threat",
+     "eavesdropper", "--neighbors", "add-remove"],
+    ["calibrate", "--epsilon", "1e4", "--delta", "1e-300", "--steps", "100000000"],
+    ["calibrate", "--epsilon", "1e-9", "--delta", "1e-5", "--steps", "1000"],
+    ["account", "--sigma", "1e-12", "--delta", "1e-300", "--steps", "100000000", "--accountant",
+     "seed"],
+    ["convert", "--epsilon", "1e308", "--delta", "1e-5"],
+])
+def test_edge_inputs_give_strict_json_or_a_one_line_error(capsys, argv):
+    extra = SIZES if argv[0] != "convert" else []
+    code = main([*argv, *extra, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 0:
+        obj = _strict(out)
+        assert all(np.isfinite(v) for v in obj.values() if isinstance(v, float))
+    else:
+        assert out == "" and err.count("\n") == 1
+
+
+def test_convert_refuses_an_epsilon_beyond_the_float_range(capsys):
+    assert main(["convert", "--mu", "1e300", "--delta", "1e-5", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "epsilon exceeds the floating-point range" in err
+    assert gdp.mu_from_epsilon(1e308, 1e-5) == pytest.approx(2 ** 0.5 * 1e154, rel=1e-12)
+
+
+def test_pld_declines_below_its_reliable_delta_and_rdp_answers_saying_so():
+    """Below delta 1e-12 the PLD's FFT round-off makes its epsilon erratic (not monotone in
+    sigma: measured at 1e-13 and 1e-14); pld hands over to rdp and the answer says so."""
+    release = Release(clip=1.0, batch_size=256, neighbors="add-remove", sigma=0.01)
+    schedule = Schedule(steps=1000, dataset_size=60000, threat="eavesdropper")
+    r = account(release, schedule, 1e-300, "pld")
+    assert r.accountant == "rdp" and r.requested == "pld" and r.rigorous
+    assert "below 1e-12" in r.fallback and "rdp answered" in r.fallback
+    assert 0 < r.epsilon < 20 and "fallback" in r.note
+    exp = Exposure(1000, 256 / 60000)
+    with pytest.raises(accountants.CannotAnswer, match="below"):
+        accountants.pld_epsilon(2.0, exp, "add-remove", 1e-13, 1e-4)
+    at_limit = [accountants.pld_epsilon(z, exp, "add-remove", 1e-12, 1e-4)
+                for z in np.linspace(1.5, 3.0, 4)]
+    assert np.all(np.diff(at_limit) < 0)
+
+
+def test_an_unusable_pld_grid_hands_over_to_rdp():
+    release = Release(clip=1.0, batch_size=256, neighbors="add-remove", sigma=1e-12)
+    schedule = Schedule(steps=1, dataset_size=60000, threat="eavesdropper")
+    r = account(release, schedule, 1e-5, "best")
+    assert r.rigorous and np.isfinite(r.epsilon) and "points" in r.fallback
+
+
+def test_best_is_the_smaller_of_pld_and_rdp_and_names_it():
+    release = Release(clip=1.0, batch_size=256, sigma=0.02)
+    for steps in (50, 2000):
+        schedule = Schedule(steps=steps, dataset_size=60000, threat="eavesdropper")
+        pld, rdp = (account(release, schedule, 1e-5, a) for a in ("pld", "rdp"))
+        best = account(release, schedule, 1e-5, "best")
+        assert best.epsilon == min(pld.epsilon, rdp.epsilon)
+        assert best.accountant == (pld.accountant if pld.epsilon < rdp.epsilon else "rdp")
+        assert best.requested == "best" and "best" in best.note
+        if pld.accountant != "pld":   # epsilon 0.04: the PLD grid at 1e-4 epsilon is too fine
+            assert "points" in best.fallback and steps == 50
+    assert best.accountant == "pld"   # 2000 steps: pld is tighter than rdp
+
+
+def test_calibration_at_tiny_epsilon_under_rdp_is_one_sided():
+    """dp-accounting's RDP conversion drops to 0 once the RDP is below delta^2 (issue 9: the
+    secant overflowed on that jump); the calibration brackets it instead."""
+    release = Release(clip=1.0, batch_size=256, neighbors="add-remove")
+    schedule = Schedule(steps=100, dataset_size=60000, threat="eavesdropper")
+    r = calibrate(1e-3, 1e-5, release, schedule, "rdp")
+    assert r.epsilon <= 1e-3 and np.isfinite(r.noise_multiplier)
+
+
+def test_one_call_api_matches_the_dataclass_route():
+    release = Release(clip=1.0, batch_size=256, neighbors="add-remove")
+    schedule = Schedule(steps=300, dataset_size=60000, threat="eavesdropper")
+    via = calibrate(1.0, 1e-5, release, schedule, "rdp")
+    one = privzv.noise_multiplier(1.0, 1e-5, sample_rate=256 / 60000, steps=300,
+                                  accountant="rdp")
+    assert one.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
+    full = privzv.noise_multiplier(1.0, 1e-5, dataset_size=60000, batch_size=256, steps=300,
+                                   accountant="rdp")
+    assert full.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
+    back = privzv.epsilon(one.noise_multiplier, 1e-5, sample_rate=256 / 60000, steps=300,
+                          accountant="rdp")
+    assert back.epsilon == pytest.approx(one.epsilon, rel=1e-12)
+    device = privzv.epsilon(5.0, 1e-5, dataset_size=1000, batch_size=100, steps=40,
+                            threat="device", devices=2, device_steps=(30, 10))
+    assert device.compositions == 3 + 1 and device.sampling_rate is None
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(sample_rate=0.1, dataset_size=10, batch_size=1), "not both"),
+    (dict(sample_rate=0.1, threat="device"), "threat='device'"),
+    (dict(sample_rate=1.5), "sample_rate=1.5"),
+    (dict(), "give sample_rate"),
+])
+def test_one_call_api_refuses_unclear_descriptions(kwargs, named):
+    with pytest.raises(privzv.PrivzvError, match=named):
+        privzv.noise_multiplier(1.0, 1e-5, steps=10, **kwargs)
+
+
+def test_doctests_of_the_one_call_api():
+    import doctest
+
+    from privzv import api
+    assert doctest.testmod(api).failed == 0
