@@ -39,8 +39,11 @@ from privzv.training.transcript import Recorder
 CHECKPOINT = "checkpoint.pt"
 
 
-def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> Scheduler:
-    """The parties, the method and the scheduler of a run (models initialised from the seed)."""
+def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, release=None) -> Scheduler:
+    """The parties, the method and the scheduler of a run (models initialised from the seed).
+
+    ``release``: the run's calibrated Release (``privacy.Plan.release`` of a private run); without
+    it, ``sigma`` > 0 gives the method's release at that downlink sigma."""
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
     devices = []
@@ -60,9 +63,9 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0) -> S
     meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,
                     "num_classes": dataset.num_classes}
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, sigma)
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
-                     activation=config.activation, recorder=recorder, ledger=ledger)
+                     threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger)
 
 
 def steps_per_epoch(config: TrainConfig, records: int) -> int:
@@ -110,7 +113,7 @@ def train(config: TrainConfig, out: Path, *, resume: bool = False,
     else:
         p = privacy.plan(config, method_cls, records, rounds)
         ledger = privacy.ledger(config, p)
-    sched = build(config, dataset, ledger=ledger, sigma=p.sigma)
+    sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None)
     metrics_path = out / "metrics.jsonl"
     wall_before = 0.0
     if resume:
