@@ -85,6 +85,24 @@ def ledger(config, p: Plan):
                          accountant=config.accountant, dataset_size=p.schedule.dataset_size)
 
 
+def mechanisms(p: Plan, ledger) -> list[dict] | None:
+    """Each DP mechanism of a private run's rounds: name, noise std, sensitivity, noise multiplier
+    and ``count``, the releases composed for the worst record so far (the ledger's k; the
+    downlink and the head update are made in the same rounds, so they share it)."""
+    if not p.private or ledger is None:
+        return None
+    k = ledger.compositions()
+    release = p.release
+    rows = [{"mechanism": "downlink", "sigma": release.sigma, "sensitivity": release.sensitivity,
+             "noise_multiplier": release.sigma / release.sensitivity, "count": k}]
+    if release.head is not None:
+        head = release.head
+        rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,
+                     "noise_multiplier": head.sigma / head.sensitivity, "count": k,
+                     "clip": head.clip, "share": release.head_share})
+    return rows
+
+
 def restore_ledger(state: dict):
     from privzv.ledger import PrivacyLedger
 

@@ -192,5 +192,6 @@ def _summary(config, p, sched, ledger, last: dict, rounds) -> dict:
             "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
             "delta": config.delta, "threat": config.threat, "accountant": config.accountant,
-            "sigma": p.sigma, "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
+            "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
+            "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
             "seed": config.seed}

@@ -28,9 +28,10 @@ def _tiny_config(**changes) -> TrainConfig:
     return dataclasses.replace(base, **changes)
 
 
-def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None, **changes):
+def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None,
+                    release=None, **changes):
     dataset = dataset or _tiny_dataset(devices=changes.get("devices", 2))
-    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma)
+    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, release=release)
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def tiny_config():
 
 @pytest.fixture
 def tiny_scheduler():
-    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, config changes)."""
+    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, release, config changes)."""
     return _tiny_scheduler
 
 

@@ -94,6 +94,9 @@ class DPZV(Method):
         return self.message(SERVER, up.sender, "delta", delta=big_delta)
 
     # device, second half --------------------------------------------------------------------
+    def device_abort(self, device):
+        common.restore_after_abort(device)
+
     def device_receive(self, device, down):
         seed, norm = device.scratch["seed"], device.scratch["norm"]
         delta = float(down["delta"]) if self.train_devices else 0.0
