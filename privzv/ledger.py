@@ -108,9 +108,12 @@ class PrivacyLedger:
             raise PrivzvError(f"device={device!r}: must be an integer in "
                               f"[0, {self.schedule.devices})")
         ids = np.asarray(batch_ids)
-        if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
-            raise PrivzvError("batch_ids: must be a 1-D array of record indices (empty: a Poisson "
-                              "batch that sampled no record, still a release)")
+        poisson = self.schedule.threat == "eavesdropper"   # an empty Poisson batch is a release
+        if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or (poisson and ids.size == 0)):
+            raise PrivzvError("batch_ids: must be a 1-D array of record indices")
+        if ids.size == 0 and not poisson:
+            raise PrivzvError("batch_ids: must be non-empty (only a Poisson batch, threat "
+                              "eavesdropper, can be empty)")
         ids = ids.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.schedule.dataset_size):
             raise PrivzvError(f"batch_ids: indices must be in [0, {self.schedule.dataset_size})")

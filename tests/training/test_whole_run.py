@@ -13,7 +13,7 @@ import torch
 from privzv import accounting, threats
 from privzv.errors import PrivzvError
 from privzv.release import Schedule
-from privzv.training import data, privacy, run, sampling, transcript
+from privzv.training import privacy, run, sampling, transcript
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
 from privzv.training.scheduler import Scheduler

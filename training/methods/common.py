@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch import nn
 
 from privzv.release import Release
 from privzv.training import zo
 from privzv.training.methods import head
 from privzv.training.methods.base import Method
-from privzv.training.methods.head import first_order_step, losses  # noqa: F401 (re-exported)
+from privzv.training.methods.head import losses
 
 
 def with_row(table_rows: list[torch.Tensor], m: int, emb: torch.Tensor) -> list[torch.Tensor]:
