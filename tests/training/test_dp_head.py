@@ -143,3 +143,9 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
     if method != "zoo-vfl":    # first-order heads: lr = min(0.1, 1/z_h) by default
         z_h = p.release.head.sigma / p.release.head.sensitivity
         assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(min(0.1, 1 / z_h))
+    before = [q.clone() for q in sched.server.head.parameters()]
+    for _ in range(5):
+        assert sched.step()
+    after = list(sched.server.head.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert all(torch.isfinite(q).all() for q in after)
