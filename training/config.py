@@ -34,7 +34,7 @@ class TrainConfig:
     super_batch: int | None = None   # B' of threat "secret-subsampling"
     sigma: float | None = None       # give the noise std directly instead of calibrating it
     clip: float = 10.0               # C
-    head_clip: float = 1.0           # C_h: per-example clip of the server head's DP update
+    head_clip: float = 0.1           # C_h: per-example clip of the server head's DP update (docs/training.md)
     head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
     no_clip: bool = False            # ablation (needs no noise)
     lam: float = 1e-3                # ZO smoothing lambda
