@@ -149,3 +149,20 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
     after = list(sched.server.head.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
     assert all(torch.isfinite(q).all() for q in after)
+
+
+def test_under_secret_subsampling_the_head_steps_with_noise_even_when_nothing_is_kept(tiny_config,
+                                                                                      tiny_scheduler):
+    """The head update is released every round (amplification assumes it): a round that keeps no
+    record still moves the head by noise alone."""
+    kw = dict(threat="secret-subsampling", batch_size=1, super_batch=8, epsilon=5.0)
+    p = privacy.plan(tiny_config(**kw), methods.get("dpzv"), records=96, rounds=40)
+    sched = tiny_scheduler(release=p.release, **kw)
+    empty = 0
+    for _ in range(30):
+        before = [q.clone() for q in sched.server.head.parameters()]
+        assert sched.step()
+        mask = sched.recorder.transcripts["server"].select("local", "keep")[-1].fields["mask"]
+        empty += int(not mask.any())
+        assert any(not torch.equal(a, b) for a, b in zip(before, sched.server.head.parameters()))
+    assert empty >= 3
