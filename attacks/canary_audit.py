@@ -104,7 +104,8 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     cfg.validate()
     rounds = training_run.rounds_for(cfg, n)
     plan = privacy.plan(cfg, methods.get(method), n, rounds)
-    sched = training_run.build(cfg, ds, sigma=plan.sigma, secret_seed=secret_seed)
+    sched = training_run.build(cfg, ds, release=plan.release if plan.private else None,
+                               secret_seed=secret_seed)
     sched.run(rounds, lambda r: False, lambda r: None)
     view = wire_view(sched.recorder.transcripts["device0"])
     g = view.gradient_rows()

@@ -94,6 +94,10 @@ class PrivacyLedger:
             self._bad_from = min(self._bad_from, probe)
         return False
 
+    def compositions(self) -> int:
+        """Releases composed for the worst record so far (k; all releases under eavesdropper)."""
+        return self._compositions()
+
     def epsilon_spent(self) -> float:
         """Epsilon at ``delta`` of the releases recorded so far (0 before the first)."""
         return self._epsilon(self._compositions())
@@ -104,9 +108,14 @@ class PrivacyLedger:
             raise PrivzvError(f"device={device!r}: must be an integer in "
                               f"[0, {self.schedule.devices})")
         ids = np.asarray(batch_ids)
-        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-            raise PrivzvError("batch_ids: must be a non-empty 1-D array of record indices")
-        if ids.min() < 0 or ids.max() >= self.schedule.dataset_size:
+        poisson = self.schedule.threat == "eavesdropper"   # an empty Poisson batch is a release
+        if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or (poisson and ids.size == 0)):
+            raise PrivzvError("batch_ids: must be a 1-D array of record indices")
+        if ids.size == 0 and not poisson:
+            raise PrivzvError("batch_ids: must be non-empty (only a Poisson batch, threat "
+                              "eavesdropper, can be empty)")
+        ids = ids.astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.schedule.dataset_size):
             raise PrivzvError(f"batch_ids: indices must be in [0, {self.schedule.dataset_size})")
         if np.unique(ids).size != ids.size:
             raise PrivzvError("batch_ids: a record appears twice in one batch (the sensitivity "
@@ -116,6 +125,8 @@ class PrivacyLedger:
     def _compositions_after(self, device: int, ids: np.ndarray) -> int:
         if self._counts_all_releases():
             return self.releases + 1
+        if not ids.size:
+            return self._worst
         return max(self._worst, int(self._counts[:, ids].sum(axis=0).max()) + 1)
 
     def would_exceed(self, device: int, batch_ids) -> bool:
@@ -136,7 +147,8 @@ class PrivacyLedger:
                 f"{self._epsilon(k):.4g} (delta {self.delta:g}, {self.accountant}, threat "
                 f"{self.schedule.threat}); stopping before it")
         self._counts[device, ids] += 1
-        self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
+        if ids.size:
+            self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
         self.releases += 1
 
     # ----------------------------------------------------------------- summary

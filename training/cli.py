@@ -17,7 +17,8 @@ from privzv.errors import PrivzvError
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
-               "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam")
+               "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
+               "head_clip", "head_share")
 
 
 def build_parser() -> cliutil.Parser:
@@ -41,6 +42,10 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--accountant", choices=ACCOUNTANTS)
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
+    p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),
+                   help="C_h of the server head's DP update (private runs), default 0.1")
+    p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True, high_open=True),
+                   help="share of each round's privacy (1/z^2) on the head update, default 0.5")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")

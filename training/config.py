@@ -20,7 +20,7 @@ SERVER_UPDATES = ("fo", "zo")
 # Upper bounds on sizes that would otherwise exhaust memory or time (docs/cli.md, "Caps").
 CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
         "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "epochs": 100_000.0,
-        "clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
+        "clip": 1e6, "head_clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
         "seed": 2**63 - 1}
 CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 
@@ -41,6 +41,8 @@ class TrainConfig:
     super_batch: int | None = None   # B' of threat "secret-subsampling"
     sigma: float | None = None       # give the noise std directly instead of calibrating it
     clip: float = 10.0               # C
+    head_clip: float = 0.1           # C_h: per-example clip of the server head's DP update (docs/training.md)
+    head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
     no_clip: bool = False            # ablation (needs no noise)
     lam: float = 1e-3                # ZO smoothing lambda
     lr_device: float | None = None   # None: the method's default
@@ -122,8 +124,10 @@ class TrainConfig:
             if _finite(value) and value > cap:
                 raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be <= {cap:g}"
                                   " (cap against exhausting memory or time, docs/cli.md)")
-        for name in ("epochs", "clip", "lam"):
+        for name in ("epochs", "clip", "lam", "head_clip"):
             _positive(name, getattr(self, name))
+        if not (_finite(self.head_share) and 0 < self.head_share < 1):
+            raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1)")
         for name in ("lr_device", "lr_server", "sigma"):
             value = getattr(self, name)
             if value is not None and not (_finite(value) and value >= 0):
@@ -155,7 +159,7 @@ class TrainConfig:
 _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (int,), "epochs": (int, float),
           "batch_size": (int,), "epsilon": (int, float), "delta": (int, float), "threat": (str,),
           "accountant": (str,), "neighbors": (str,), "super_batch": (int,), "sigma": (int, float),
-          "clip": (int, float), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
+          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),

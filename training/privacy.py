@@ -26,10 +26,14 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     """Work out the release and sigma of a run with ``rounds`` rounds over ``records`` records.
 
     Sigma: ``config.sigma`` if given, else 0 for ``--epsilon inf``, else
-    ``privzv.accounting.calibrate`` for (epsilon, delta, threat, accountant).
+    ``privzv.accounting.calibrate`` for (epsilon, delta, threat, accountant). The schedule carries
+    each device's step count from the activation order the run will follow
+    (``privzv.training.sampling.Activation``), so the count per record is exact. The release
+    includes the head's DP update when the head trains (``methods.head``); its sigma follows.
     """
     schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
-                        threat=config.threat, super_batch=config.super_batch)
+                        threat=config.threat, super_batch=config.super_batch,
+                        device_steps=device_steps(config, rounds))
     release = method_cls.release(config)
     if not config.private:
         return Plan(release, schedule, 0.0, None)
@@ -45,6 +49,22 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     result = accounting.calibrate(config.epsilon, config.delta, release, schedule,
                                   accountant=config.accountant)
     return Plan(release.with_sigma(result.sigma), schedule, float(result.sigma), result.to_dict())
+
+
+def device_steps(config, rounds: int) -> tuple[int, ...]:
+    """n_m of the first ``rounds`` rounds of the run's fixed activation order."""
+    from privzv.training.sampling import Activation
+
+    return Activation(config.devices, config.activation, config.seed).steps(rounds)
+
+
+def noised_release(config, method_cls, sigma: float, release: Release | None) -> Release | None:
+    """The release a method draws its noise for: ``release`` (calibrated) if given, else the
+    method's release at downlink std ``sigma`` (its head's std follows), None without noise."""
+    if release is not None or not sigma:
+        return release
+    base = method_cls.release(config)
+    return None if base is None else base.with_sigma(sigma)
 
 
 def resumed(config, method_cls, sigma: float, result: dict | None) -> Plan:
@@ -63,6 +83,24 @@ def ledger(config, p: Plan):
 
     return PrivacyLedger(p.release, p.schedule, config.delta, config.epsilon,
                          accountant=config.accountant, dataset_size=p.schedule.dataset_size)
+
+
+def mechanisms(p: Plan, ledger) -> list[dict] | None:
+    """Each DP mechanism of a private run's rounds: name, noise std, sensitivity, noise multiplier
+    and ``count``, the releases composed for the worst record so far (the ledger's k; the
+    downlink and the head update are made in the same rounds, so they share it)."""
+    if not p.private or ledger is None:
+        return None
+    k = ledger.compositions()
+    release = p.release
+    rows = [{"mechanism": "downlink", "sigma": release.sigma, "sensitivity": release.sensitivity,
+             "noise_multiplier": release.sigma / release.sensitivity, "count": k}]
+    if release.head is not None:
+        head = release.head
+        rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,
+                     "noise_multiplier": head.sigma / head.sensitivity, "count": k,
+                     "clip": head.clip, "share": release.head_share})
+    return rows
 
 
 def restore_ledger(state: dict):

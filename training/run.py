@@ -32,11 +32,13 @@ from privzv.training.scheduler import Scheduler
 from privzv.training.transcript import Recorder
 
 
-def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0,
+def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, release=None,
           secret_seed: int | None = None) -> Scheduler:
     """The parties, the method and the scheduler of a run (models initialised from the seed).
 
-    ``secret_seed`` roots the parties' private noise (None: drawn from the OS, not reproducible).
+    ``release``: the run's calibrated Release (``privacy.Plan.release`` of a private run); without
+    it, ``sigma`` > 0 gives the method's release at that downlink sigma. ``secret_seed`` roots the
+    parties' private noise (None: drawn from the OS, not reproducible).
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
     m_count, records = config.devices, len(dataset.y_train)
@@ -58,9 +60,9 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0,
     meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,
                     "num_classes": dataset.num_classes}
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, sigma)
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
-                     activation=config.activation, recorder=recorder, ledger=ledger)
+                     threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger)
 
 
 def steps_per_epoch(config: TrainConfig, records: int) -> int:
@@ -131,7 +133,8 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
         folder.write_config(_saved_config(config, p, rounds, checkpoint_every))
         if ledger is not None:
             ledger = folder.start_ledger(ledger)
-        sched = build(config, dataset, ledger=ledger, sigma=p.sigma, secret_seed=secret)
+        sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
+                      secret_seed=secret)
         return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
 
 
@@ -199,7 +202,8 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
         ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)
     elif (folder.path / "ledger.journal").exists():
         raise PrivzvError(f"config.json: sigma {p.sigma:g} (no noise), but the run has a ledger")
-    sched = build(config, dataset, ledger=ledger, sigma=p.sigma, secret_seed=secret["secret_seed"])
+    sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
+                  secret_seed=secret["secret_seed"])
     try:
         sched.load_state_dict(ckpt["state"])
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
@@ -340,5 +344,6 @@ def _summary(config, p, sched, ledger, last: dict, rounds) -> dict:
             "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
             "delta": config.delta, "threat": config.threat, "accountant": config.accountant,
-            "sigma": p.sigma, "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
+            "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
+            "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
             "seed": config.seed}

@@ -181,9 +181,10 @@ def _parents(tree, path: tuple, keys: tuple) -> Iterator[tuple[tuple, dict]]:
 
 # --------------------------------------------------------------------------- the ledger journal
 def _ledger_json(state: dict) -> dict:
-    """A ledger state as strict JSON (an infinite budget, a sigma-only run, becomes null)."""
-    return {**state, "epsilon_budget": state["epsilon_budget"] if math.isfinite(state["epsilon_budget"])
-            else None}
+    """A ledger state as strict JSON values (an infinite budget, a sigma-only run, becomes null;
+    tuples become lists, as after a round trip through a file)."""
+    budget = state["epsilon_budget"] if math.isfinite(state["epsilon_budget"]) else None
+    return json.loads(json.dumps({**state, "epsilon_budget": budget}, allow_nan=False))
 
 
 class JournaledLedger(PrivacyLedger):
@@ -213,7 +214,7 @@ class JournaledLedger(PrivacyLedger):
         budget = params["epsilon_budget"]
         return cls.from_state_dict({**params, "epsilon_budget": math.inf if budget is None else budget,
                                     "releases": 0,
-                                    "counts": np.zeros((s["devices"], s["dataset_size"]), np.int64)})
+                                    "counts": [[0] * s["dataset_size"] for _ in range(s["devices"])]})
 
 
 # --------------------------------------------------------------------------- the folder
@@ -553,8 +554,9 @@ class RunFolder:
 
     @staticmethod
     def _entries(base: Path, what: str, party: str, n: int, checkpoint: dict) -> list:
-        """The first ``n`` entries of ``party``'s transcript under ``base`` (all before the
-        checkpoint's round)."""
+        """The first ``n`` entries of ``party``'s transcript under ``base`` (none after the
+        checkpoint's round; a round refused at the budget has entries at that round: its uplink
+        was sent, and the round is run again on resume)."""
         from privzv.training import transcript
 
         if n == 0:
@@ -567,7 +569,7 @@ class RunFolder:
                               f"expects {n} entries)") from None
         except Exception as exc:
             raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
-        _expect(len(entries) >= n and all(e.round < checkpoint["round"] for e in entries[:n]),
+        _expect(len(entries) >= n and all(e.round <= checkpoint["round"] for e in entries[:n]),
                 f"{what}: {len(entries)} entries, {CHECKPOINT} of round {checkpoint['round']} "
                 f"expects {n}")
         return entries[:n]

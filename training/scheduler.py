@@ -1,10 +1,23 @@
 """The asynchronous scheduler, written once for every method (papers/000 Sec. IV, Algorithm 1).
 
-Each global round t activates one device m (probabilities ``activation``, uniform by default),
-which takes the next batch of its own epoch-shuffled order (every record once per device epoch,
-the ``device`` threat model of privzv), then runs ``method.device_send`` -> ``server_reply`` ->
-``device_receive``. The scheduler moves the messages, counts their bytes (eq. (23)), records the
-transcripts, asks the privacy ledger before every DP release, and evaluates on the test split.
+Global round t activates device m = the t-th entry of an activation order fixed before training
+(round-robin, or drawn from ``activation`` probabilities with the public seed), whose batch
+comes from the sampler the run's threat is accounted for (``privzv.training.sampling``: every
+device walks the same public epoch permutations, or the server draws a Poisson batch). Then:
+
+device   ``method.device_send`` -> the uplink.
+server   checks the uplink (``sampling.refusal``: distinct ids in [0, D), exactly the round's
+         batch) before computing anything; a refused uplink gets no reply, the server notes the
+         refusal in its transcript and the device undoes its step (``method.device_abort``).
+         For a server-made release the server then asks the privacy ledger and records the
+         release in it before any noise is drawn (at a budget stop nothing is sent, the device
+         undoes its step and the round is not spent, so a resumed run meets the same round);
+         ``method.server_reply`` -> the downlink.
+device   ``method.device_receive``.
+
+A device-made release (VAFL's noisy embedding, ``Method.RELEASED_BY = "device"``) is recorded by
+the device before its uplink leaves. The scheduler moves the messages, counts their bytes
+(eq. (23)), records the transcripts and evaluates on the test split.
 """
 from __future__ import annotations
 
@@ -12,43 +25,14 @@ import dataclasses
 import math
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from privzv.training import seeds
+from privzv.training import sampling
 from privzv.training.messages import SERVER, Traffic, device_name
 from privzv.training.methods.base import Method
 from privzv.training.parties import Device, Server
 from privzv.training.transcript import Recorder
-
-
-class EpochSampler:
-    """Epoch-shuffled batches of one device: a fresh permutation of the N records each epoch.
-
-    The last batch of an epoch may be smaller (every record exactly once per epoch).
-    """
-
-    def __init__(self, records: int, batch: int, seed: int):
-        self.records, self.batch = records, batch
-        self.gen = seeds.generator(seed)
-        self.perm = torch.randperm(records, generator=self.gen)
-        self.pos = 0
-
-    def next(self) -> torch.Tensor:
-        if self.pos >= self.records:
-            self.perm = torch.randperm(self.records, generator=self.gen)
-            self.pos = 0
-        ids = self.perm[self.pos:self.pos + self.batch]
-        self.pos += len(ids)
-        return ids.clone()
-
-    def state_dict(self) -> dict:
-        return {"gen": self.gen.get_state(), "perm": self.perm.clone(), "pos": self.pos}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.gen.set_state(state["gen"])
-        self.perm, self.pos = state["perm"].clone(), state["pos"]
 
 
 @dataclasses.dataclass
@@ -65,23 +49,27 @@ class Evaluation:
 class Scheduler:
     """Runs rounds of ``method`` over ``devices`` and ``server``.
 
-    ``ledger`` (a ``privzv.ledger.PrivacyLedger`` or None) is asked ``would_exceed`` before and
-    told ``record`` at each round's release. ``recorder`` collects the transcripts.
+    ``batch`` records per round (B, or B' under secret subsampling; the Poisson mean under
+    ``eavesdropper``); ``seed`` is the public seed (activation order, epoch permutations).
+    ``ledger`` (a ``privzv.ledger.PrivacyLedger`` or None) is asked ``would_exceed`` and told
+    ``record`` at each release. ``sampler`` defaults to the one ``threat`` is accounted for; any
+    other is refused. ``recorder`` collects the transcripts.
     """
 
     def __init__(self, method: Method, devices: Sequence[Device], server: Server, *,
-                 batch: int, seed: int, activation: Sequence[float] | None = None,
-                 recorder: Recorder | None = None, ledger=None):
+                 batch: int, seed: int, threat: str = "device",
+                 activation: Sequence[float] | None = None, recorder: Recorder | None = None,
+                 ledger=None, sampler=None):
         self.method, self.devices, self.server = method, list(devices), server
-        self.samplers = [EpochSampler(len(server.labels), batch, seeds.derive(seed, "batches", d.index))
-                         for d in self.devices]
-        m = len(self.devices)
-        self.probs = np.full(m, 1.0 / m) if activation is None else np.asarray(activation, float)
-        self.rng = np.random.default_rng(seeds.derive(seed, "activation"))
+        self.records = len(server.labels)
+        self.sampler = sampler or sampling.sampler_for(threat, self.records, batch, seed)
+        sampling.check_matches(threat, self.sampler)
+        self.activation = sampling.Activation(len(self.devices), activation, seed)
         self.recorder = recorder or Recorder([], {}, enabled=False)
         self.ledger = ledger
-        self.traffic = Traffic(m)
+        self.traffic = Traffic(len(self.devices))
         self.round = 0
+        self.refused = 0
         self.stopped: str | None = None
         for d in self.devices:
             d.note = self._noter(device_name(d.index))
@@ -91,27 +79,51 @@ class Scheduler:
     def _noter(self, party: str) -> Callable[[str, dict], None]:
         return lambda kind, fields: self.recorder.local(party, self.round, kind, fields)
 
+    def _budget_allows(self, m: int, ids: torch.Tensor) -> bool:
+        """Ask the ledger and record the release (True), or refuse it (False, nothing recorded)."""
+        if self.ledger is None:
+            return True
+        batch = ids.numpy()
+        if self.ledger.would_exceed(m, batch):
+            return False
+        self.ledger.record(m, batch)
+        return True
+
+    def _serve(self, m: int, up, expected: torch.Tensor):
+        """The server's half: check the uplink, gate a server-made release, reply.
+        Returns the downlink, or the reason for sending nothing ("refused" or "budget")."""
+        reason = sampling.refusal(up, expected, self.records)
+        if reason is not None:
+            self.server.note("refused", {"device": torch.tensor([m]),
+                                         "reason": torch.tensor(list(reason.encode()), dtype=torch.uint8)})
+            return "refused"
+        if self.method.RELEASED_BY == "server" and not self._budget_allows(m, up["ids"]):
+            return "budget"
+        return self.method.server_reply(self.server, up)
+
     def step(self) -> bool:
         """One asynchronous round. False (and ``stopped`` = "budget") if the ledger refuses it."""
-        # the draw is undone if the ledger refuses it, so only a private run snapshots it
-        rng_state = self.rng.bit_generator.state if self.ledger is not None else None
-        m = int(self.rng.choice(len(self.devices), p=self.probs))
-        device, sampler = self.devices[m], self.samplers[m]
-        state = sampler.state_dict() if self.ledger is not None else None
-        ids = sampler.next()
-        if self.ledger is not None:
-            batch = ids.numpy()
-            if self.ledger.would_exceed(m, batch):
-                sampler.load_state_dict(state)      # undo the draw: a resume meets the same round
-                self.rng.bit_generator.state = rng_state
-                self.stopped = "budget"
-                return False
-            self.ledger.record(m, batch)
+        m = self.activation.device(self.round)
+        device = self.devices[m]
         self.method.round = self.server.round = self.server.table.round = self.round
+        # a Poisson draw comes from the server's secret generator: undone at a budget stop
+        undo = (self.server.noise.state_dict()
+                if self.ledger is not None and self.sampler.kind == sampling.POISSON else None)
+        ids = self.sampler.draw(device, self.server)
+        if self.method.RELEASED_BY == "device" and not self._budget_allows(m, ids):
+            return self._stop_for_budget(undo)
         device.note("batch", {"ids": ids})
         up = self.method.device_send(device, ids)
         self.recorder.message(up)
-        down = self.method.server_reply(self.server, up)
+        down = self._serve(m, up, ids)
+        if isinstance(down, str):
+            self.method.device_abort(device)
+            device.scratch.clear()
+            if down == "budget":
+                return self._stop_for_budget(undo)
+            self.refused += 1       # the round is spent; the device's step (its batch) is not
+            self.round += 1
+            return True
         self.recorder.message(down)
         self.method.device_receive(device, down)
         self.traffic.add(self.round, m, up, down)
@@ -119,6 +131,12 @@ class Scheduler:
         device.step += 1
         self.round += 1
         return True
+
+    def _stop_for_budget(self, undo) -> bool:
+        if undo is not None:
+            self.server.noise.load_state_dict(undo)
+        self.stopped = "budget"
+        return False
 
     def run(self, rounds: int, eval_at: Callable[[int], bool], on_eval: Callable[[int], None],
             tick: Callable[[], None] = lambda: None) -> None:
@@ -160,8 +178,7 @@ class Scheduler:
                         for d in self.devices],
             "server": {"head": self.server.head.state_dict(), "noise": self.server.noise.state_dict(),
                        "table": self.server.table.state_dict()},
-            "samplers": [s.state_dict() for s in self.samplers],
-            "rng": self.rng.bit_generator.state,
+            "refused": self.refused,
             "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
             "method": self.method.extra_state(),
         }
@@ -175,8 +192,6 @@ class Scheduler:
         self.server.head.load_state_dict(state["server"]["head"])
         self.server.noise.load_state_dict(state["server"]["noise"])
         self.server.table.load_state_dict(state["server"]["table"])
-        for sampler, s in zip(self.samplers, state["samplers"]):
-            sampler.load_state_dict(s)
-        self.rng.bit_generator.state = state["rng"]
+        self.refused = state["refused"]
         self.traffic.load_state_dict({k: v.numpy() for k, v in state["traffic"].items()})
         self.method.load_extra_state(state["method"])

@@ -29,9 +29,10 @@ def _tiny_config(**changes) -> TrainConfig:
 
 
 def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None,
-                    secret_seed: int = 11, **changes):
+                    release=None, secret_seed: int = 11, **changes):
     dataset = dataset or _tiny_dataset(devices=changes.get("devices", 2))
-    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, secret_seed=secret_seed)
+    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, release=release,
+                     secret_seed=secret_seed)
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def tiny_config():
 
 @pytest.fixture
 def tiny_scheduler():
-    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, secret_seed, config changes)."""
+    """Factory: run.build of a tiny config on the tiny dataset (sigma, ledger, release, secret_seed,
+    config changes)."""
     return _tiny_scheduler
 
 

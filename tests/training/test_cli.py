@@ -51,6 +51,23 @@ def test_clip_and_lam_flags_reach_the_run(tmp_path, capsys):
     assert summary["sigma"] == pytest.approx(json.loads(capsys.readouterr().out)["sigma"] / 20, rel=1e-3)
 
 
+def test_a_private_run_prints_the_whole_runs_epsilon_with_each_mechanism(tmp_path, capsys):
+    """Issue 7's acceptance: epsilon_spent <= 1 covers every release, the head's included."""
+    out = tmp_path / "run"
+    args = [*SMALL, "--epsilon", "1", "--head-clip", "0.5", "--head-share", "0.7", "--no-transcripts"]
+    assert main(["train", *args, "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert 0 < summary["epsilon_spent"] <= 1 and summary["rounds"] == summary["rounds_planned"]
+    down, head = summary["mechanisms"]
+    assert (down["mechanism"], head["mechanism"], head["clip"], head["share"]) == ("downlink", "head", 0.5, 0.7)
+    assert down["sigma"] == summary["sigma"] and head["sigma"] > 0 and down["count"] == head["count"] >= 1
+    release = json.loads((out / "config.json").read_text())["release"]
+    assert release["head"]["clip"] == 0.5 and release["head"]["sigma"] == head["sigma"]
+    assert main(["train", *SMALL, "--epsilon", "1", "--freeze", "server", "--no-transcripts",
+                 "--out", str(tmp_path / "frozen"), "--json"]) == 0
+    assert [m["mechanism"] for m in json.loads(capsys.readouterr().out)["mechanisms"]] == ["downlink"]
+
+
 def test_resume_extends_a_run(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", *SMALL, "--sigma", "1", "--out", str(out), "--json"]) == 0
@@ -81,6 +98,8 @@ def _bad_config(tmp_path, content):
     (["--clip", "inf"], "--clip"),
     (["--lam", "0"], "--lam"),
     (["--lam", "nan"], "--lam"),
+    (["--head-clip", "0"], "--head-clip"),
+    (["--head-share", "1"], "--head-share"),
     (["--epsilon", "0.01", "--sigma", "0.1"], "too small for even one release"),
     (["--dataset", "mnist"], "--data-dir"),
     (["--dataset", "mnist", "--data-dir", "/nonexistent/dir"], "--data-dir"),

@@ -8,15 +8,17 @@ import torch
 from privzv.training import transcript
 from privzv.training.messages import SERVER, Message, device_name
 from privzv.training.parties import EmbeddingTable
-from privzv.training.scheduler import EpochSampler
+from privzv.training.sampling import SharedWalk
 
 
 
-def test_epoch_sampler_visits_every_record_once_per_epoch():
-    sampler = EpochSampler(records=50, batch=8, seed=1)
-    for _ in range(3):
-        ids = torch.cat([sampler.next() for _ in range(7)])   # ceil(50/8) batches, last has 2
-        assert sorted(ids.tolist()) == list(range(50))
+def test_shared_walk_visits_every_record_once_per_epoch():
+    walk = SharedWalk(records=50, batch=8, seed=1)
+    for epoch in range(3):
+        batches = [walk.batch_of(7 * epoch + j) for j in range(7)]   # ceil(50/8) batches
+        assert [len(b) for b in batches] == [8] * 6 + [2]
+        assert sorted(torch.cat(batches).tolist()) == list(range(50))
+    assert not torch.equal(walk.batch_of(0), walk.batch_of(7))       # a fresh permutation
 
 
 def test_activation_probabilities_are_followed(tiny_scheduler):

@@ -98,9 +98,22 @@ def _released(out):
     return np.array([d for _, d in sorted(rows)])
 
 
-def _denoised(released, root):
+def _head_size(out):
+    """Parameters of the server head (its DP step draws that many noise values per round)."""
+    head = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["server"]["head"]
+    return sum(v.numel() for v in head.values())
+
+
+def _denoised(released, root, head_size):
+    """Released minus the server stream's draws in the order the server makes them each round:
+    the downlink's noise, then the DP head step's ``head_size`` values."""
     noise = SeededNoise(root, "server")
-    return released - np.array([float(noise.gaussian((), SIGMA)) for _ in released])
+
+    def downlink_draw():
+        z = float(noise.gaussian((), SIGMA))
+        noise.gaussian((head_size,), 1.0)
+        return z
+    return released - np.array([downlink_draw() for _ in released])
 
 
 def test_no_public_value_rebuilds_the_noise(private_run):
@@ -111,14 +124,15 @@ def test_no_public_value_rebuilds_the_noise(private_run):
     out, _ = private_run
     released = _released(out)
     secret = json.loads((out / "private" / "secrets.json").read_text())["secret_seed"]
-    assert np.abs(_denoised(released, secret)).max() <= CLIP + 1e-4        # the attack works...
+    size = _head_size(out)
+    assert np.abs(_denoised(released, secret, size)).max() <= CLIP + 1e-4  # the attack works...
     assert np.abs(released).max() > 10 * CLIP                               # ...on a noisy release
     saved = json.loads((out / "config.json").read_text())
     public = {v for v in _values(saved) if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
     seed = saved["seed"]
     public |= {seed + 1, 10_000 + seed, 1_000_003 + seed, 0, 1}
     for value in sorted(public):
-        residual = _denoised(released, value)
+        residual = _denoised(released, value, size)
         assert np.abs(residual).max() > 10 * CLIP and residual.std() > 0.5 * SIGMA, value
 
 

@@ -81,10 +81,10 @@ def test_resume_continues_the_run_and_the_ledger(tmp_path):
 
 
 def test_run_stops_before_the_release_that_would_exceed_the_budget_even_after_resume(tmp_path):
-    out, summary = _train(tmp_path, "b", sigma=1.0, epsilon=1.5, epochs=2.0)
+    out, summary = _train(tmp_path, "b", sigma=2.0, epsilon=1.5, epochs=2.0)
     assert summary["stopped"] == "budget" and summary["rounds"] < summary["rounds_planned"]
     assert summary["epsilon_spent"] <= 1.5
-    again = run.train(dataclasses.replace(BASE, sigma=1.0, epsilon=1.5, epochs=4.0), out, resume=True,
+    again = run.train(dataclasses.replace(BASE, sigma=2.0, epsilon=1.5, epochs=4.0), out, resume=True,
                       extend=True)
     assert again["stopped"] == "budget" and again["rounds"] == summary["rounds"]
 

@@ -114,7 +114,9 @@ def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
         replay.add_(g, alpha=scale * math.sqrt(d) / norm)
     assert torch.equal(replay, got)
     assert norm == zo.gaussian_norm(w0, seed)
-    assert set(device.scratch) == {"seed", "norm"}     # no copy of the parameters or of u kept
+    # no u kept; one copy of the parameters for the round, for a bit-exact abort
+    assert set(device.scratch) == {"seed", "norm", "before"}
+    assert torch.equal(device.scratch["before"], torch.cat([p.reshape(-1) for p in w0]))
     assert up.kind == "embeddings"
 
 

@@ -1,8 +1,9 @@
 """The Method strategy: what one training method does in one asynchronous round.
 
 The scheduler (``privzv.training.scheduler``) owns everything that is shared: which device is active,
-its epoch-shuffled batch, the server's embedding table and its staleness, message transport,
-byte counting, transcripts, the privacy ledger, evaluation and checkpoints. A method supplies
+its batch (``privzv.training.sampling``), the check of every uplink, the server's embedding table
+and its staleness, message transport, byte counting, transcripts, the privacy ledger, evaluation
+and checkpoints. A method supplies
 only the three halves of a round, each run by one party with that party's state only::
 
     up   = method.device_send(device, ids)        # on device m: the uplink Message
@@ -21,11 +22,15 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
 * Server-side: ``server.table`` (stale embeddings; update the active device's rows),
   ``server.head``, ``server.labels[ids]``, ``server.noise`` (the server's private generator: DP
   noise and secret keep decisions come only from it).
-* Honour ``self.train_devices`` / ``self.train_server`` (the ``--freeze`` ablation) and
-  ``self.sigma`` (the noise std set by the scheduler, calibrated by privzv or given; 0 = none).
+* Honour ``self.train_devices`` / ``self.train_server`` (the ``--freeze`` ablation),
+  ``self.sigma`` (the release's noise std, calibrated by privzv or given; 0 = none) and
+  ``self.head_dp`` (the server head's DP update, ``privzv.release.HeadUpdate`` with its sigma, or
+  None: train the head with ``privzv.training.methods.head``, which does both).
 * ``release(config)`` describes the DP release a round makes (a ``privzv.release.Release``
-  with ``sigma=None``), or ``None`` when the method has no DP option; the scheduler calibrates
-  sigma from it and records every round in the privacy ledger.
+  with ``sigma=None``, its ``head`` from ``head.head_update(config)``), or ``None`` when the
+  method has no DP option; the run calibrates it and records every round in the privacy ledger.
+  ``RELEASED_BY`` says which party draws the release's noise (and so records it in the ledger).
+* ``device_abort(device)`` undoes ``device_send`` bit for bit when the server sends nothing.
 * ``extra_state`` / ``load_extra_state``: optimiser states etc. for checkpoints (tensors/dicts).
 """
 from __future__ import annotations
@@ -47,16 +52,19 @@ class Method(abc.ABC):
     """Base class of a training method (a strategy inside the one scheduler).
 
     ``name`` is the registry name (``--method``). ``config`` is the run's ``TrainConfig``;
-    ``sigma`` the per-coordinate noise std of its release (0.0: no noise).
+    ``sigma`` the per-coordinate noise std of its release (0.0: no noise); ``release``, the
+    calibrated Release (its ``sigma`` and ``head`` are used when given; else ``sigma``).
     """
 
     name: ClassVar[str]
     LR_DEVICE: ClassVar[float]   # default learning rates (when --lr-device / --lr-server are not given)
     LR_SERVER: ClassVar[float]
+    RELEASED_BY: ClassVar[str] = "server"   # the party that draws the release's noise
 
-    def __init__(self, config: "TrainConfig", sigma: float = 0.0):
+    def __init__(self, config: "TrainConfig", sigma: float = 0.0, release: "Release | None" = None):
         self.config = config
-        self.sigma = float(sigma)
+        self.sigma = float(sigma if release is None else release.sigma or 0.0)
+        self.head_dp = None if release is None or not self.sigma else release.head
         self.train_devices = config.freeze != "devices"
         self.train_server = config.freeze != "server"
         self.round = 0  # set by the scheduler before each round
@@ -85,6 +93,10 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def device_receive(self, device: "Device", down: Message) -> None:
         """Device side, second half: update the device's model from the downlink."""
+
+    def device_abort(self, device: "Device") -> None:
+        """Device side: undo ``device_send`` (the server refused the uplink or the budget is spent;
+        nothing came back). The model must be bit for bit as before ``device_send``."""
 
     def extra_state(self) -> dict:
         """Method state for a checkpoint (optimiser states, momentum buffers)."""

@@ -1,20 +1,17 @@
-"""Pieces shared by the methods: per-record losses, first-order head and device updates, the
-first-order methods' base class, the device side of a seeded ZO step."""
+"""Pieces shared by the methods: per-record losses, first-order device updates, the first-order
+methods' base class, the device side of a seeded ZO step and its bit-exact undo. The head's
+step (plain or DP) is in :mod:`privzv.training.methods.head`."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
-from torch import nn
 
 from privzv.release import Release
 from privzv.training import zo
+from privzv.training.methods import head
 from privzv.training.methods.base import Method
-
-
-def losses(head: nn.Module, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-    """Per-record cross-entropy of the head on the M embeddings: shape [B]."""
-    return nn.functional.cross_entropy(head(list(embeddings)), labels, reduction="none")
+from privzv.training.methods.head import losses
 
 
 def with_row(table_rows: list[torch.Tensor], m: int, emb: torch.Tensor) -> list[torch.Tensor]:
@@ -28,15 +25,6 @@ def sgd(params, lr: float, momentum: float) -> torch.optim.SGD | None:
     """SGD with momentum over ``params``, or None when there is nothing to train."""
     params = [p for p in params if p.requires_grad]
     return torch.optim.SGD(params, lr=lr, momentum=momentum) if params else None
-
-
-def first_order_step(optimizer: torch.optim.Optimizer | None, loss: torch.Tensor) -> None:
-    """One first-order step on ``loss`` (no-op without an optimiser)."""
-    if optimizer is None:
-        return
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
 
 
 def lr(config_value: float | None, default: float) -> float:
@@ -55,16 +43,19 @@ def noted_seed(device) -> int:
     return seed
 
 
-def embedding_gradients(server, optimizer, m: int, ids: torch.Tensor, emb: torch.Tensor,
+def embedding_gradients(server, head_step, m: int, ids: torch.Tensor, emb: torch.Tensor,
                         train: bool) -> torch.Tensor:
     """Server side of first-order VFL: per-record gradients dl_i/dh_i [B, E] of the loss w.r.t.
-    device m's embedding ``emb`` (the stale table for the others), and, if ``train``, one SGD step
-    of the head on the batch-mean loss. Row i depends only on record i (the head is row-wise)."""
+    device m's embedding ``emb`` (the stale table for the others), and, if ``train``, the head's
+    step (``head.FirstOrderHead``) on the same rows, after the gradients. Row i depends only on
+    record i (the head is row-wise)."""
+    rows = server.table.gather(ids)
+    labels = server.labels[ids]
     leaf = emb.detach().clone().requires_grad_(True)
-    per = losses(server.head, with_row(server.table.gather(ids), m, leaf), server.labels[ids])
-    (grads,) = torch.autograd.grad(per.sum(), leaf, retain_graph=train)
+    per = losses(server.head, with_row(rows, m, leaf), labels)
+    (grads,) = torch.autograd.grad(per.sum(), leaf)
     if train:
-        first_order_step(optimizer, per.mean())
+        head_step.step(with_row(rows, m, emb.detach()), labels)
     return grads.detach()
 
 
@@ -84,39 +75,37 @@ class FirstOrderDevices:
             device.scratch["h"].backward(grad)
             opt.step()
 
-    def optimizer_states(self, server_optimizer) -> dict:
-        return {"devices": {m: o.state_dict() for m, o in self.device_optimizers.items()},
-                "server": server_optimizer.state_dict() if server_optimizer else None}
+    def setup_head(self, server) -> None:
+        """``self.head``: the server head's first-order step, DP when ``self.head_dp`` is set."""
+        self.head = head.first_order(self.config, server, self.head_dp, self.LR_SERVER)
 
-    def load_optimizer_states(self, server_optimizer, state: dict) -> None:
+    def extra_state(self) -> dict:
+        return {"devices": {m: o.state_dict() for m, o in self.device_optimizers.items()},
+                "server": self.head.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
         for m, o in self.device_optimizers.items():
             o.load_state_dict(state["devices"][m])
-        if server_optimizer is not None and state["server"] is not None:
-            server_optimizer.load_state_dict(state["server"])
+        self.head.load_state_dict(state["server"])
 
 
 class FirstOrderMethod(FirstOrderDevices, Method):
     """Base of vafl and fo-vector: first-order devices and head (SGD with momentum); the release
-    is one clipped vector of dimension E per record: ``Release(C, B, "per-sample", dim=E)``."""
+    is one clipped vector of dimension E per record: ``Release(C, B, "per-sample", dim=E)``,
+    with the head's DP update (``head.with_head``)."""
 
     LR_DEVICE = 0.05
     LR_SERVER = 0.05
 
     @classmethod
     def release(cls, config) -> Release:
-        return Release(clip=config.clip, batch_size=config.batch_size, aggregate="per-sample",
-                       neighbors=config.neighbors, dim=config.embed_dim)
+        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
+                                      aggregate="per-sample", neighbors=config.neighbors,
+                                      dim=config.embed_dim), config)
 
     def setup(self, devices, server) -> None:
         self.setup_devices(devices, self.LR_DEVICE)
-        self.optimizer = sgd(server.head.parameters(), lr(self.config.lr_server, self.LR_SERVER),
-                             self.config.momentum)
-
-    def extra_state(self) -> dict:
-        return self.optimizer_states(self.optimizer)
-
-    def load_extra_state(self, state: dict) -> None:
-        self.load_optimizer_states(self.optimizer, state)
+        self.setup_head(server)
 
 
 def loss_differences(server, m: int, stale: list[torch.Tensor], labels: torch.Tensor,
@@ -137,6 +126,7 @@ def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float]) -> li
     At least one shift must be non-zero (lambda > 0)."""
     seed = noted_seed(device)
     x = device.x[ids]
+    device.scratch["before"] = device.flat.clone()   # for a bit-exact undo (restore_after_abort)
     norm, outputs = None, []
     with torch.no_grad():
         for shift in shifts:
@@ -145,3 +135,10 @@ def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float]) -> li
             outputs.append(device.model(x))
     device.scratch.update(seed=seed, norm=norm)
     return outputs
+
+
+def restore_after_abort(device) -> None:
+    """Undo :func:`perturbed_forwards` bit for bit (the server sent nothing back): the in-place
+    moves by s * u do not cancel exactly in float32, so the parameters kept before them return."""
+    with torch.no_grad():
+        device.flat.copy_(device.scratch["before"])

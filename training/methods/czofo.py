@@ -7,7 +7,8 @@ device   h_i = F_m(w_m; x_i) (autograd graph kept locally); for k = 1..n draw u_
          h^_ik = h_i + lam * u_ik [B, n, E].           (papers/002 Sec. III-B; the authors' code)
 server   d_ik = (L_i(h^_ik) - L_i(h_i)) / lam: per-record loss differences with the stale table for
          the other devices (papers/002: the losses h_{i,m}, h^_{i,m} per sample). Send d [B, n].
-         Head: first-order SGD on the batch mean loss (eq. (4)). table[m, I] <- h.
+         Head: first-order SGD on the batch mean loss (eq. (4)); DP-SGD in a private run
+         (``methods.head``). table[m, I] <- h.
 device   g_i = (E / n) * sum_k d_ik u_ik estimates dL_i/dh_i (eq. (3), phi(E) = E for the unit
          sphere); backpropagate g / B through the local model, SGD step (first order, with the
          run's ``momentum``).
@@ -30,7 +31,7 @@ from privzv.errors import PrivzvError
 from privzv.release import Release
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
-from privzv.training.methods import common
+from privzv.training.methods import common, head
 from privzv.training.methods.base import Method
 
 PERTURBATIONS = 5  # n, papers/001 App. H Table 3
@@ -64,16 +65,16 @@ class CZOFO(common.FirstOrderDevices, Method):
     @classmethod
     def release(cls, config) -> Release:
         only_device_threats(config)
-        return Release(clip=config.clip, batch_size=config.batch_size, aggregate="per-sample",
-                       neighbors=config.neighbors, dim=PERTURBATIONS)
+        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
+                                      aggregate="per-sample", neighbors=config.neighbors,
+                                      dim=PERTURBATIONS), config)
 
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
         self.clip = common.dp_clip(cfg, self.sigma)
         self.setup_devices(devices, self.LR_DEVICE)
-        self.optimizer = common.sgd(server.head.parameters(), common.lr(cfg.lr_server, self.LR_SERVER),
-                                    cfg.momentum)
+        self.setup_head(server)
 
     def device_send(self, device, ids):
         seed = common.noted_seed(device)
@@ -90,16 +91,15 @@ class CZOFO(common.FirstOrderDevices, Method):
         ids, h, h_perturbed = up["ids"], up["h"], up["h_perturbed"]
         labels = server.labels[ids]
         rows = common.with_row(server.table.gather(ids), m, h)
-        with torch.set_grad_enabled(self.train_server):
-            base = common.losses(server.head, rows, labels)
         with torch.no_grad():
+            base = common.losses(server.head, rows, labels)
             diffs = torch.stack([common.losses(server.head, common.with_row(rows, m, hp), labels)
                                  for hp in h_perturbed.unbind(dim=1)], dim=1) - base[:, None]
         per_record = self.clip_feedback(diffs / self.lam)                 # [B, n]
         noisy = server.noise.add_gaussian(per_record, self.sigma)
         server.table.update(m, ids, h)
         if self.train_server:   # after the feedback is computed (papers/002 Alg. 1, lines 9-11)
-            common.first_order_step(self.optimizer, base.mean())
+            self.head.step(rows, labels)
         return self.message(SERVER, up.sender, "loss_differences", d=noisy.float())
 
     def clip_feedback(self, per_record: torch.Tensor) -> torch.Tensor:
@@ -114,12 +114,6 @@ class CZOFO(common.FirstOrderDevices, Method):
         h = device.scratch["h"]
         u = unit_directions(device.scratch["seed"], (len(h), PERTURBATIONS, h.shape[1]))
         self.backpropagate(device, embedding_gradient(down["d"], u) / len(h))  # d(mean loss)/dh
-
-    def extra_state(self) -> dict:
-        return self.optimizer_states(self.optimizer)
-
-    def load_extra_state(self, state: dict) -> None:
-        self.load_optimizer_states(self.optimizer, state)
 
 
 METHOD = CZOFO

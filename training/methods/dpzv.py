@@ -8,26 +8,26 @@ device   seed s = device.step_seed(); u = u(s) uniform on the sqrt(d_m) sphere (
 server   delta_i = (f~(h+_i) - f~(h-_i)) / lam with the stale table for the other devices (eq. (7));
          c_i = clip_[-C,C](delta_i), NaN -> 0, +-inf -> +-C;  Delta = sum_i c_i / B + z,
          z ~ N(0, sigma^2) from the server's own generator                      (eq. (8))
-         table[m, I] <- (h+ + h-)/2; head update: first-order SGD (default) or ZO (eq. (3)).
-         send Delta (one float32).
+         table[m, I] <- (h+ + h-)/2; head update: first-order SGD (default) or ZO (eq. (3)),
+         a DP mechanism of its own in a private run (``methods.head``). send Delta (one float32).
 device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass       (eq. (9))
 
 Secret subsampling (threat ``secret-subsampling``): the device sends a super-batch of B' records;
 the server keeps each with probability p = B/B' using its own generator and tells nobody;
 Delta = sum_{i kept} c_i / B + z (divided by the expected size B, so the sensitivity stays
-2C/B). The release is ``Release(clip=C, batch_size=B, aggregate="mean")``.
+2C/B). The release is ``Release(clip=C, batch_size=B, aggregate="mean")`` with the head's update
+(``head.with_head``). If the server sends nothing (a refused uplink, a spent budget) the device
+puts back the parameters it had before its step (``device_abort``, bit for bit).
 Ablations: sigma = 0 (no noise), ``no_clip`` (no clipping; NaN/inf -> 0; never with noise).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 from privzv.release import Release
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
-from privzv.training.methods import common
+from privzv.training.methods import common, head
 from privzv.training.methods.base import Method
 
 
@@ -39,8 +39,8 @@ class DPZV(Method):
 
     @classmethod
     def release(cls, config) -> Release:
-        return Release(clip=config.clip, batch_size=config.batch_size, aggregate="mean",
-                       neighbors=config.neighbors)
+        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
+                                      aggregate="mean", neighbors=config.neighbors), config)
 
     @classmethod
     def uplink_batch(cls, config) -> int:
@@ -51,11 +51,12 @@ class DPZV(Method):
         self.lam = cfg.lam
         self.clip = None if cfg.no_clip else cfg.clip
         self.lr_device = common.lr(cfg.lr_device, self.LR_DEVICE)
-        self.lr_server = common.lr(cfg.lr_server, self.LR_SERVER)
         self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
-        self.optimizer = (common.sgd(server.head.parameters(), self.lr_server, cfg.momentum)
-                          if cfg.server_update == "fo" else None)
-        self.head_params = [p for p in server.head.parameters() if p.requires_grad]   # zo update
+        if cfg.server_update == "fo":
+            self.head = head.first_order(cfg, server, self.head_dp, self.LR_SERVER)
+        else:
+            self.head = head.ZerothOrderHead(server.head, common.lr(cfg.lr_server, self.LR_SERVER),
+                                             self.lam, server.noise, self.head_dp)
         self.buffers = ({d.index: torch.zeros_like(d.flat) for d in devices}
                         if cfg.device_momentum else {})
 
@@ -88,30 +89,14 @@ class DPZV(Method):
         big_delta = server.noise.add_gaussian(total, self.sigma).reshape(1).float()
         h_mid = (h_plus + h_minus) / 2
         server.table.update(m, ids, h_mid)
-        if self.train_server and kept.any():
-            rows = [r[kept] for r in common.with_row(stale, m, h_mid)]
-            self._server_update(server, rows, labels[kept])
+        if self.train_server:   # the round's kept records only (a DP head steps even on none)
+            self.head.step([r[kept] for r in common.with_row(stale, m, h_mid)], labels[kept])
         return self.message(SERVER, up.sender, "delta", delta=big_delta)
 
-    def _server_update(self, server, rows, labels) -> None:
-        if self.config.server_update == "fo":
-            common.first_order_step(self.optimizer, common.losses(server.head, rows, labels).mean())
-            return
-        params = self.head_params
-        if not params:
-            return
-        seed = server.noise.seed()
-        with torch.no_grad():
-            norm = zo.perturb_(params, seed, self.lam)
-            plus = common.losses(server.head, rows, labels).mean()
-            zo.perturb_(params, seed, -2.0 * self.lam, norm)
-            minus = common.losses(server.head, rows, labels).mean()
-            grad = float(plus - minus) / (2.0 * self.lam)     # eq. (3)
-            if not math.isfinite(grad):
-                grad = 0.0
-            zo.perturb_(params, seed, self.lam - self.lr_server * grad, norm)
-
     # device, second half --------------------------------------------------------------------
+    def device_abort(self, device):
+        common.restore_after_abort(device)
+
     def device_receive(self, device, down):
         seed, norm = device.scratch["seed"], device.scratch["norm"]
         delta = float(down["delta"]) if self.train_devices else 0.0
@@ -125,12 +110,10 @@ class DPZV(Method):
             device.flat.add_(u, alpha=self.lam).add_(buf, alpha=-self.lr_device)
 
     def extra_state(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict() if self.optimizer else None,
-                "buffers": self.buffers}
+        return {"optimizer": self.head.state_dict(), "buffers": self.buffers}
 
     def load_extra_state(self, state: dict) -> None:
-        if self.optimizer is not None and state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.head.load_state_dict(state["optimizer"])
         self.buffers = state["buffers"]
 
 

@@ -3,12 +3,12 @@
 Round with active device m, batch I:
 device   h = h(w; x_I); send ids, h.
 server   table[m, I] <- h; per-record gradients g_i = dl_i/dh_i; each clipped to L2 norm C;
-         g~_i = g_i + N(0, sigma^2 I) from the server's own generator; head SGD step;
-         send g~ [B, E].
+         g~_i = g_i + N(0, sigma^2 I) from the server's own generator; head step (DP-SGD in a
+         private run, ``methods.head``); send g~ [B, E].
 device   backpropagate g~ / B (the batch mean) through h; SGD step (momentum).
 
 The release is one noisy clipped gradient per record: ``Release(clip=C, batch_size=B,
-aggregate="per-sample", dim=embed_dim)``: same secret (labels, via the downlink) and observer
+aggregate="per-sample", dim=embed_dim)`` with the head's update: same secret (labels, via the downlink) and observer
 (the device) as DPZV, noise of dimension E instead of 1.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class FOVector(common.FirstOrderMethod):
     def server_reply(self, server, up):
         m, ids, h = device_index(up.sender), up["ids"], up["h"]
         server.table.update(m, ids, h)
-        grads = common.embedding_gradients(server, self.optimizer, m, ids, h, self.train_server)
+        grads = common.embedding_gradients(server, self.head, m, ids, h, self.train_server)
         if not self.config.no_clip:
             grads = zo.clip_rows(grads, self.config.clip)
         noisy = server.noise.add_gaussian(grads, self.sigma)

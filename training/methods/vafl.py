@@ -10,9 +10,15 @@ device   backpropagate g through the clipped embedding; SGD step (momentum).
 The release is the noisy embedding, one per record: ``Release(clip=C, batch_size=B,
 aggregate="per-sample", dim=embed_dim)``. Its secret is the device's features, observed by the
 server: a different secret and observer than DPZV's downlink (DESIGN.md "Vector-noise
-counterparts").
+counterparts"). The device draws the noise, so it records the release in the ledger
+(``RELEASED_BY``). The release has no head update: against the server (the observer of this
+secret) the head is the server's own computation from DP embeddings and its own labels, so noise
+on it would buy nothing; the labels are not protected by VAFL at all (the downlink gradient is
+exact), and its epsilon says nothing about them.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
@@ -21,6 +27,11 @@ from privzv.training.methods import common
 
 class VAFL(common.FirstOrderMethod):
     name = "vafl"
+    RELEASED_BY = "device"
+
+    @classmethod
+    def release(cls, config):
+        return dataclasses.replace(super().release(config), head=None)
 
     def device_send(self, device, ids):
         h = device.model(device.x[ids])
@@ -33,7 +44,7 @@ class VAFL(common.FirstOrderMethod):
     def server_reply(self, server, up):
         m, ids, h = device_index(up.sender), up["ids"], up["h"]
         server.table.update(m, ids, h)
-        grads = common.embedding_gradients(server, self.optimizer, m, ids, h, self.train_server)
+        grads = common.embedding_gradients(server, self.head, m, ids, h, self.train_server)
         return self.message(SERVER, up.sender, "gradient", g=grads / len(ids))
 
     def device_receive(self, device, down):

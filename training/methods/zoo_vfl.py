@@ -10,7 +10,8 @@ device   seed s, u = u(s) uniform on the sqrt(d_m) sphere (training.zo, as DPZV)
 server   delta_i = (L_i(h) - L_i(h^)) / lam with the stale table for the other devices;
          Delta = sum_i delta_i / B (B the configured batch size, also for an epoch's smaller
          last batch, as DPZV), sent as one float32. table[m, I] <- h.
-         Head: zeroth-order update (two-point, seeded from the server's own generator; DPZV's).
+         Head: zeroth-order update (two-point, seeded from the server's own generator; DPZV's),
+         in a private run with clipped per-example derivatives and noise (``methods.head``).
 device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass (DPZV's step).
 
 DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
@@ -64,7 +65,7 @@ class ZooVFL(DPZV):
         big_delta = server.noise.add_gaussian(total, self.sigma).reshape(1).float()
         server.table.update(m, ids, h)
         if self.train_server:
-            self._server_update(server, rows, labels)
+            self.head.step(rows, labels)
         return self.message(SERVER, up.sender, "delta", delta=big_delta)
 
 

@@ -1,0 +1,168 @@
+"""The server head's DP update (training/methods/head.py): per-example gradients, clipping,
+sensitivity, noise, and which runs make it."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from privzv.release import HeadUpdate
+from privzv.training import methods, models, privacy
+from privzv.training.methods import head
+from privzv.training.noise import SeededNoise
+
+B = 8
+
+
+def _setup(classes=3, devices=2, dim=4, seed=0):
+    torch.manual_seed(seed)
+    module = models.server_model(devices, dim, classes)
+    gen = torch.Generator().manual_seed(seed + 1)
+    rows = [torch.randn(B, dim, generator=gen) for _ in range(devices)]
+    labels = torch.randint(0, classes, (B,), generator=gen)
+    return module, rows, labels
+
+
+def test_per_example_gradients_equal_one_backward_per_record():
+    module, rows, labels = _setup()
+    got = head.per_example_gradients(module, rows, labels)
+    for i in range(B):
+        module.zero_grad()
+        head.losses(module, [r[i:i + 1] for r in rows], labels[i:i + 1]).sum().backward()
+        want = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
+        assert torch.allclose(got[i], want, atol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [1e-3, 0.5, 100.0])
+def test_the_noiseless_private_gradient_is_the_clipped_sum_over_b(clip):
+    module, rows, labels = _setup()
+    dp = HeadUpdate(clip=clip, batch_size=B, sigma=0.0)
+    step = head.FirstOrderHead(module, 0.1, 0.0, dp, SeededNoise(0, "t"))
+    per = head.per_example_gradients(module, rows, labels)
+    norms = per.norm(dim=1)
+    scale = torch.clamp(clip / norms, max=1.0)
+    assert torch.allclose(step.private_gradient(rows, labels), (per * scale[:, None]).sum(0) / B, atol=1e-6)
+    if clip == 1e-3:
+        assert (norms > clip).all()    # every row clipped: the bound bites
+
+
+def test_replacing_one_record_moves_the_head_gradient_by_at_most_2ch_over_b():
+    """Replace-one on a label (and on the record's embedding): the clipped mean moves by
+    <= 2 C_h / B (the HeadUpdate's sensitivity), also for big gradients (C_h tiny)."""
+    module, rows, labels = _setup()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(50.0)                 # huge per-example gradients; some NaN-free, all clipped
+    dp = HeadUpdate(clip=1e-2, batch_size=B, sigma=0.0)
+    step = head.FirstOrderHead(module, 0.1, 0.0, dp, SeededNoise(0, "t"))
+    base = step.private_gradient(rows, labels)
+    moves = []
+    for i in range(B):
+        for label in range(3):
+            changed = labels.clone()
+            changed[i] = label
+            other = [r.clone() for r in rows]
+            other[0][i] = 1e3
+            for r in (rows, other):
+                moves.append(float((step.private_gradient(r, changed) - base).norm()))
+    assert max(moves) <= dp.sensitivity * (1 + 1e-4)
+    assert max(moves) >= 0.5 * dp.sensitivity
+
+
+def test_the_noise_has_std_sigma_per_coordinate_and_comes_from_the_servers_generator():
+    module, rows, labels = _setup()
+    dp = HeadUpdate(clip=1.0, batch_size=B, sigma=0.7)
+    noise = SeededNoise(4, "server")
+    step = head.FirstOrderHead(module, 0.1, 0.0, dp, noise)
+    empty = [r[:0] for r in rows]
+    g = step.private_gradient(empty, labels[:0])      # an empty batch: pure noise, still released
+    assert g.numel() > 500 and abs(float(g.std()) - 0.7) < 0.07 and abs(float(g.mean())) < 0.07
+    replay = SeededNoise(4, "server").gaussian((g.numel(),), 0.7)
+    assert torch.equal(g, replay)
+
+
+def test_a_dp_step_moves_the_head_by_lr_times_the_private_gradient():
+    module, rows, labels = _setup()
+    dp = HeadUpdate(clip=0.3, batch_size=B, sigma=0.2)
+    before = torch.cat([p.detach().reshape(-1).clone() for p in module.parameters()])
+    step = head.FirstOrderHead(module, 0.05, 0.0, dp, SeededNoise(1, "s"))
+    step.step(rows, labels)
+    after = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    same = _setup()[0]                                   # the same initial head
+    want = head.FirstOrderHead(same, 0.05, 0.0, dp, SeededNoise(1, "s")).private_gradient(rows, labels)
+    assert torch.allclose(after, before - 0.05 * want, atol=1e-6)
+
+
+def test_the_zo_head_derivative_is_clipped_per_example_with_sensitivity_2ch_over_b():
+    module, rows, labels = _setup()
+    dp = HeadUpdate(clip=0.01, batch_size=B, sigma=0.0)
+    zo_head = head.ZerothOrderHead(module, 0.01, 1e-3, SeededNoise(0, "z"), dp)
+    plus, minus = torch.randn(B) * 100, torch.randn(B) * 100
+    plus[0] = float("nan")
+    g = zo_head.derivative(plus, minus)
+    assert abs(g) <= 0.01 * B / B
+    changed = plus.clone()
+    changed[3] = -changed[3] + 1e6
+    assert abs(zo_head.derivative(changed, minus) - g) <= dp.sensitivity * (1 + 1e-6)
+    noisy = head.ZerothOrderHead(module, 0.01, 1e-3, SeededNoise(0, "z"), dataclasses.replace(dp, sigma=2.0))
+    draws = torch.tensor([noisy.derivative(plus, minus) - g for _ in range(400)])
+    assert abs(float(draws.std()) - 2.0) < 0.25
+
+
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "czofo", "zoo-vfl"])
+def test_a_private_run_whose_head_trains_makes_a_dp_head_update(method, tiny_config):
+    config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6)
+    p = privacy.plan(config, methods.get(method), records=96, rounds=24)
+    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8, sigma=p.release.head.sigma)
+    assert p.release.head_share == 0.6 and p.release.head.sigma > 0
+    z_down, z_head = p.release.split(p.result["noise_multiplier"])
+    assert p.release.head.sigma == pytest.approx(z_head * p.release.head.sensitivity)
+    assert p.release.sigma == pytest.approx(z_down * p.release.sensitivity)
+    assert p.release.noise_multiplier == pytest.approx(p.result["noise_multiplier"])
+    for frozen in (tiny_config(method=method, epsilon=2.0, freeze="server"),
+                   tiny_config(method=method, epsilon=2.0, server_kind="sum", embed_dim=3)):
+        assert privacy.plan(frozen, methods.get(method), records=96, rounds=24).release.head is None
+    assert tiny_config(method=method).private is False
+    assert privacy.plan(tiny_config(method=method), methods.get(method), 96, 24).release.head is None
+
+
+def test_vafl_makes_no_head_update(tiny_config):
+    """VAFL's secret is the devices' features against the server, which computes the head itself."""
+    p = privacy.plan(tiny_config(method="vafl", epsilon=2.0), methods.get("vafl"), 96, 24)
+    assert p.release.head is None
+
+
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "czofo", "zoo-vfl"])
+def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_scheduler):
+    config = tiny_config(method=method, epsilon=2.0)
+    p = privacy.plan(config, methods.get(method), records=96, rounds=24)
+    sched = tiny_scheduler(method=method, epsilon=2.0, release=p.release)
+    assert sched.method.head_dp == p.release.head and sched.method.head.dp == p.release.head
+    assert sched.method.sigma == p.release.sigma
+    if method != "zoo-vfl":    # first-order heads: lr = min(0.1, 1/z_h) by default
+        z_h = p.release.head.sigma / p.release.head.sensitivity
+        assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(min(0.1, 1 / z_h))
+    before = [q.clone() for q in sched.server.head.parameters()]
+    for _ in range(5):
+        assert sched.step()
+    after = list(sched.server.head.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert all(torch.isfinite(q).all() for q in after)
+
+
+def test_under_secret_subsampling_the_head_steps_with_noise_even_when_nothing_is_kept(tiny_config,
+                                                                                      tiny_scheduler):
+    """The head update is released every round (amplification assumes it): a round that keeps no
+    record still moves the head by noise alone."""
+    kw = dict(threat="secret-subsampling", batch_size=1, super_batch=8, epsilon=5.0)
+    p = privacy.plan(tiny_config(**kw), methods.get("dpzv"), records=96, rounds=40)
+    sched = tiny_scheduler(release=p.release, **kw)
+    empty = 0
+    for _ in range(30):
+        before = [q.clone() for q in sched.server.head.parameters()]
+        assert sched.step()
+        mask = sched.recorder.transcripts["server"].select("local", "keep")[-1].fields["mask"]
+        empty += int(not mask.any())
+        assert any(not torch.equal(a, b) for a, b in zip(before, sched.server.head.parameters()))
+    assert empty >= 3

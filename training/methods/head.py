@@ -1,0 +1,167 @@
+"""The server head's training step, one place for every method: plain, or a DP mechanism.
+
+A private run whose head trains (finite epsilon or a sigma, no ``--freeze server``, a head with
+parameters) makes the head update a DP release of its own, ``privzv.release.HeadUpdate``,
+accounted with the downlink in one ledger (the round's noise multiplier combines both):
+
+- first order (:class:`FirstOrderHead`): DP-SGD (Abadi et al. 2016, "Deep Learning with
+  Differential Privacy", Alg. 1). Per-example gradients of the head's loss on the round's
+  records (``torch.func``: ``vmap(grad(functional_call))``), each clipped to L2 norm C_h, summed,
+  divided by the fixed divisor B, N(0, sigma_h^2) added to every coordinate from the server's
+  generator; then the optimiser (SGD with momentum) steps on that noisy gradient.
+- zeroth order (:class:`ZerothOrderHead`, dpzv ``server_update: zo`` and zoo-vfl): the two-point
+  step of papers/000 eq. (3) along a direction v drawn from the server's generator. Private:
+  the per-example directional derivatives d_i = (l_i(theta + lam v) - l_i(theta - lam v)) / (2 lam)
+  are clipped to [-C_h, C_h] (NaN -> 0, +-inf -> +-C_h), summed, divided by B, and one
+  N(0, sigma_h^2) is added: a clipped mean of scalars, sensitivity 2C_h/B (replace-one) or C_h/B
+  (add-remove), the HeadUpdate's; theta <- theta - lr * g * v is post-processing (v does not
+  depend on the data).
+
+Either way the rows are exactly the round's (kept) records: device m's fresh embedding and the
+table's embeddings of the others (no labels but the server's own). An empty batch (Poisson)
+still makes the noisy step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from privzv.release import HeadUpdate, Release
+from privzv.training import zo
+
+MAX_LR = 0.1   # default first-order DP head rate: min(MAX_LR, 1 / z_h) (issue 7's prototype)
+
+
+def losses(head: nn.Module, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+    """Per-record cross-entropy of the head on the M embeddings: shape [B]."""
+    return nn.functional.cross_entropy(head(list(embeddings)), labels, reduction="none")
+
+
+def first_order_step(optimizer: torch.optim.Optimizer | None, loss: torch.Tensor) -> None:
+    """One first-order step on ``loss`` (no-op without an optimiser)."""
+    if optimizer is None:
+        return
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def trains_head(config) -> bool:
+    """Whether the run updates the head (not frozen, and the head has parameters)."""
+    return config.freeze != "server" and config.server_kind != "sum"
+
+
+def head_update(config) -> HeadUpdate | None:
+    """The head's DP update of a private run whose head trains (sigma unset), else None."""
+    if not (config.private and trains_head(config)):
+        return None
+    return HeadUpdate(clip=config.head_clip, batch_size=config.batch_size, neighbors=config.neighbors)
+
+
+def with_head(release: Release, config) -> Release:
+    """``release`` plus the round's head update and the config's share of the noise."""
+    return dataclasses.replace(release, head=head_update(config), head_share=config.head_share)
+
+
+def default_lr(dp: HeadUpdate | None, plain: float) -> float:
+    """The first-order head's rate: ``plain`` without DP, min(MAX_LR, 1/z_h) with it."""
+    if dp is None:
+        return plain
+    return min(MAX_LR, dp.sensitivity / dp.sigma)
+
+
+def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "FirstOrderHead":
+    """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
+    rate = default_lr(dp, plain_lr) if config.lr_server is None else float(config.lr_server)
+    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise)
+
+
+def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
+                          labels: torch.Tensor) -> torch.Tensor:
+    """[n, P]: row i is the gradient of record i's loss w.r.t. the head's trainable parameters,
+    flattened in ``parameters()`` order (``torch.func.vmap`` over ``grad``)."""
+    params = {k: p.detach() for k, p in head.named_parameters() if p.requires_grad}
+
+    def loss(p, row, label):
+        logits = functional_call(head, p, ([r.unsqueeze(0) for r in row],))
+        return nn.functional.cross_entropy(logits, label.unsqueeze(0))
+
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, list(rows), labels)
+    return torch.cat([g.reshape(len(labels), -1) for g in grads.values()], dim=1)
+
+
+class FirstOrderHead:
+    """SGD with momentum on the head: on the batch-mean loss, or DP-SGD when ``dp`` is given
+    (a ``HeadUpdate`` with its sigma; noise from ``noise``, the server's generator)."""
+
+    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate | None = None,
+                 noise=None):
+        self.module, self.dp, self.noise = head, dp, noise
+        self.params = [p for p in head.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.SGD(self.params, lr=lr, momentum=momentum) if self.params else None
+
+    def private_gradient(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        """sum_i clip_{C_h}(g_i) / B + N(0, sigma_h^2 I): the released gradient, flat [P]."""
+        size = sum(p.numel() for p in self.params)
+        total = torch.zeros(size)
+        if len(labels):
+            total = zo.clip_rows(per_example_gradients(self.module, rows, labels), self.dp.clip).sum(0)
+        return self.noise.add_gaussian(total / self.dp.batch_size, self.dp.sigma)
+
+    def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
+        if self.optimizer is None:
+            return
+        if self.dp is None:
+            if len(labels):
+                first_order_step(self.optimizer, losses(self.module, rows, labels).mean())
+            return
+        flat = self.private_gradient(rows, labels)
+        for p, g in zip(self.params, flat.split([p.numel() for p in self.params])):
+            p.grad = g.view_as(p).to(p.dtype)
+        self.optimizer.step()
+
+    def state_dict(self) -> dict | None:
+        return self.optimizer.state_dict() if self.optimizer else None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if self.optimizer is not None and state is not None:
+            self.optimizer.load_state_dict(state)
+
+
+class ZerothOrderHead:
+    """The head's two-point ZO step (papers/000 eq. (3)), seeded from the server's generator;
+    private (clipped per-example directional derivatives plus noise) when ``dp`` is given."""
+
+    def __init__(self, head: nn.Module, lr: float, lam: float, noise, dp: HeadUpdate | None = None):
+        self.module, self.lr, self.lam, self.noise, self.dp = head, lr, lam, noise, dp
+        self.params = [p for p in head.parameters() if p.requires_grad]
+
+    def derivative(self, plus: torch.Tensor, minus: torch.Tensor) -> float:
+        """g: the mean of (plus - minus) / (2 lam) (non-finite terms -> 0), or, private, the
+        clipped sum / B plus N(0, sigma_h^2)."""
+        d = (plus - minus) / (2.0 * self.lam)
+        if self.dp is None:
+            return float(zo.clip_scalars(d, None).mean())
+        total = zo.clip_scalars(d, self.dp.clip).sum() / self.dp.batch_size
+        return float(self.noise.add_gaussian(total, self.dp.sigma))
+
+    def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
+        if not self.params or (self.dp is None and not len(labels)):
+            return
+        seed = self.noise.seed()
+        with torch.no_grad():
+            norm = zo.perturb_(self.params, seed, self.lam)
+            plus = losses(self.module, rows, labels)
+            zo.perturb_(self.params, seed, -2.0 * self.lam, norm)
+            minus = losses(self.module, rows, labels)
+            zo.perturb_(self.params, seed, self.lam - self.lr * self.derivative(plus, minus), norm)
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state) -> None:
+        """Stateless (its direction seeds come from the server's generator)."""
