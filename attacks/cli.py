@@ -100,7 +100,7 @@ def _run(args) -> int:
 
 
 def _audit(args) -> int:
-    from privzv.attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
     from privzv.release import Release, Schedule
 
@@ -119,7 +119,7 @@ def _audit(args) -> int:
     out["target_epsilon"] = args.epsilon
     if args.accountant != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
-    out["refuted"] = out["lower"]["eps_lb"] > out["upper"]["epsilon"]
+    out.update(refutation(out["lower"], out["upper"], args.delta))
     emit(out, args.json, _audit_text)
     return 0
 
@@ -139,8 +139,11 @@ def _audit_text(o: dict) -> str:
     if "upper_pld" in o:
         lines.append(f"upper bound (pld, same sigma): eps <= {o['upper_pld']['epsilon']:.4g}")
     lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
+    if up.get("mu") is None and o["claimed_mu"] is not None:
+        lines.append(f"claimed guarantee as GDP: mu <= {o['claimed_mu']:.4g}")
     if o["refuted"]:
-        lines.append("the lower bound exceeds the upper bound: the claimed guarantee is refuted")
+        lines.append(f"refuted ({' and '.join(o['refuted_by'])} lower bound above the claim, "
+                     f"confidence {o['decision_confidence']:.0%}): the claimed guarantee is false")
     return "\n".join(lines)
 
 

@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from privzv.attacks import feature_inference, label_inference, model_completion
+import numpy as np
+
+from privzv.attacks import feature_inference, label_inference, model_completion, party_models
 from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
@@ -21,8 +23,8 @@ ATTACKS = {
     "direct-label-eavesdropper": "the same rule on all the wire's downlinks (no device state)",
     "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
     "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
-    "model-completion": "classifier on the device's own embeddings with a few labels (Fu et al.)",
-    "feature-server": "server inverts a device's embeddings with auxiliary records (He et al.)",
+    "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
+    "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
     "feature-device": "device infers another device's features from its downlink + own features",
 }
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
@@ -47,19 +49,33 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             **options)
+                             bottom_outputs=_bottom_outputs(run, cfg, dataset), **options)
     out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
                server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
                epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
     return out
 
 
+def _bottom_outputs(run: Path, cfg: dict, dataset) -> Callable[[int], np.ndarray] | None:
+    """Device m's clean outputs on its own records from its trained model (None: no checkpoint)."""
+    from privzv.training.run import CHECKPOINT
+
+    if not (run / CHECKPOINT).is_file():
+        return None
+    return lambda m: party_models.outputs(party_models.device_model(run, cfg, dataset, m),
+                                          dataset.x_train[m])
+
+
 def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
+                       bottom_outputs: Callable[[int], np.ndarray] | None = None,
                        **options) -> dict:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
     auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
+    ``bottom_outputs(m)``: device m's clean bottom-model outputs on all its records (its own
+    model); model completion uses them when given (``source`` "bottom-model"), else the last
+    embedding of each record in its transcript (``source`` "uplink": noised under VAFL).
     """
     _check_name(name)
     unknown = sorted(set(options) - set(DEFAULTS))
@@ -80,7 +96,7 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
         view = wire_view(load("server"), device=v)
         ids, emb = record_embeddings(view)
         metrics = feature_inference.server_feature_inference(
-            emb, x[v][ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
+            emb, x[v][ids], y[ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
         party = "server"
     else:
         party = f"device{a}"
@@ -95,9 +111,13 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
             metrics = label_inference.binary_scoring(view, y[view.records], known,
                                                      name.split("-")[0])
         elif name == "model-completion":
-            ids, emb = record_embeddings(view)
+            if bottom_outputs is None:
+                (ids, emb), source = record_embeddings(view), "uplink"
+            else:
+                ids, emb, source = np.arange(len(y)), bottom_outputs(a), "bottom-model"
             metrics = model_completion.model_completion(emb, y[ids], opt["known_per_class"], seed,
                                                         raw_features=x[a][ids])
+            metrics["source"] = source
         else:  # feature-device
             if a == v:
                 raise PrivzvError(f"victim {v}: must differ from the attacker device {a}")

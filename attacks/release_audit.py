@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from privzv.attacks import audit, likelihood_ratio
-from privzv import accounting
+from privzv import accounting, gdp
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 
@@ -43,3 +43,35 @@ def audit_release(release: Release, schedule: Schedule, delta: float, *, account
         "trials": trials,
         "seed": seed,
     }
+
+
+def claimed_mu(upper: dict, delta: float) -> float | None:
+    """The claim as a GDP parameter: the accountant's mu, else the mu whose (eps, delta) curve
+    passes through the claimed (eps, delta) (``privzv.gdp.mu_from_epsilon``; exact under the
+    device threat, where the release is a composition of Gaussians and so exactly GDP)."""
+    if upper.get("mu") is not None:
+        return float(upper["mu"])
+    eps = upper.get("epsilon")
+    if eps is None or not np.isfinite(eps):
+        return None
+    return float(gdp.mu_from_epsilon(eps, delta))
+
+
+def refutation(lower: dict, upper: dict, delta: float) -> dict:
+    """Is the claimed guarantee refuted? Yes when eps_lb > claimed eps OR mu_lb > claimed mu.
+
+    With ``method="bonferroni"`` both lower bounds come from the same family of Clopper-Pearson
+    bounds, which hold all at once with probability 1 - alpha, so the decision has confidence
+    1 - alpha; with ``"split"`` the two thresholds differ and a union bound gives 1 - 2 alpha.
+    (At many trials eps_lb saturates -- no false positive left to count -- long before mu_lb does,
+    so deciding on eps_lb alone misses refutations the mu bound proves.)
+    """
+    mu_claim = claimed_mu(upper, delta)
+    by = []
+    if upper.get("epsilon") is not None and lower["eps_lb"] > upper["epsilon"]:
+        by.append("epsilon")
+    if mu_claim is not None and lower["mu_lb"] > mu_claim:
+        by.append("mu")
+    alpha = lower["alpha"] * (1 if lower["method"] == "bonferroni" else 2)
+    return {"refuted": bool(by), "refuted_by": by, "claimed_mu": mu_claim,
+            "decision_confidence": 1 - alpha}

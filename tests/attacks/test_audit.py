@@ -135,3 +135,41 @@ def test_seed_formula_sigma_is_refuted_under_device_threat():
                         trials=5000, seed=7)
     assert out["upper"]["epsilon"] == pytest.approx(1.0) and not out["upper"]["rigorous"]
     assert out["lower"]["eps_lb"] > 1.0
+
+
+def test_refuted_by_mu_where_eps_lb_saturates():
+    """The paper's formula at a claimed epsilon 8: eps_lb caps below 8 (no false positive left
+    to count at 5,000 trials) but mu_lb exceeds the claimed mu, so the claim is refuted."""
+    from privzv.attacks.release_audit import audit_release, refutation
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=93750, dataset_size=60000, threat="device")
+    cal = accounting.calibrate(8.0, 1e-3, release, schedule, "seed")
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed",
+                        trials=5000, seed=7)
+    decision = refutation(out["lower"], out["upper"], 1e-3)
+    assert out["lower"]["eps_lb"] < 8 < out["lower"]["eps_lb"] + 8
+    assert decision["refuted"] and decision["refuted_by"] == ["mu"]
+    assert decision["claimed_mu"] == pytest.approx(cal.mu)
+    assert decision["decision_confidence"] == pytest.approx(0.95)
+
+
+def test_claimed_mu_converts_epsilon_exactly_under_the_device_threat():
+    """Without an accountant's mu the claim becomes the GDP mu through (eps, delta); under the
+    device threat (k composed Gaussians, exactly GDP) that is the release's exact mu."""
+    from privzv.attacks.release_audit import claimed_mu, refutation
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=9375, dataset_size=60000, threat="device")
+    cal = accounting.calibrate(1.0, 1e-3, release, schedule, "pld")
+    exact = math.sqrt(10) / cal.noise_multiplier
+    assert claimed_mu({"epsilon": 1.0, "mu": None}, 1e-3) == pytest.approx(exact, rel=1e-3)
+    lower = {"eps_lb": 0.5, "mu_lb": exact * 1.01, "alpha": 0.05, "method": "split"}
+    decision = refutation(lower, {"epsilon": 1.0, "mu": None}, 1e-3)
+    assert decision["refuted_by"] == ["mu"] and decision["decision_confidence"] == pytest.approx(0.9)
+    lower["mu_lb"] = exact * 0.99
+    assert not refutation(lower, {"epsilon": 1.0, "mu": None}, 1e-3)["refuted"]
