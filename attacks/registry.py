@@ -21,6 +21,7 @@ from privzv.errors import PrivzvError
 ATTACKS = {
     "direct-label": "device reads labels from the sign of its per-sample gradients (Fu et al.)",
     "direct-label-eavesdropper": "the same rule on all the wire's downlinks (no device state)",
+    "direct-label-summed": "the same rule on each record's estimates summed over its rows",
     "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
     "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
     "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
@@ -103,6 +104,8 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
         view = wire_view(load(party))
         if name == "direct-label":
             metrics = label_inference.direct_label_inference(view, y[view.records])
+        elif name == "direct-label-summed":
+            metrics = label_inference.summed_label_inference(view, y)
         elif name in ("norm-scoring", "cosine-scoring"):
             if dataset.num_classes != 2:
                 raise PrivzvError(f"attack {name!r}: needs a binary task (e.g. breast-cancer); "
