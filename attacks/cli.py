@@ -158,7 +158,9 @@ def _canary_audit(args) -> int:
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
         f"{o['correct']}/{o['guesses']} guesses right\n"
-        f"lower bound (one run, 95%): eps >= {o['eps_lb']:.4g}; "
+        f"lower bound (one run, 95%, Steinke et al.): eps >= {o['eps_lb']:.4g}\n"
+        f"lower bound (one run, 95%, f-DP, {o['fdp_correct']}/{o['fdp_guesses']} right): "
+        f"mu >= {o['mu_lb']:.4g}, eps >= {o['fdp_eps_lb']:.4g}\n"
         f"upper bound ({o['accountant']}, {o['threat']} threat): eps <= {o['epsilon_upper']:.4g}"))
     return 0
 
