@@ -114,7 +114,9 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
         mu = fdp_mu(m, r, v, level)
         if mu > fdp["mu_lb"] or fdp["fdp_guesses"] == 0:
             fdp = {"mu_lb": mu, "fdp_guesses": r, "fdp_correct": v}
-    fdp_eps = float(gdp.epsilon_from_delta(fdp["mu_lb"], delta)) if fdp["mu_lb"] > 0 else 0.0
+    fdp_eps = 0.0                # None at delta = 0: mu-GDP (mu > 0) has no finite eps there
+    if fdp["mu_lb"] > 0:
+        fdp_eps = float(gdp.epsilon_from_delta(fdp["mu_lb"], delta)) if delta > 0 else None
     return {**best, **fdp, "fdp_eps_lb": fdp_eps, "canaries": m, "alpha": alpha, "delta": delta}
 
 
