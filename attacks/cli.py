@@ -119,7 +119,7 @@ def _audit(args) -> int:
     out["target_epsilon"] = args.epsilon
     if args.accountant != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
-    out.update(refutation(out["lower"], out["upper"], args.delta))
+    out.update(refutation(out["lower"], out["upper"], args.delta, out["threat"]))
     emit(out, args.json, _audit_text)
     return 0
 
@@ -128,7 +128,9 @@ def _audit_text(o: dict) -> str:
     lo, up = o["lower"], o["upper"]
     lines = [
         f"release: {o['noise']} ({o['aggregate']}, dim {o['dim']}), sigma {o['sigma']:.6g}, "
-        f"sensitivity {o['sensitivity']:.6g}, {o['releases_per_record']} releases per record",
+        f"sensitivity {o['sensitivity']:.6g}, {o['releases_per_record']} releases per record"
+        + ("" if o["sampling_rate"] is None else
+           f", each holding it with probability {o['sampling_rate']:.4g} ({o['threat']})"),
         f"lower bound (LR attacker, {o['trials']} trials per class, confidence "
         f"{1 - lo['alpha']:.0%}, {lo['method']}): eps >= {lo['eps_lb']:.4g}, "
         f"mu >= {lo['mu_lb']:.4g}",
@@ -138,7 +140,8 @@ def _audit_text(o: dict) -> str:
     ]
     if "upper_pld" in o:
         lines.append(f"upper bound (pld, same sigma): eps <= {o['upper_pld']['epsilon']:.4g}")
-    lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
+    if o["mu_exact"] is not None:
+        lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
     if up.get("mu") is None and o["claimed_mu"] is not None:
         lines.append(f"claimed guarantee as GDP: mu <= {o['claimed_mu']:.4g}")
     if o["refuted"]:
