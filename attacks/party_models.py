@@ -14,6 +14,30 @@ import torch
 from privzv.errors import PrivzvError
 
 
+class RunModels:
+    """The trained models of a finished run, loaded on demand (each party's own)."""
+
+    def __init__(self, run, cfg: dict, dataset):
+        self.run, self.cfg, self.dataset = Path(run), cfg, dataset
+
+    def device(self, m: int) -> torch.nn.Module:
+        return device_model(self.run, self.cfg, self.dataset, m)
+
+    def head(self) -> torch.nn.Module:
+        return head_model(self.run, self.cfg, self.dataset)
+
+    def outputs(self, m: int) -> np.ndarray:
+        """Device m's clean outputs on all its training records [n, embed_dim]."""
+        return outputs(self.device(m), self.dataset.x_train[m])
+
+
+def for_run(run, cfg: dict, dataset) -> RunModels | None:
+    """The run's models, or None when the run folder has no checkpoint."""
+    from privzv.training.run import CHECKPOINT
+
+    return RunModels(run, cfg, dataset) if (Path(run) / CHECKPOINT).is_file() else None
+
+
 def _checkpoint(run: Path) -> dict:
     from privzv.training.run import CHECKPOINT
 

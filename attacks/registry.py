@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from privzv.attacks import feature_inference, label_inference, model_completion, party_models
+from privzv.attacks import (feature_inference, label_inference, membership, model_completion,
+                            party_models)
 from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
@@ -27,7 +28,9 @@ ATTACKS = {
     "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
     "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
     "feature-device": "device infers another device's features from its downlink + own features",
+    "membership": "server scores train vs test records by the trained model's loss (Yeom et al.)",
 }
+NEEDS_MODELS = ("membership",)
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 
 
@@ -50,33 +53,23 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             bottom_outputs=_bottom_outputs(run, cfg, dataset), **options)
+                             models=party_models.for_run(run, cfg, dataset), **options)
     out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
                server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
                epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
     return out
 
 
-def _bottom_outputs(run: Path, cfg: dict, dataset) -> Callable[[int], np.ndarray] | None:
-    """Device m's clean outputs on its own records from its trained model (None: no checkpoint)."""
-    from privzv.training.run import CHECKPOINT
-
-    if not (run / CHECKPOINT).is_file():
-        return None
-    return lambda m: party_models.outputs(party_models.device_model(run, cfg, dataset, m),
-                                          dataset.x_train[m])
-
-
 def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
-                       bottom_outputs: Callable[[int], np.ndarray] | None = None,
-                       **options) -> dict:
+                       models: party_models.RunModels | None = None, **options) -> dict:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
     auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
-    ``bottom_outputs(m)``: device m's clean bottom-model outputs on all its records (its own
-    model); model completion uses them when given (``source`` "bottom-model"), else the last
-    embedding of each record in its transcript (``source`` "uplink": noised under VAFL).
+    ``models``: the run's trained models (``party_models.RunModels``). Model completion uses
+    the attacker device's own clean bottom-model outputs when given (``source``
+    "bottom-model"), else the last embedding of each record in its transcript (``source``
+    "uplink": noised under VAFL). ``membership`` needs them (the server's view at inference).
     """
     _check_name(name)
     unknown = sorted(set(options) - set(DEFAULTS))
@@ -90,6 +83,15 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
     y = dataset.y_train.numpy()
     x = [t.numpy() for t in dataset.x_train]
 
+    if name in NEEDS_MODELS and models is None:
+        raise PrivzvError(f"attack {name!r}: needs the run's trained models (checkpoint.pt)")
+    if name == "membership":
+        loss = lambda xs, labels: membership.joint_losses(   # noqa: E731
+            models.head(), [models.device(m) for m in range(dataset.devices)], xs, labels)
+        metrics = membership.loss_threshold(loss(dataset.x_train, dataset.y_train),
+                                            loss(dataset.x_test, dataset.y_test), seed)
+        return {"attack": name, "party": "server", "seed": seed, "options": opt,
+                "metrics": metrics, "nonfinite_values": 0}
     if name == "direct-label-eavesdropper":
         view = wire_view(load("server"), party="eavesdropper")
         metrics, party = label_inference.direct_label_inference(view, y[view.records]), "eavesdropper"
@@ -114,10 +116,10 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
             metrics = label_inference.binary_scoring(view, y[view.records], known,
                                                      name.split("-")[0])
         elif name == "model-completion":
-            if bottom_outputs is None:
+            if models is None:
                 (ids, emb), source = record_embeddings(view), "uplink"
             else:
-                ids, emb, source = np.arange(len(y)), bottom_outputs(a), "bottom-model"
+                ids, emb, source = np.arange(len(y)), models.outputs(a), "bottom-model"
             metrics = model_completion.model_completion(emb, y[ids], opt["known_per_class"], seed,
                                                         raw_features=x[a][ids])
             metrics["source"] = source
