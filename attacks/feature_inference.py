@@ -54,7 +54,7 @@ def split_auxiliary(n: int, aux: int, seed: int) -> tuple[np.ndarray, np.ndarray
     return np.sort(order[:aux]), np.sort(order[aux:])
 
 
-def _fit_predict(kind, x, y, aux, rest, seed):
+def fit_predict(kind, x, y, aux, rest, seed):
     """Fit on the auxiliary rows; predict the rest with inputs clipped to the auxiliary range.
 
     The clip keeps the attacker from extrapolating on inputs unlike any it was fitted on (a
@@ -82,12 +82,12 @@ def server_feature_inference(embeddings, features, labels=None, aux: int = 200, 
     x = _flat("features", features, len(h))
     known, rest = split_auxiliary(len(h), aux, seed)
     if labels is None:
-        pred = _fit_predict(regressor, h, x, known, rest, seed)
+        pred = fit_predict(regressor, h, x, known, rest, seed)
         base, name = np.broadcast_to(x[known].mean(axis=0), pred.shape), "aux-mean"
     else:
         y = _flat("labels", one_hot(labels), len(h))
-        pred = _fit_predict(regressor, np.hstack([y, h]), x, known, rest, seed)
-        base, name = _fit_predict(regressor, y, x, known, rest, seed), "labels regression"
+        pred = fit_predict(regressor, np.hstack([y, h]), x, known, rest, seed)
+        base, name = fit_predict(regressor, y, x, known, rest, seed), "labels regression"
     out = metrics.regression_metrics(x[rest], pred, baseline_pred=base)
     out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor, baseline=name)
     return out
@@ -100,8 +100,8 @@ def device_feature_inference(own_features, downlink, target_features, aux: int =
     fb = _flat("downlink", downlink, len(own))
     target = _flat("target_features", target_features, len(own))
     known, rest = split_auxiliary(len(own), aux, seed)
-    pred = _fit_predict(regressor, np.hstack([own, fb]), target, known, rest, seed)
-    base = _fit_predict(regressor, own, target, known, rest, seed)
+    pred = fit_predict(regressor, np.hstack([own, fb]), target, known, rest, seed)
+    base = fit_predict(regressor, own, target, known, rest, seed)
     out = metrics.regression_metrics(target[rest], pred, baseline_pred=base)
     out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor,
                baseline="own-features regression")

@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from privzv.attacks import (feature_inference, label_inference, membership, model_completion,
-                            party_models)
+from privzv.attacks import (feature_inference, inversion, label_inference, membership,
+                            model_completion, party_models)
 from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
@@ -29,8 +29,9 @@ ATTACKS = {
     "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
     "feature-device": "device infers another device's features from its downlink + own features",
     "membership": "server scores train vs test records by the trained model's loss (Yeom et al.)",
+    "feature-inversion": "server inverts inference-time embeddings through the device model (He et al.)",
 }
-NEEDS_MODELS = ("membership",)
+NEEDS_MODELS = ("membership", "feature-inversion")
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 
 
@@ -90,6 +91,11 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
             models.head(), [models.device(m) for m in range(dataset.devices)], xs, labels)
         metrics = membership.loss_threshold(loss(dataset.x_train, dataset.y_train),
                                             loss(dataset.x_test, dataset.y_test), seed)
+        return {"attack": name, "party": "server", "seed": seed, "options": opt,
+                "metrics": metrics, "nonfinite_values": 0}
+    if name == "feature-inversion":       # what the server receives at inference: clean outputs
+        metrics = inversion.model_inversion(models.device(v), models.outputs(v), x[v], y,
+                                            aux=opt["aux"], seed=seed)
         return {"attack": name, "party": "server", "seed": seed, "options": opt,
                 "metrics": metrics, "nonfinite_values": 0}
     if name == "direct-label-eavesdropper":
