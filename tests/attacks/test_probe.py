@@ -91,7 +91,7 @@ def test_saturating_reply_is_the_clip_bound():
         v[0] = t * u
         got = float(probe._feedback(setup, batch, torch.zeros(8, 10), v)[0])
         if abs(float(grad @ u)) > 0.02:
-            assert got == pytest.approx(2.0 / 8 * float(np.sign(grad @ u)))
+            assert got == pytest.approx(2.0 / 8 * float(torch.sign(grad @ u)))
 
 
 def test_saturating_probe_beats_the_plain_malicious_probe_under_noise():

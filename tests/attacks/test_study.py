@@ -31,7 +31,8 @@ def test_small_study_end_to_end(tmp_path):
     lr = [r for r in rows if r["attack"] == "optimal-lr"]
     assert {r["method"] for r in lr} == {"dpzv", "fo-vector"} and all(r["epsilon"] == 1.0 for r in lr)
     assert all(r["metrics"]["eps_lb"] <= r["metrics"]["eps_upper"] for r in lr)
-    assert any(r["attack"] == "probe-malicious" for r in rows)
+    assert {"probe-malicious", "probe-saturating", "probe-duplicate-id"} <= {r["attack"] for r in rows}
+    assert {"membership", "feature-inversion", "direct-label-summed"} <= {r["attack"] for r in rows}
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
 
 
