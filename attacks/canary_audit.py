@@ -16,6 +16,16 @@ P[V >= v] <= P[B >= v] + 2 m delta max_{1<=i<=v} (P[B >= v - i] - P[B >= v]) / i
 B ~ Binomial(r, e^eps/(1+e^eps)); eps_lb is
 the largest eps whose p-value is <= alpha. The r values in ``GUESS_FRACTIONS`` are fixed in
 advance and Bonferroni-corrected.
+
+Beside it, the f-DP one-run bound of Mahloujifar, Melis & Chaudhuri (2024, "Auditing f-Differential
+Privacy in One Run", the recursive bound with a cap, Alg. "audit_rh_with_cap"; as in jax_privacy
+``auditing._epsilon_one_run_fdp``): it tests the claim "the mechanism is mu-GDP" directly with the
+trade-off function f(x) = Phi(Phi^-1(1 - x) - mu), which for Gaussian mechanisms is much tighter
+than a bound through (eps, delta) alone. ``mu_lb`` is the largest mu rejected; the reported
+``fdp_eps_lb`` is the (eps, delta) that mu_lb-GDP implies (``privzv.gdp.epsilon_from_delta``): every
+(eps, delta)-DP claim whose GDP conversion (``privzv.gdp.mu_from_epsilon``) is below mu_lb is
+rejected. Exact for Gaussian releases (the device threat); a subsampled mechanism is not exactly
+GDP, so there it is a bound on the GDP claim, not on an arbitrary (eps, delta) claim.
 """
 from __future__ import annotations
 
@@ -24,6 +34,7 @@ import math
 import numpy as np
 from scipy import optimize, special, stats
 
+from privzv import gdp
 from privzv.errors import PrivzvError
 
 GUESS_FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -53,6 +64,37 @@ def one_run_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float
     return float(optimize.brentq(objective, 0.0, hi, xtol=1e-6))
 
 
+def fdp_rejects(m: int, r: int, v: int, mu: float, alpha: float) -> bool:
+    """Does v correct of r guesses on m canaries reject "mu-GDP" at level alpha? (Mahloujifar et
+    al. 2024, recursive bound with a cap.) Starting from alpha times the observed fractions of
+    correct and wrong guesses, the recursion propagates what mu-GDP forces on the expected
+    fractions; the claim is rejected when they must exceed the guessed fraction r / m."""
+    def inverse_blow_up(x: float) -> float:     # the smallest wrong-guess mass allowing x right
+        return float(special.ndtr(special.ndtri(x) - mu))
+
+    right, wrong = alpha * v / m, alpha * (r - v) / m
+    for i in range(v - 1, -1, -1):
+        wrong_new = max(wrong, inverse_blow_up(right))
+        if wrong_new == wrong:
+            break
+        right = min(right + i / (r - i) * (wrong_new - wrong), 1.0)
+        wrong = wrong_new
+    return right + wrong > r / m
+
+
+def fdp_mu(m: int, r: int, v: int, alpha: float) -> float:
+    """Largest mu whose "mu-GDP" claim the guesses reject at level alpha (0 if none)."""
+    if v == 0 or not fdp_rejects(m, r, v, 1e-9, alpha):
+        return 0.0
+    hi = 1.0
+    while fdp_rejects(m, r, v, hi, alpha):
+        hi *= 2
+        if hi > 1e3:
+            return hi
+    return float(optimize.brentq(lambda mu: 0.5 - fdp_rejects(m, r, v, mu, alpha), 1e-9, hi,
+                                 xtol=1e-6))
+
+
 def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
                     alpha: float = 0.05) -> dict:
     """One-run eps lower bound from canary scores (positive: guess bit 1) and their true bits."""
@@ -60,14 +102,22 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
     m = s.size
     order = np.argsort(-np.abs(s), kind="stable")
     best = {"eps_lb": 0.0, "guesses": 0, "correct": 0}
+    fdp = {"mu_lb": 0.0, "fdp_guesses": 0, "fdp_correct": 0}
+    level = alpha / len(GUESS_FRACTIONS)
     for frac in GUESS_FRACTIONS:
         r = max(1, int(round(frac * m)))
         pick = order[:r]
         v = int(((s[pick] > 0).astype(int) == t[pick]).sum())
-        eps = one_run_epsilon(m, r, v, delta, alpha / len(GUESS_FRACTIONS))
+        eps = one_run_epsilon(m, r, v, delta, level)
         if eps > best["eps_lb"] or best["guesses"] == 0:
             best = {"eps_lb": eps, "guesses": r, "correct": v}
-    return {**best, "canaries": m, "alpha": alpha, "delta": delta}
+        mu = fdp_mu(m, r, v, level)
+        if mu > fdp["mu_lb"] or fdp["fdp_guesses"] == 0:
+            fdp = {"mu_lb": mu, "fdp_guesses": r, "fdp_correct": v}
+    fdp_eps = 0.0                # None at delta = 0: mu-GDP (mu > 0) has no finite eps there
+    if fdp["mu_lb"] > 0:
+        fdp_eps = float(gdp.epsilon_from_delta(fdp["mu_lb"], delta)) if delta > 0 else None
+    return {**best, **fdp, "fdp_eps_lb": fdp_eps, "canaries": m, "alpha": alpha, "delta": delta}
 
 
 def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,

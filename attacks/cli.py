@@ -130,7 +130,7 @@ def _check_run_config(run: Path) -> None:
 
 
 def _audit(args) -> int:
-    from privzv.attacks.release_audit import audit_release
+    from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
     from privzv.release import Release, Schedule
 
@@ -150,7 +150,7 @@ def _audit(args) -> int:
     out["target_epsilon"] = args.epsilon
     if args.accountant != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
-    out["refuted"] = out["lower"]["eps_lb"] > out["upper"]["epsilon"]
+    out.update(refutation(out["lower"], out["upper"], args.delta, out["threat"]))
     emit(out, args.json, _audit_text)
     return 0
 
@@ -175,7 +175,9 @@ def _audit_text(o: dict) -> str:
     lo, up = o["lower"], o["upper"]
     lines = [
         f"release: {o['noise']} ({o['aggregate']}, dim {o['dim']}), sigma {o['sigma']:.6g}, "
-        f"sensitivity {o['sensitivity']:.6g}, {o['releases_per_record']} releases per record",
+        f"sensitivity {o['sensitivity']:.6g}, {o['releases_per_record']} releases per record"
+        + ("" if o["sampling_rate"] is None else
+           f", each holding it with probability {o['sampling_rate']:.4g} ({o['threat']})"),
         f"lower bound (LR attacker, {o['trials']} trials per class, confidence "
         f"{1 - lo['alpha']:.0%}, {lo['method']}): eps >= {lo['eps_lb']:.4g}, "
         f"mu >= {lo['mu_lb']:.4g}",
@@ -185,9 +187,13 @@ def _audit_text(o: dict) -> str:
     ]
     if "upper_pld" in o:
         lines.append(f"upper bound (pld, same sigma): eps <= {o['upper_pld']['epsilon']:.4g}")
-    lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
+    if o["mu_exact"] is not None:
+        lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
+    if up.get("mu") is None and o["claimed_mu"] is not None:
+        lines.append(f"claimed guarantee as GDP: mu <= {o['claimed_mu']:.4g}")
     if o["refuted"]:
-        lines.append("the lower bound exceeds the upper bound: the claimed guarantee is refuted")
+        lines.append(f"refuted ({' and '.join(o['refuted_by'])} lower bound above the claim, "
+                     f"confidence {o['decision_confidence']:.0%}): the claimed guarantee is false")
     return "\n".join(lines)
 
 
@@ -202,7 +208,9 @@ def _canary_audit(args) -> int:
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
         f"{o['correct']}/{o['guesses']} guesses right\n"
-        f"lower bound (one run, 95%): eps >= {o['eps_lb']:.4g}; "
+        f"lower bound (one run, 95%, Steinke et al.): eps >= {o['eps_lb']:.4g}\n"
+        f"lower bound (one run, 95%, f-DP, {o['fdp_correct']}/{o['fdp_guesses']} right): "
+        f"mu >= {o['mu_lb']:.4g}, eps >= {o['fdp_eps_lb']:.4g}\n"
         f"upper bound ({o['accountant']}, {o['threat']} threat): eps <= {o['epsilon_upper']:.4g}"))
     return 0
 

@@ -3,7 +3,10 @@
 - attacker = server (He et al. 2019, "Model inversion attacks against collaborative inference",
   its inverse-network attack; VFLAIR's TBM): an inverse model from the embeddings the
   server received for a record to that record's features on the victim device, trained on a few
-  auxiliary records whose features the server knows. Baseline: predicting the auxiliary mean.
+  auxiliary records whose features the server knows. The server owns every record's label, so
+  its baseline is the same regressor on the one-hot labels alone (labels predict features: R^2
+  ~0.3 on digits), and the attack regresses on [labels, embeddings]: the gain over the baseline
+  is what the embeddings add. Without labels the baseline is the auxiliary mean (R^2 = 0).
   Forward vector noise (VAFL) noises these embeddings; DPZV sends them clean.
 - attacker = a device: the other device's features regressed on the downlink rows the attacker
   received plus its own features, trained on a few auxiliary records; baseline: the same regressor
@@ -51,7 +54,7 @@ def split_auxiliary(n: int, aux: int, seed: int) -> tuple[np.ndarray, np.ndarray
     return np.sort(order[:aux]), np.sort(order[aux:])
 
 
-def _fit_predict(kind, x, y, aux, rest, seed):
+def fit_predict(kind, x, y, aux, rest, seed):
     """Fit on the auxiliary rows; predict the rest with inputs clipped to the auxiliary range.
 
     The clip keeps the attacker from extrapolating on inputs unlike any it was fitted on (a
@@ -62,16 +65,31 @@ def _fit_predict(kind, x, y, aux, rest, seed):
     return model.predict(inputs).reshape(len(rest), -1)
 
 
-def server_feature_inference(embeddings, features, aux: int = 200, seed: int = 0,
+def one_hot(labels) -> np.ndarray:
+    """Labels as one-hot rows over the classes present (the server's own knowledge)."""
+    y = np.asarray(labels).reshape(-1)
+    return (y[:, None] == np.unique(y)[None, :]).astype(float)
+
+
+def server_feature_inference(embeddings, features, labels=None, aux: int = 200, seed: int = 0,
                              regressor: str = "ridge") -> dict:
-    """Reconstruct ``features`` (victim device, a row per record) from the server's ``embeddings``."""
+    """Reconstruct ``features`` (victim device, a row per record) from the server's ``embeddings``.
+
+    ``labels`` (the server's, a row per record): the baseline is the regressor on the labels
+    alone and the attack uses [labels, embeddings]; ``None``: baseline = the auxiliary mean.
+    """
     h = _flat("embeddings", embeddings)
     x = _flat("features", features, len(h))
     known, rest = split_auxiliary(len(h), aux, seed)
-    pred = _fit_predict(regressor, h, x, known, rest, seed)
-    base = np.broadcast_to(x[known].mean(axis=0), pred.shape)
+    if labels is None:
+        pred = fit_predict(regressor, h, x, known, rest, seed)
+        base, name = np.broadcast_to(x[known].mean(axis=0), pred.shape), "aux-mean"
+    else:
+        y = _flat("labels", one_hot(labels), len(h))
+        pred = fit_predict(regressor, np.hstack([y, h]), x, known, rest, seed)
+        base, name = fit_predict(regressor, y, x, known, rest, seed), "labels regression"
     out = metrics.regression_metrics(x[rest], pred, baseline_pred=base)
-    out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor, baseline="aux-mean")
+    out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor, baseline=name)
     return out
 
 
@@ -82,8 +100,8 @@ def device_feature_inference(own_features, downlink, target_features, aux: int =
     fb = _flat("downlink", downlink, len(own))
     target = _flat("target_features", target_features, len(own))
     known, rest = split_auxiliary(len(own), aux, seed)
-    pred = _fit_predict(regressor, np.hstack([own, fb]), target, known, rest, seed)
-    base = _fit_predict(regressor, own, target, known, rest, seed)
+    pred = fit_predict(regressor, np.hstack([own, fb]), target, known, rest, seed)
+    base = fit_predict(regressor, own, target, known, rest, seed)
     out = metrics.regression_metrics(target[rest], pred, baseline_pred=base)
     out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor,
                baseline="own-features regression")

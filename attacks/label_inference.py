@@ -5,6 +5,9 @@
   is dL/dz = softmax(z) - onehot(y): negative exactly at the true class. The label is the index of
   the most negative coordinate. Under DPZV or ZOO-VFL the device holds only a batch scalar and
   its own perturbed outputs (:meth:`View.gradient_rows`), and the same rule stays near chance.
+  Summed over a record's rows (every round it appears in), the estimates' noise from the other
+  records of each batch averages out while the record's own share adds up: the passive attacker
+  then guesses once per record (``summed_label_inference``).
 - Norm and direction scoring on binary tasks (Li et al., ICLR 2022): the per-sample
   gradient's norm, and its cosine with a reference built from a few records of known label.
   Scores are oriented with the same known records and reported as AUC.
@@ -42,6 +45,19 @@ def direct_label_inference(view: View, row_labels) -> dict:
     control = direct_predictions(view.without_downlink().gradient_rows())
     out.update(control_accuracy=metrics.accuracy(y, control), rows=int(len(y)),
                feedback=view.feedback_kind, party=view.party)
+    return out
+
+
+def summed_label_inference(view: View, labels) -> dict:
+    """The same rule on each record's gradient estimates summed over its rows; one guess per
+    record, scored against ``labels`` (indexed by record id) vs the prior."""
+    y = np.asarray(labels)
+    ids, grads = view.sum_per_record(view.gradient_rows())
+    out = metrics.classification_metrics(y[ids], direct_predictions(grads))
+    _, control = view.sum_per_record(view.without_downlink().gradient_rows())
+    out.update(control_accuracy=metrics.accuracy(y[ids], direct_predictions(control)),
+               records=int(len(ids)), rows=int(len(view.steps)), feedback=view.feedback_kind,
+               party=view.party)
     return out
 
 

@@ -14,6 +14,18 @@ when every ||Delta_i|| equals the sensitivity). The canary's raw contributions a
 random unit direction per release (in: +, out: - for replace-one, 0 for add-remove), so clipping
 makes ||Delta_i|| the release's sensitivity. z depends on the dimension only through ||Delta_i||:
 a scalar and a vector release with the same sensitivity/sigma give the same attacker power.
+
+Under the ``eavesdropper`` and ``secret-subsampling`` threats the attacker does not know which
+releases hold the record: each of the k releases includes it independently with probability q
+(Poisson; ``privzv.threats.exposure``). ``simulate_subsampled`` runs that mechanism for a canary
+whose other records are known (the audit picks the neighbouring datasets; the DP claim covers
+them): projected on the canary's direction the release is y_i = b_i c + N(0, sigma^2), b_i ~
+Bernoulli(q), with c = +s/2 in and -s/2 out for replace-one (the record and its replacement
+occupy the same sampled slot) and c = s in, 0 out for add-remove (s the sensitivity; the other
+coordinates are independent of the hypothesis and drop out). The Neyman-Pearson statistic is the
+exact log likelihood ratio of the two mixtures, sum_i log((1-q) phi(y_i) + q phi(y_i - c_in))
+- log((1-q) phi(y_i) + q phi(y_i - c_out)) (phi the N(0, sigma^2) density): the privacy loss
+random variable whose distribution the PLD accountant composes.
 """
 from __future__ import annotations
 
@@ -80,3 +92,36 @@ def simulate(release: Release, k: int, trials: int, seed: int = 0) -> Trials:
             parts.append(np.einsum("nkd,kd->n", y - mean_out, shift) / (release.sigma * norm))
         scores[label] = np.concatenate(parts)
     return Trials(scores["in"], scores["out"], norm / release.sigma)
+
+
+def simulate_subsampled(release: Release, k: int, q: float, trials: int, seed: int = 0) -> Trials:
+    """``trials`` "in" and "out" experiments of k Poisson-subsampled releases (rate q), scored by
+    the exact log likelihood ratio (module docstring). ``mu`` is NaN: no exact GDP parameter."""
+    if release.sigma is None or release.sigma <= 0:
+        raise PrivzvError("release sigma: must be > 0 for a likelihood-ratio audit")
+    if not (isinstance(k, int) and k >= 1):
+        raise PrivzvError(f"releases per record k={k!r}: must be an integer >= 1")
+    if not 0 < q <= 1:
+        raise PrivzvError(f"sampling rate q={q!r}: must be in (0, 1]")
+    if not (isinstance(trials, int) and trials >= 2):
+        raise PrivzvError(f"--trials {trials!r}: must be an integer >= 2")
+    s, sigma = release.sensitivity, release.sigma
+    c_in, c_out = (s / 2, -s / 2) if release.neighbors == "replace-one" else (s, 0.0)
+    rng = np.random.default_rng(seed)
+    log_keep, log_skip = math.log(q), math.log1p(-q) if q < 1 else -math.inf
+
+    def llr(y):
+        base = -0.5 * (y / sigma) ** 2
+        mix = lambda c: np.logaddexp(log_skip + base, log_keep - 0.5 * ((y - c) / sigma) ** 2)  # noqa: E731
+        return (mix(c_in) - mix(c_out)).sum(axis=1)
+
+    chunk = max(1, CHUNK_FLOATS // k)
+    scores = {}
+    for label, c in (("in", c_in), ("out", c_out)):
+        parts = []
+        for start in range(0, trials, chunk):
+            n = min(chunk, trials - start)
+            kept = rng.random((n, k)) < q
+            parts.append(llr(kept * c + rng.normal(0.0, sigma, size=(n, k))))
+        scores[label] = np.concatenate(parts)
+    return Trials(scores["in"], scores["out"], math.nan)

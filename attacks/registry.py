@@ -13,19 +13,26 @@ import functools
 from pathlib import Path
 from typing import Callable
 
-from privzv.attacks import feature_inference, label_inference, model_completion
+import numpy as np
+
+from privzv.attacks import (feature_inference, inversion, label_inference, membership,
+                            model_completion, party_models)
 from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
 ATTACKS = {
     "direct-label": "device reads labels from the sign of its per-sample gradients (Fu et al.)",
     "direct-label-eavesdropper": "the same rule on all the wire's downlinks (no device state)",
+    "direct-label-summed": "the same rule on each record's estimates summed over its rows",
     "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
     "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
-    "model-completion": "classifier on the device's own embeddings with a few labels (Fu et al.)",
-    "feature-server": "server inverts a device's embeddings with auxiliary records (He et al.)",
+    "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
+    "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
     "feature-device": "device infers another device's features from its downlink + own features",
+    "membership": "server scores train vs test records by the trained model's loss (Yeom et al.)",
+    "feature-inversion": "server inverts inference-time embeddings through the device model (He et al.)",
 }
+NEEDS_MODELS = ("membership", "feature-inversion")
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 
 
@@ -46,7 +53,7 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             **options)
+                             models=party_models.for_run(run, cfg, dataset), **options)
     out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
                server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
                epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
@@ -54,11 +61,15 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
 
 def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
-                       **options) -> dict:
+                       models: party_models.RunModels | None = None, **options) -> dict:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
     auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
+    ``models``: the run's trained models (``party_models.RunModels``). Model completion uses
+    the attacker device's own clean bottom-model outputs when given (``source``
+    "bottom-model"), else the last embedding of each record in its transcript (``source``
+    "uplink": noised under VAFL). ``membership`` needs them (the server's view at inference).
     """
     _check_name(name)
     unknown = sorted(set(options) - set(DEFAULTS))
@@ -72,6 +83,20 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
     y = dataset.y_train.numpy()
     x = [t.numpy() for t in dataset.x_train]
 
+    if name in NEEDS_MODELS and models is None:
+        raise PrivzvError(f"attack {name!r}: needs the run's trained models (checkpoint.pt)")
+    if name == "membership":
+        loss = lambda xs, labels: membership.joint_losses(   # noqa: E731
+            models.head(), [models.device(m) for m in range(dataset.devices)], xs, labels)
+        metrics = membership.loss_threshold(loss(dataset.x_train, dataset.y_train),
+                                            loss(dataset.x_test, dataset.y_test), seed)
+        return {"attack": name, "party": "server", "seed": seed, "options": opt,
+                "metrics": metrics, "nonfinite_values": 0}
+    if name == "feature-inversion":       # what the server receives at inference: clean outputs
+        metrics = inversion.model_inversion(models.device(v), models.outputs(v), x[v], y,
+                                            aux=opt["aux"], seed=seed)
+        return {"attack": name, "party": "server", "seed": seed, "options": opt,
+                "metrics": metrics, "nonfinite_values": 0}
     if name == "direct-label-eavesdropper":
         view = wire_view(load("server"), party="eavesdropper")
         metrics, party = label_inference.direct_label_inference(view, y[view.records]), "eavesdropper"
@@ -79,13 +104,15 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
         view = wire_view(load("server"), device=v)
         ids, emb = record_embeddings(view)
         metrics = feature_inference.server_feature_inference(
-            emb, x[v][ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
+            emb, x[v][ids], y[ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
         party = "server"
     else:
         party = f"device{a}"
         view = wire_view(load(party))
         if name == "direct-label":
             metrics = label_inference.direct_label_inference(view, y[view.records])
+        elif name == "direct-label-summed":
+            metrics = label_inference.summed_label_inference(view, y)
         elif name in ("norm-scoring", "cosine-scoring"):
             if dataset.num_classes != 2:
                 raise PrivzvError(f"attack {name!r}: needs a binary task (e.g. breast-cancer); "
@@ -94,9 +121,13 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
             metrics = label_inference.binary_scoring(view, y[view.records], known,
                                                      name.split("-")[0])
         elif name == "model-completion":
-            ids, emb = record_embeddings(view)
+            if models is None:
+                (ids, emb), source = record_embeddings(view), "uplink"
+            else:
+                ids, emb, source = np.arange(len(y)), models.outputs(a), "bottom-model"
             metrics = model_completion.model_completion(emb, y[ids], opt["known_per_class"], seed,
                                                         raw_features=x[a][ids])
+            metrics["source"] = source
         else:  # feature-device
             if a == v:
                 raise PrivzvError(f"victim {v}: must differ from the attacker device {a}")

@@ -5,7 +5,8 @@ For every target epsilon (inf = no noise) and every noise kind -- DPZV's downlin
 (``fo-vector``) -- and every seed: train with ``privzv.training.run.train`` (sigma calibrated by privzv
 for that method's release), run every applicable transcript attack (``privzv.attacks.registry``), the
 optimal likelihood-ratio attacker on the run's release (``privzv.attacks.release_audit``, device threat
-only) and, for DPZV, the malicious-client probe (``privzv.attacks.probe``) at the run's sigma.
+only) and, for DPZV, the malicious-client probes (``privzv.attacks.probe``: plain, saturating,
+duplicate-id; the last records how many uplinks the server refused) at the run's sigma.
 
 Setting (recorded in results.json): the server sums the devices' outputs (``server_kind="sum"``,
 embed_dim = classes) so that Fu et al.'s direct label inference applies to every method; clip
@@ -30,6 +31,7 @@ from privzv.errors import PrivzvError
 
 LR_TRIALS = 5000
 PROBE_TARGETS = 100
+PROBES = ("malicious", "saturating", "duplicate-id")   # privzv.attacks.probe variants, DPZV only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,12 +142,14 @@ def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: P
             shutil.rmtree(run_dir / name, ignore_errors=True)
         (run_dir / run_folder.CHECKPOINT).unlink(missing_ok=True)
     if method == "dpzv":
-        res = probe.label_inference(dataset.y_train.numpy(), dataset.num_classes,
-                                    variant="malicious", repeats=dataset.num_classes,
-                                    targets=PROBE_TARGETS, sigma=summary["sigma"],
-                                    clip=tcfg.clip, batch_size=tcfg.batch_size, seed=seed,
-                                    secret_seed=run_secret_seed(cfg, "probe", epsilon, seed))
-        rows.append({**base, "attack": "probe-malicious", "metrics": _numbers(res)})
+        for variant in PROBES:
+            res = probe.label_inference(dataset.y_train.numpy(), dataset.num_classes,
+                                        variant=variant, repeats=dataset.num_classes,
+                                        targets=PROBE_TARGETS, sigma=summary["sigma"],
+                                        clip=tcfg.clip, batch_size=tcfg.batch_size, seed=seed,
+                                        secret_seed=run_secret_seed(cfg, f"probe-{variant}",
+                                                                    epsilon, seed))
+            rows.append({**base, "attack": f"probe-{variant}", "metrics": _numbers(res)})
     return rows
 
 

@@ -17,6 +17,16 @@ def _x(eps) -> float:
     return INF_AT if eps is None else eps
 
 
+def _eps_label(eps) -> str:
+    return "eps inf" if eps is None else f"eps {eps:g}"
+
+
+def _spread(results: dict) -> str:
+    """What the error bars are: a 95% t-interval over seeds, or none with one seed."""
+    return ("mean and 95% t-interval over seeds" if results["config"]["seeds"] > 1
+            else "one seed, no interval")
+
+
 def _axis(ax, epsilons, delta: float) -> None:
     ax.set_xscale("log")
     ticks = sorted({_x(e) for e in epsilons})
@@ -105,7 +115,7 @@ def write(out: Path, results: dict) -> None:
         else:
             ax.set_title(attack)
         _axis(ax, epsilons, delta)
-    _finish_grid(fig, axes, len(attacks), results, f"attack success, mean and 95% t-interval"
+    _finish_grid(fig, axes, len(attacks), results, f"attack success, {_spread(results)}"
                  f" ({setting})", out, "attack_success_vs_epsilon")
 
     utility = {}
@@ -121,7 +131,7 @@ def write(out: Path, results: dict) -> None:
                     marker="o", capsize=3, label=f"{method}: {results['methods'][method]}")
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(-2, 102)
-    ax.set_title(f"utility, mean and 95% t-interval ({setting})", fontsize=9)
+    ax.set_title(f"utility, {_spread(results)} ({setting})", fontsize=9)
     _axis(ax, epsilons, delta)
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     _save(fig, out, "utility_vs_epsilon", 0.0)
@@ -132,10 +142,15 @@ def write(out: Path, results: dict) -> None:
         for method in methods:
             pts = [t for t in table if t["attack"] == attack and t["method"] == method]
             if pts:
-                ax.scatter([t["success"]["mean"] for t in pts],
-                           [100 * t["test_accuracy"]["mean"] for t in pts], label=method)
+                xs = [t["success"]["mean"] for t in pts]
+                ys = [100 * t["test_accuracy"]["mean"] for t in pts]
+                dots = ax.scatter(xs, ys, label=method)
+                for t, x, y in zip(pts, xs, ys):       # name each point's epsilon
+                    ax.annotate(_eps_label(t["epsilon"]), (x, y), textcoords="offset points",
+                                xytext=(3, 3), fontsize=6, color=dots.get_facecolor()[0])
                 ax.set_xlabel(f"leakage: {METRIC_LABEL[pts[0]['metric']]}")
         ax.set_ylabel("test accuracy (%)")
+        ax.set_ylim(-2, 102)                           # the full range: no exaggerated gaps
         ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.set_title(attack)
         low, high = _range(table, attack)
@@ -143,5 +158,6 @@ def write(out: Path, results: dict) -> None:
             ax.set_xlim(FLOOR, high)
         ax.grid(alpha=0.3)
     _finish_grid(fig, axes, len(attacks), results,
-                 f"utility vs leakage, means, one point per epsilon ({setting})", out,
+                 f"utility vs leakage: means over seeds (no intervals), one point per epsilon, "
+                 f"labelled ({setting})", out,
                  "utility_vs_leakage")

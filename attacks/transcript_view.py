@@ -100,6 +100,17 @@ class View:
         return ids.astype(np.int64), np.asarray(rows)[order[first]]
 
 
+    def sum_per_record(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(record_ids, rows)`` with each record's rows summed over every step it appears in."""
+        if self.records is None:
+            raise PrivzvError(f"view of {self.party!r}: has no record ids")
+        ids, where = np.unique(np.asarray(self.records), return_inverse=True)
+        rows = np.asarray(rows, dtype=float)
+        total = np.zeros((len(ids),) + rows.shape[1:])
+        np.add.at(total, where, rows)
+        return ids.astype(np.int64), total
+
+
 def _uplink(fields: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(ids, h, directions)`` of an uplink, by the protocols' field names (training.methods).
 

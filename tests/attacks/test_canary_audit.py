@@ -34,3 +34,30 @@ def test_end_to_end_first_order_without_noise_leaks_and_noise_stops_it():
     assert leak["accuracy_of_sign"] > 0.95 and leak["eps_lb"] > 2.0
     noisy = canary_audit.run("fo-vector", epsilon=1.0, canaries=200, epochs=1.0)
     assert noisy["eps_lb"] <= noisy["epsilon_upper"]
+
+
+def test_fdp_one_run_bound_beats_steinke_and_matches_dp_accounting_conversion():
+    """All 400 of 400 guesses right (alpha 0.05 over 5 guess counts): the f-DP bound rejects far
+    more than Steinke et al.'s; its eps is the (eps, delta) of mu_lb-GDP, the same conversion
+    as dp_accounting's Gaussian mechanism (sigma = 1 / mu)."""
+    import dp_accounting
+
+    b = canary_audit.eps_lower_bound(np.ones(400), np.ones(400, int), delta=1e-5)
+    assert b["fdp_correct"] == b["fdp_guesses"] == 400
+    assert b["fdp_eps_lb"] > 1.5 * b["eps_lb"] > 0
+    assert dp_accounting.get_sigma_gaussian(b["fdp_eps_lb"], 1e-5) == pytest.approx(
+        1 / b["mu_lb"], rel=1e-4)
+    assert canary_audit.fdp_mu(400, 400, 200, 0.01) == 0.0    # chance-level guesses: nothing
+
+
+def test_fdp_one_run_bound_respects_a_gaussian_mechanism():
+    """Each canary's bit b seen through x = mu b + N(0, 1): exactly mu-GDP per canary. The
+    bound must exceed mu no more often than alpha allows, and not be vacuous."""
+    rng = np.random.default_rng(1)
+    mu, m, over, lbs = 2.0, 1000, 0, []
+    for _ in range(20):
+        truth = rng.integers(0, 2, m)
+        scores = mu * truth + rng.normal(size=m) - mu / 2
+        lbs.append(canary_audit.eps_lower_bound(scores, truth, delta=1e-5)["mu_lb"])
+        over += lbs[-1] > mu
+    assert over <= 2 and np.mean(lbs) > 0.5 * mu

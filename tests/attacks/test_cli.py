@@ -31,7 +31,7 @@ def test_audit_human_output_with_sigma_and_seed_accountant(capsys):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--epsilon", "1", "--threat", "eavesdropper"], "device threat only"),
+    (["--epsilon", "1", "--threat", "secret-subsampling"], "needs super_batch"),
     (["--epsilon", "1", "--noise", "matrix"], "--noise 'matrix'"),
     (["--epsilon", "-1"], "--epsilon '-1'"),
     (["--epsilon", "1", "--sigma", "1"], "not allowed with"),

@@ -74,3 +74,25 @@ def test_inputs_beyond_the_auxiliary_range_do_not_explode():
     h[rest[:5]] = 1e30                        # a diverged run's embeddings, unlike any aux row
     out = fi.server_feature_inference(h, x, aux=300, seed=0)
     assert out["mse"] < 0.5 * out["baseline_mse"]
+
+
+def labelled_records(n=1200, classes=5, seed=0):
+    """Features = a class mean (what the server's labels tell) + a per-record part."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(classes, size=n)
+    own = rng.normal(size=(n, 6))
+    return rng, y, rng.normal(size=(classes, 6))[y] + own, own
+
+
+def test_labels_are_the_server_baseline_and_embeddings_must_beat_them():
+    rng, y, x, own = labelled_records()
+    # embeddings carrying only the label: no gain over what the server's labels already give
+    label_only = np.eye(5)[y] @ rng.normal(size=(5, 16)) + 0.1 * rng.normal(size=(len(y), 16))
+    out = fi.server_feature_inference(label_only, x, y, aux=300)
+    assert out["baseline"] == "labels regression" and out["baseline_r2"] > 0.3
+    assert abs(out["r2"] - out["baseline_r2"]) < 0.03
+    assert out["r2"] - fi.server_feature_inference(label_only, x, aux=300)["baseline_r2"] > 0.3
+    # embeddings carrying the per-record part: a real gain over the labels
+    informative = np.tanh(own @ rng.normal(size=(6, 16)) / 2)
+    out = fi.server_feature_inference(informative, x, y, aux=300)
+    assert out["r2"] - out["baseline_r2"] > 0.3

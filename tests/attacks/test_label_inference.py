@@ -275,3 +275,34 @@ def test_every_attack_asks_only_for_its_attackers_transcript():
     assert out["metrics"]["mse_gain"] > 0.05 * out["metrics"]["baseline_mse"]
     out = registry.attack_transcripts("model-completion", lambda p: rec.transcripts[p], ds)
     assert out["metrics"]["advantage"] > 0.2
+
+
+def _zo_batch_scalar_view(n=200, classes=5, batch=8, steps=3000, noise=0.0, seed=0):
+    """A DPZV-like view: per step a batch of records, Delta = mean_j <g_j, D_j> + noise, the
+    row estimate Delta * D_i (D_i the record's output difference), g_j = softmax - onehot."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(classes, size=n)
+    z = rng.normal(size=(n, classes))
+    g = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True) - np.eye(classes)[y]
+    ids = np.stack([rng.choice(n, batch, replace=False) for _ in range(steps)])
+    d = rng.normal(size=(steps, batch, classes))
+    delta = np.einsum("sbe,sbe->s", g[ids], d) / batch + noise * rng.normal(size=steps)
+    view = View("device0", np.repeat(np.arange(steps), batch), np.repeat(delta, batch), "scalar",
+                embeddings=np.zeros((steps * batch, classes)),
+                directions=d.reshape(-1, 1, classes), records=ids.reshape(-1))
+    return view, y
+
+
+def test_summed_rows_read_labels_a_single_row_does_not():
+    view, y = _zo_batch_scalar_view()
+    rows = li.direct_label_inference(view, y[view.records])
+    summed = li.summed_label_inference(view, y)
+    assert summed["records"] == 200 and rows["advantage"] < 0.1
+    assert summed["accuracy"] > rows["accuracy"] + 0.3
+    assert summed["control_accuracy"] < summed["prior"] + 0.15
+
+
+def test_summed_rows_on_pure_noise_is_prior():
+    view, y = _zo_batch_scalar_view(noise=100.0)
+    summed = li.summed_label_inference(view, y)
+    assert summed["accuracy"] < summed["prior"] + 0.1

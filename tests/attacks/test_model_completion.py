@@ -37,3 +37,20 @@ def test_known_per_class_draws_each_class():
         mc.known_per_class(y, 20, seed=0)
     with pytest.raises(PrivzvError, match="per_class"):
         mc.known_per_class(y, 0, seed=0)
+
+
+def test_vafl_device_completes_from_its_clean_bottom_model(tmp_path):
+    """A VAFL device adds the forward noise itself: it completes from its own clean outputs
+    (the run's checkpoint), not from the noised uplink in its transcript."""
+    from privzv.attacks import registry
+    from privzv.training.config import TrainConfig
+    from privzv.training.run import CHECKPOINT, train
+
+    cfg = TrainConfig(dataset="digits", method="vafl", epsilon=1.0, server_kind="sum",
+                      embed_dim=10, epochs=1, batch_size=32, evals=1, seed=0, clip=0.1)
+    train(cfg, tmp_path, secret_seed=1)
+    clean = registry.run_attack("model-completion", tmp_path)["metrics"]
+    (tmp_path / CHECKPOINT).unlink()
+    uplink = registry.run_attack("model-completion", tmp_path)["metrics"]
+    assert clean["source"] == "bottom-model" and uplink["source"] == "uplink"
+    assert clean["advantage"] > 0.25 and abs(uplink["advantage"]) < 0.06

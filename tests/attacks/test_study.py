@@ -31,7 +31,8 @@ def test_small_study_end_to_end(tmp_path):
     lr = [r for r in rows if r["attack"] == "optimal-lr"]
     assert {r["method"] for r in lr} == {"dpzv", "fo-vector"} and all(r["epsilon"] == 1.0 for r in lr)
     assert all(r["metrics"]["eps_lb"] <= r["metrics"]["eps_upper"] for r in lr)
-    assert any(r["attack"] == "probe-malicious" for r in rows)
+    assert {"probe-malicious", "probe-saturating", "probe-duplicate-id"} <= {r["attack"] for r in rows}
+    assert {"membership", "feature-inversion", "direct-label-summed"} <= {r["attack"] for r in rows}
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
 
 
@@ -74,3 +75,26 @@ def test_sweep_picks_the_most_accurate_run_and_breaks_ties_by_smaller_c_then_rat
     assert study_sweep.best(rows) == rows[2]
     assert study_sweep.best(rows + [{"clip": 10.0, "lr_device": 1.0, "test_accuracy": 0.6}])["clip"] == 10.0
     assert (study_sweep.default_lr_device("dpzv"), study_sweep.default_lr_device("vafl")) == (0.03, 0.05)
+
+
+def test_plots_name_each_epsilon_fix_the_accuracy_axis_and_promise_only_drawn_intervals(
+        tmp_path, monkeypatch):
+    from privzv.attacks import study_plots
+
+    figs = {}
+    monkeypatch.setattr(study_plots, "_save", lambda fig, out, name, space: figs.update({name: fig}))
+    ci = lambda m: {"mean": m, "low": None, "high": None, "n": 1}   # noqa: E731 (one seed)
+    table = [{"attack": "direct-label", "method": "dpzv", "epsilon": e, "metric": "advantage",
+              "success": ci(0.01 * i), "test_accuracy": ci(0.08 + 0.01 * i), "seeds": 1}
+             for i, e in enumerate((1.0, None))]
+    results = {"table": table, "methods": {"dpzv": "downlink scalar"},
+               "config": {"delta": 1e-5, "dataset": "digits", "threat": "device",
+                          "accountant": "pld", "seeds": 1}}
+    study_plots.write(tmp_path, results)
+    leak = figs["utility_vs_leakage"].axes[0]
+    assert {t.get_text() for t in leak.texts} == {"eps 1", "eps inf"}
+    assert leak.get_ylim() == (-2, 102)
+    assert figs["utility_vs_epsilon"].axes[0].get_ylim() == (-2, 102)
+    titles = [figs[n]._suptitle.get_text() if figs[n]._suptitle else figs[n].axes[0].get_title()
+              for n in figs]
+    assert all("95%" not in t for t in titles) and any("no interval" in t for t in titles)

@@ -1,0 +1,73 @@
+"""A party's own trained model, read from the run folder's checkpoint (its own state only).
+
+A device holds its bottom model, the server its head. An attacker that is a party may use its own
+model: a VAFL device adds the forward noise itself, so its clean bottom-model outputs -- not the
+noised uplink in its transcript -- are what it completes a model from (Fu et al. 2022).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from privzv.errors import PrivzvError
+
+
+class RunModels:
+    """The trained models of a finished run, loaded on demand (each party's own)."""
+
+    def __init__(self, run, cfg: dict, dataset):
+        self.run, self.cfg, self.dataset = Path(run), cfg, dataset
+
+    def device(self, m: int) -> torch.nn.Module:
+        return device_model(self.run, self.cfg, self.dataset, m)
+
+    def head(self) -> torch.nn.Module:
+        return head_model(self.run, self.cfg, self.dataset)
+
+    def outputs(self, m: int) -> np.ndarray:
+        """Device m's clean outputs on all its training records [n, embed_dim]."""
+        return outputs(self.device(m), self.dataset.x_train[m])
+
+
+def for_run(run, cfg: dict, dataset) -> RunModels | None:
+    """The run's models, or None when the run folder has no checkpoint."""
+    from privzv.training.run import CHECKPOINT
+
+    return RunModels(run, cfg, dataset) if (Path(run) / CHECKPOINT).is_file() else None
+
+
+def _checkpoint(run: Path) -> dict:
+    """The public checkpoint's scheduler state (models, no secret)."""
+    from privzv.training.run import CHECKPOINT
+
+    path = Path(run) / CHECKPOINT
+    if not path.is_file():
+        raise PrivzvError(f"--run {str(run)!r}: no {CHECKPOINT} (the party's trained model)")
+    return torch.load(path, map_location="cpu", weights_only=True)["state"]
+
+
+def device_model(run, cfg: dict, dataset, m: int) -> torch.nn.Module:
+    """Device ``m``'s bottom model at the end of the run (eval mode)."""
+    from privzv.training import models
+
+    model = models.device_model(dataset, m, cfg["embed_dim"])
+    model.load_state_dict(_checkpoint(run)["devices"][m]["model"])
+    return model.eval()
+
+
+def head_model(run, cfg: dict, dataset) -> torch.nn.Module:
+    """The server's head at the end of the run (eval mode)."""
+    from privzv.training import models
+
+    head = models.server_model(cfg["devices"], cfg["embed_dim"], dataset.num_classes,
+                               kind=cfg["server_kind"])
+    head.load_state_dict(_checkpoint(run)["server"]["head"])
+    return head.eval()
+
+
+@torch.no_grad()
+def outputs(model: torch.nn.Module, x: torch.Tensor, batch: int = 512) -> np.ndarray:
+    """``model`` applied to every row of ``x`` (no noise, no clip): [n, embed_dim]."""
+    return torch.cat([model(x[i:i + batch]) for i in range(0, len(x), batch)]).double().numpy()
