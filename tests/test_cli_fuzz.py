@@ -117,7 +117,7 @@ ATTACK = [
     [*AUDIT, "--sigma", "1", "--trials", "99"], [*AUDIT, "--sigma", "1", "--trials", "1e9"],
     [*AUDIT, "--sigma", "1", "--trials", "1000000000"], [*AUDIT, "--sigma", "1", "--alpha", "0"],
     [*AUDIT, "--sigma", "1", "--alpha", "1"], [*AUDIT, "--sigma", "1", "--steps", "1e11"],
-    [*AUDIT, "--sigma", "1", "--steps", "100000000000"], [*AUDIT, "--sigma", "1", "--threat", "eavesdropper"],
+    [*AUDIT, "--sigma", "1", "--steps", "100000000000"], [*AUDIT, "--sigma", "1", "--threat", "nope"],
     [*AUDIT, "--sigma", "1", "--batch-size", "601"], [*AUDIT, "--epsilon", "-1"],
     [*AUDIT, "--sigma", "1", "--seed", "x"],
     [*AUDIT, "--sigma", "1", "--noise", "vector", "--dim", "4096", "--steps", "100000"],
