@@ -13,7 +13,6 @@ It lives in ``attacks`` because it uses all three layers (attacks -> training ->
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Sequence
@@ -99,7 +98,7 @@ def _human(o: dict) -> str:
                      f"{s['wall_seconds']:.0f} s")
     gap = runs[RUNS[1][0]]["test_accuracy"] - runs[RUNS[2][0]]["test_accuracy"]
     lines.append(f"   the devices' own ZO training adds {gap:+.3f} accuracy over the frozen-devices "
-                 "control here (docs/results.md, 3 seeds: -0.02 to +0.01 on digits)")
+                 "control here (whole-run DP: the head is private too; 3 seeds in docs/results.md)")
     lines.append(f"results, plots and transcripts: {o['out']}")
     return "\n".join(lines)
 
@@ -118,7 +117,7 @@ def _main(argv: Sequence[str]) -> int:
                           args.trials)
         runs = digits_runs(work, args.json)
         result = {"accounting": acc, "audit": aud, "training": runs, "out": args.out}
-        (work / "demo.json").write_text(json.dumps(result, indent=2, default=str))
+        (work / "demo.json").write_text(cliutil.dumps(result, indent=2, default=str))
     for s in runs.values():
         s["out"] = s["out"].replace(str(work), args.out)
     cliutil.emit(result, args.json, _human)

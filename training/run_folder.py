@@ -379,7 +379,7 @@ class RunFolder:
         """The run's ledger, journaled from now on (a new private run)."""
         self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
         header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params()}
-        atomic_write(self.path / JOURNAL, lambda fh: fh.write((json.dumps(header) + "\n").encode()))
+        atomic_write(self.path / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()))
         self._open_journal()
         self._write_ledger()
         return self.ledger
