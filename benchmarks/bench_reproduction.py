@@ -1,11 +1,16 @@
-"""Reproduction benchmark (issue 3): test accuracy vs epsilon for DPZV and every baseline.
+"""Reproduction benchmark (issues 3 and 7): test accuracy vs whole-run epsilon for DPZV and every baseline.
 
 Grid: datasets digits and mnist-5k; methods dpzv, vafl, fo-vector, zoo-vfl, czofo under the
-``device`` threat with the ``pld`` accountant at epsilon 0.5, 1, 5, 10, inf (no noise); DPZV also
-with the paper's ``seed`` accountant (Theorem VI.5, NOT rigorous: its sigma is re-accounted here
-with pld under the device threat); the frozen-devices control (DPZV with ``freeze="devices"``:
-the server alone on frozen random embeddings); seeds 0, 1, 2. Bytes (up + down, eq. (23) of
-papers/000) to reach a target accuracy are read off each run's evaluations (Table I style).
+``device`` threat with the ``pld`` accountant at epsilon 0.5, 1, 2, 5, 10, inf (no noise); the
+frozen-devices control (DPZV with ``freeze="devices"``: the server's DP head alone on frozen
+random embeddings) at every epsilon; a non-private first-order reference (fo-vector at epsilon
+inf with its own default learning rates, not the tuned ones); seeds 0, 1, 2. Every private run is
+whole-run DP (issue 7): its epsilon covers the downlink and the DP server head in one ledger
+(docs/training.md "Whole-run DP"). Private runs take C and the device rate from ``HPARAMS`` but
+NOT its server rate, which was tuned for the old non-private head: the DP head keeps its default
+rate min(0.1, 1/z_h); runs at epsilon inf use all of ``HPARAMS``. (The paper's ``seed``
+accountant is no longer part of the grid.) Bytes (up + down, eq. (23) of papers/000) to reach a
+target accuracy are read off each run's evaluations (Table I style).
 
 Phase ``sweep`` picks C and learning rates at epsilon=1 on seed 100 (not a reported seed): stage 1
 tries ``SWEEP_CLIPS`` at the methods' default learning rates; stage 2 scales both learning rates
@@ -22,6 +27,7 @@ object on stdout; ``--plot DIR`` writes accuracy-vs-epsilon figures (PNG and SVG
 
     python benchmarks/bench_reproduction.py --phase sweep --workers 2
     python benchmarks/bench_reproduction.py --phase grid --workers 2 --plot docs/figures
+    python benchmarks/bench_reproduction.py --phase report --plot docs/figures --markdown tables.md
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ from pathlib import Path
 from privzv.training.tuned import HPARAMS
 
 METHODS = ("dpzv", "vafl", "fo-vector", "zoo-vfl", "czofo")
-EPSILONS = (0.5, 1.0, 5.0, 10.0, math.inf)
+EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
 SEEDS = (0, 1, 2)
 SWEEP_SEED, SWEEP_EPSILON = 100, 1.0
 SWEEP_CLIPS = (0.1, 0.3, 1.0, 3.0)
@@ -75,21 +81,25 @@ class Cell:
     seed: int
     clip: float
     lr_device: float
-    lr_server: float
+    lr_server: float | None   # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
     freeze: str | None = None
 
     @property
     def variant(self) -> str:
-        """The column of the tables: the method, ``dpzv (seed acct.)`` or ``frozen devices``."""
+        """The row of the tables: the method, ``dpzv (seed acct.)``, ``frozen devices`` or the
+        non-private reference."""
         if self.freeze:
             return "frozen devices"
+        if self.phase == "reference":
+            return REFERENCE
         return self.method + (" (seed acct.)" if self.accountant == "seed" else "")
 
     @property
     def key(self) -> str:
         eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:g}"
+        lr_s = "default" if self.lr_server is None else f"{self.lr_server:g}"
         return (f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
-                f"C={self.clip:g}|lr={self.lr_device:g},{self.lr_server:g}|freeze={self.freeze}")
+                f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}")
 
     def config(self):
         from privzv.training.config import TrainConfig
@@ -113,13 +123,22 @@ def grid_cells(datasets, methods) -> list[Cell]:
     for ds in datasets:
         for seed in SEEDS:
             for m in methods:
-                h = hparams(ds, m)
-                cells += [Cell("grid", ds, m, "pld", e, seed, **h) for e in EPSILONS]
+                cells += [_grid_cell(ds, m, e, seed) for e in EPSILONS]
             if "dpzv" in methods:
-                h = hparams(ds, "dpzv")
-                cells += [Cell("grid", ds, "dpzv", "seed", e, seed, **h) for e in EPSILONS if math.isfinite(e)]
-                cells.append(Cell("grid", ds, "dpzv", "pld", math.inf, seed, **h, freeze="devices"))
+                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in EPSILONS]
+            if "fo-vector" in methods:
+                lr_d, lr_s = default_lr("fo-vector")
+                cells.append(Cell("reference", ds, "fo-vector", "pld", math.inf, seed,
+                                  hparams(ds, "fo-vector")["clip"], lr_d, lr_s))
     return cells
+
+
+def _grid_cell(ds: str, method: str, epsilon: float, seed: int, freeze: str | None = None) -> Cell:
+    """A grid cell with ``HPARAMS``; a private one leaves the server rate to the DP head's default."""
+    h = dict(hparams(ds, method))
+    if math.isfinite(epsilon):
+        h["lr_server"] = None
+    return Cell("grid", ds, method, "pld", epsilon, seed, **h, freeze=freeze)
 
 
 def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
@@ -176,7 +195,7 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
            "test_accuracy": summary["test_accuracy"], "sigma": summary["sigma"],
            "epsilon_spent": summary["epsilon_spent"], "rounds": summary["rounds"],
            "bytes_up": summary["bytes_up"], "bytes_down": summary["bytes_down"],
-           "stopped": summary["stopped"], "wall_seconds": wall,
+           "stopped": summary["stopped"], "wall_seconds": wall, "mechanisms": summary.get("mechanisms"),
            "curve": {k: [r[k] for r in metrics] for k in ("round", "test_accuracy", "bytes_up", "bytes_down")}}
     if cell.accountant == "seed" and summary["sigma"] > 0:
         # What the seed's sigma really gives against the receiving device (rigorous, pld).
@@ -249,7 +268,8 @@ def _stats(values: list[float]) -> dict:
 
 
 def summarize(rows: list[dict]) -> dict:
-    grid, sweep = [r for r in rows if r["cell"]["phase"] == "grid"], [r for r in rows if r["cell"]["phase"] == "sweep"]
+    grid = [r for r in rows if r["cell"]["phase"] in ("grid", "reference")]
+    sweep = [r for r in rows if r["cell"]["phase"] == "sweep"]
     cells: dict[tuple, list[dict]] = {}
     for r in grid:
         eps = _eps(r["cell"])
@@ -308,9 +328,13 @@ def plot(summary: dict, folder: Path) -> list[Path]:
             xs = [p[0] for p in pts]
             ys = [100 * p[1]["mean"] for p in pts]
             err = [100 * p[1]["std"] for p in pts]
+            if variant == REFERENCE:
+                ax.axhspan(ys[0] - err[0], ys[0] + err[0], color="black", alpha=0.1)
+                ax.axhline(ys[0], color="black", ls=":", label=REFERENCE + "\n(default learning rates)")
+                continue
             if variant == "frozen devices":
-                ax.axhspan(ys[0] - err[0], ys[0] + err[0], color="grey", alpha=0.2)
-                ax.axhline(ys[0], color="grey", ls=":", label="frozen devices (server only, no noise)")
+                ax.errorbar(xs, ys, yerr=err, ls=":", marker="s", color="grey", capsize=3,
+                            label="frozen devices (DP head alone)")
                 continue
             style = "--" if "seed" in variant else "-"
             label = {"dpzv (seed acct.)": "dpzv (seed accountant, NOT rigorous)",
@@ -320,14 +344,14 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xticks(finite + [x_inf], [f"{e:g}" for e in finite] + ["inf\n(no noise)"])
         ax.minorticks_off()
-        ax.set_xlabel("privacy budget epsilon (delta = 1e-5; device threat, pld unless noted)")
+        ax.set_xlabel("whole-run epsilon, downlink + DP head (delta = 1e-5; device threat, pld)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{ds}: accuracy vs epsilon (mean \u00b1 std over {len(summary['seeds'])} seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.tight_layout()
         for ext in ("png", "svg"):
-            path = folder / f"accuracy_vs_epsilon_{ds}.{ext}"
+            path = folder / f"accuracy_vs_epsilon_wholerun_{ds}.{ext}"
             fig.savefig(path)
             written.append(path)
         plt.close(fig)
@@ -341,8 +365,10 @@ PROTECTS = {
     "fo-vector": "labels / server-side info vs the receiving device (vector downlink noise)",
     "zoo-vfl": "same secret and release as dpzv (scalar downlink noise)",
     "czofo": "labels / server-side info vs the receiving device (per-record loss differences)",
-    "frozen devices": "control: no device training, no noise",
+    "frozen devices": "control: no device training; the DP head alone (head noise only)",
+    "fo-vector (non-private ref.)": "nothing (epsilon inf, no noise, no clip tuning: default rates)",
 }
+REFERENCE = "fo-vector (non-private ref.)"
 ORDER = tuple(PROTECTS)
 
 
@@ -402,10 +428,10 @@ def markdown(summary: dict) -> str:
 
 
 def _lookup(at: dict, variant: str, eps) -> dict | None:
-    """The summary cell of ``variant`` at ``eps``; the frozen-devices control (no noise, so the same
-    at every epsilon) and the seed accountant at inf (no noise: plain dpzv) share their inf cell."""
-    if variant == "frozen devices" or (variant == "dpzv (seed acct.)" and eps == "inf"):
-        return at.get((variant if variant == "frozen devices" else "dpzv", "inf"))
+    """The summary cell of ``variant`` at ``eps``; the seed accountant at inf (no noise) is plain
+    dpzv's inf cell."""
+    if variant == "dpzv (seed acct.)" and eps == "inf":
+        return at.get(("dpzv", "inf"))
     return at.get((variant, eps))
 
 
@@ -414,7 +440,7 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=("sweep", "grid", "report"), default="grid")
     p.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--out", default="docs/figures/reproduction.jsonl", help="JSON lines, appended")
+    p.add_argument("--out", default="docs/figures/reproduction_wholerun.jsonl", help="JSON lines, appended")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
