@@ -179,14 +179,19 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
     reproducible benchmark), or drawn from the OS; never from the cell's public seed.
     """
     from privzv import accounting
-    from privzv.training import methods, run, seeds
+    from privzv.training import divergence, methods, run, seeds
 
     config = cell.config()
     secret = None if secret_seed is None else seeds.derive(secret_seed, cell.key)
     with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
         out = Path(tmp) / "run"
         start = time.perf_counter()
-        summary = run.train(config, out, secret_seed=secret)
+        try:
+            summary = run.train(config, out, secret_seed=secret)
+        except divergence.Diverged as e:   # a result, not a crash: the row says so, no accuracy
+            return {"key": cell.key, "cell": dataclasses.asdict(cell), "variant": cell.variant,
+                    "seed": cell.seed, "diverged": str(e), "test_accuracy": None,
+                    "wall_seconds": time.perf_counter() - start}
         wall = time.perf_counter() - start
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
         saved = json.loads((out / "config.json").read_text())
@@ -236,7 +241,7 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
             fh.write(json.dumps(row, default=_inf_to_none) + "\n")
             fh.flush()
             bar.update(1)
-            print(f"{futures[fut].key}: acc {row['test_accuracy']:.3f} ({row['wall_seconds']:.0f} s)",
+            print(f"{futures[fut].key}: acc {row['test_accuracy']} ({row['wall_seconds']:.0f} s)",
                   file=sys.stderr, flush=True)
     bar.close()
 
@@ -275,7 +280,12 @@ def summarize(rows: list[dict]) -> dict:
         eps = _eps(r["cell"])
         cells.setdefault((r["cell"]["dataset"], r["variant"], "inf" if math.isinf(eps) else eps), []).append(r)
     table = []
-    for (ds, variant, eps), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+    for (ds, variant, eps), all_rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+        rs = [r for r in all_rs if not r.get("diverged")]
+        if not rs:
+            table.append({"dataset": ds, "variant": variant, "epsilon": eps, "seeds": [],
+                          "diverged_seeds": sorted(r["seed"] for r in all_rs)})
+            continue
         entry = {"dataset": ds, "variant": variant, "epsilon": eps, "seeds": sorted(r["seed"] for r in rs),
                  "test_accuracy": _stats([r["test_accuracy"] for r in rs]),
                  "sigma": statistics.fmean(r["sigma"] for r in rs),
@@ -284,7 +294,8 @@ def summarize(rows: list[dict]) -> dict:
                  "bytes_total": statistics.fmean(r["bytes_up"] + r["bytes_down"] for r in rs),
                  f"bytes_to_{SETTINGS[ds]['target']:g}": _stats([bytes_to_target(r, SETTINGS[ds]["target"])
                                                                  for r in rs]),
-                 "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs)}
+                 "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs),
+                 "diverged_seeds": sorted(r["seed"] for r in all_rs if r.get("diverged"))}
         if "epsilon_device_pld" in rs[0]:
             entry["epsilon_device_pld"] = statistics.fmean(r["epsilon_device_pld"] for r in rs)
         table.append(entry)
@@ -293,12 +304,13 @@ def summarize(rows: list[dict]) -> dict:
     for r in sweep:
         best.setdefault(f"{r['cell']['dataset']}/{r['cell']['method']}", []).append(r)
     best = {k: _sweep_row(_best(rs)) for k, rs in best.items()}
-    versions = rows[0]["versions"] if rows else {}
+    versions = next((r["versions"] for r in rows if "versions" in r), {})
     return {"benchmark": "reproduction", "settings": SETTINGS, "delta": DELTA, "threat": "device",
             "seeds": list(SEEDS), "sweep": {"seed": SWEEP_SEED, "epsilon": SWEEP_EPSILON, "runs": sweep_rows,
                       "best": best},
             "hparams": {f"{d}/{m}": h for (d, m), h in HPARAMS.items()}, "cells": table,
             "grid_runs": len(grid), "grid_run_seconds_total": sum(r["wall_seconds"] for r in grid),
+            "diverged_runs": [r["key"] for r in grid if r.get("diverged")],
             "versions": versions}
 
 
@@ -321,7 +333,7 @@ def plot(summary: dict, folder: Path) -> list[Path]:
     x_inf = finite[-1] * 4
     for ds in sorted({c["dataset"] for c in summary["cells"]}):
         fig, ax = plt.subplots(figsize=(9.0, 4.2))
-        rows = [c for c in summary["cells"] if c["dataset"] == ds]
+        rows = [c for c in summary["cells"] if c["dataset"] == ds and "test_accuracy" in c]
         for variant in [v for v in ORDER if any(c["variant"] == v for c in rows)]:
             pts = sorted((x_inf if c["epsilon"] == "inf" else c["epsilon"], c["test_accuracy"])
                          for c in rows if c["variant"] == variant)
@@ -359,14 +371,14 @@ def plot(summary: dict, folder: Path) -> list[Path]:
 
 
 PROTECTS = {
-    "dpzv": "labels / server-side loss info vs the receiving device (scalar downlink noise)",
+    "dpzv": "labels vs the receiving device: scalar downlink noise + DP head update",
     "dpzv (seed acct.)": "same release as dpzv; sigma from Theorem VI.5 (NOT rigorous)",
-    "vafl": "device features vs the server (forward noise on embeddings); downlink not noised",
-    "fo-vector": "labels / server-side info vs the receiving device (vector downlink noise)",
-    "zoo-vfl": "same secret and release as dpzv (scalar downlink noise)",
-    "czofo": "labels / server-side info vs the receiving device (per-record loss differences)",
+    "vafl": "device features vs the server (forward noise on embeddings); downlink and head not noised",
+    "fo-vector": "labels vs the receiving device: vector downlink noise + DP head update",
+    "zoo-vfl": "labels vs the receiving device: scalar downlink noise + DP zeroth-order head update",
+    "czofo": "labels vs the receiving device: per-record loss differences + DP head update",
     "frozen devices": "control: no device training; the DP head alone (head noise only)",
-    "fo-vector (non-private ref.)": "nothing (epsilon inf, no noise, no clip tuning: default rates)",
+    "fo-vector (non-private ref.)": "nothing (epsilon inf, no noise; fo-vector's default rates, not tuned)",
 }
 REFERENCE = "fo-vector (non-private ref.)"
 ORDER = tuple(PROTECTS)
@@ -385,9 +397,8 @@ def markdown(summary: dict) -> str:
         for v in ORDER:
             vals = []
             for e in eps_cols:
-                a = (c := _lookup(at, v, e)) and c["test_accuracy"]
-                vals.append(f"{a['mean']:.3f} +- {a['std']:.3f}" if a else "-")
-            if any(x != "-" for x in vals):
+                vals.append(_accuracy(_lookup(at, v, e)))
+            if any(at.get((v, e)) for e in eps_cols):
                 out.append(f"| {v} | " + " | ".join(vals) + f" | {PROTECTS[v]} |")
         out.append("")
         seed = [(e, at.get(("dpzv (seed acct.)", e)), at.get(("dpzv", e))) for e in eps_cols if e != "inf"]
@@ -402,16 +413,17 @@ def markdown(summary: dict) -> str:
                                f" | {s['epsilon_device_pld']:.4g} | {s['test_accuracy']['mean']:.3f} /"
                                f" {r['test_accuracy']['mean']:.3f} |")
             out.append("")
+    present = [v for v in ORDER if any(c["variant"] == v for c in cells)]
     out += ["Bytes (up + down, eq. (23), MB) to reach the target test accuracy, mean +- std over seeds;"
             " inf = not reached by every seed (k/3 = seeds that reached it)", "",
-            "| dataset (target) | eps | " + " | ".join(ORDER) + " |", "|---" * (len(ORDER) + 2) + "|"]
+            "| dataset (target) | eps | " + " | ".join(present) + " |", "|---" * (len(present) + 2) + "|"]
     for ds in sorted({c["dataset"] for c in cells}):
         tgt = SETTINGS[ds]["target"]
         at = {(c["variant"], c["epsilon"]): c for c in cells if c["dataset"] == ds}
         for e in (1.0, "inf"):
             vals = []
-            for v in ORDER:
-                b = (c := _lookup(at, v, e)) and c[f"bytes_to_{tgt:g}"]
+            for v in present:
+                b = (c := _lookup(at, v, e)) and c.get(f"bytes_to_{tgt:g}")
                 vals.append("-" if not b else f"{b['mean'] / 1e6:.2f} +- {b['std'] / 1e6:.2f}" if b["mean"] is not None
                             else f"inf ({b['reached']}/{b['n']})")
             out.append(f"| {ds} ({tgt:.0%}) | {e if e == 'inf' else f'{e:g}'} | " + " | ".join(vals) + " |")
@@ -425,6 +437,18 @@ def markdown(summary: dict) -> str:
             out.append(f"| {r['dataset']} | {r['method']} | {r['clip']:g} | {r['lr_device']:.3g} |"
                        f" {r['lr_server']:.3g} | {r['sigma']:.4g} | {r['test_accuracy']:.3f} |")
     return "\n".join(out) + "\n"
+
+
+def _accuracy(c: dict | None) -> str:
+    """A table entry: mean +- std over the seeds that finished, and how many diverged."""
+    if not c:
+        return "-"
+    div = c.get("diverged_seeds", [])
+    n = len(c["seeds"]) + len(div)
+    if "test_accuracy" not in c:
+        return f"diverged ({len(div)}/{n})"
+    a = c["test_accuracy"]
+    return f"{a['mean']:.3f} +- {a['std']:.3f}" + (f" ({len(div)}/{n} diverged)" if div else "")
 
 
 def _lookup(at: dict, variant: str, eps) -> dict | None:
