@@ -420,7 +420,7 @@ def markdown(summary: dict) -> str:
     for ds in sorted({c["dataset"] for c in cells}):
         tgt = SETTINGS[ds]["target"]
         at = {(c["variant"], c["epsilon"]): c for c in cells if c["dataset"] == ds}
-        for e in (1.0, "inf"):
+        for e in (1.0, 10.0, "inf"):
             vals = []
             for v in present:
                 b = (c := _lookup(at, v, e)) and c.get(f"bytes_to_{tgt:g}")
