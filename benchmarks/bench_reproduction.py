@@ -238,7 +238,7 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
         futures = {pool.submit(run_cell, c, secret_seed): c for c in todo}
         for fut in cf.as_completed(futures):
             row = fut.result()
-            fh.write(json.dumps(row, default=_inf_to_none) + "\n")
+            fh.write(json.dumps(strict_json(row), allow_nan=False) + "\n")
             fh.flush()
             bar.update(1)
             print(f"{futures[fut].key}: acc {row['test_accuracy']} ({row['wall_seconds']:.0f} s)",
@@ -248,6 +248,17 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
 
 def _inf_to_none(x):
     return None if isinstance(x, float) and math.isinf(x) else str(x)
+
+
+def strict_json(obj):
+    """``obj`` with every non-finite float (epsilon = inf) as None: no Infinity/NaN tokens."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
 
 
 def _eps(cell: dict) -> float:
@@ -485,7 +496,7 @@ def main(argv=None) -> int:
         summary["figures"] = [str(f) for f in plot(summary, Path(args.plot))]
     if args.markdown:
         Path(args.markdown).write_text(markdown(summary))
-    print(json.dumps(summary, default=_inf_to_none))
+    print(json.dumps(strict_json(summary), default=_inf_to_none, allow_nan=False))
     return 0
 
 

@@ -36,3 +36,14 @@ def test_frozen_control_at_every_epsilon_and_reference_at_default_rates():
     assert {c.seed for c in refs} == set(bench.SEEDS)
     assert all(math.isinf(c.epsilon) and (c.lr_device, c.lr_server) == (cls.LR_DEVICE, cls.LR_SERVER)
                for c in refs)
+
+
+def test_results_rows_are_strict_json():
+    import dataclasses
+    import json
+
+    cell = bench._grid_cell("digits", "dpzv", math.inf, 0)
+    row = bench.strict_json({"cell": dataclasses.asdict(cell), "curve": [1.0, math.inf, math.nan]})
+    text = json.dumps(row, allow_nan=False)
+    assert "Infinity" not in text and "NaN" not in text
+    assert row["cell"]["epsilon"] is None and math.isinf(bench._eps(row["cell"]))
