@@ -1,11 +1,16 @@
-"""Reproduction benchmark (issue 3): test accuracy vs epsilon for DPZV and every baseline.
+"""Reproduction benchmark (issues 3 and 7): test accuracy vs whole-run epsilon for DPZV and every baseline.
 
 Grid: datasets digits and mnist-5k; methods dpzv, vafl, fo-vector, zoo-vfl, czofo under the
-``device`` threat with the ``pld`` accountant at epsilon 0.5, 1, 5, 10, inf (no noise); DPZV also
-with the paper's ``seed`` accountant (Theorem VI.5, NOT rigorous: its sigma is re-accounted here
-with pld under the device threat); the frozen-devices control (DPZV with ``freeze="devices"``:
-the server alone on frozen random embeddings); seeds 0, 1, 2. Bytes (up + down, eq. (23) of
-papers/000) to reach a target accuracy are read off each run's evaluations (Table I style).
+``device`` threat with the ``pld`` accountant at epsilon 0.5, 1, 2, 5, 10, inf (no noise); the
+frozen-devices control (DPZV with ``freeze="devices"``: the server's DP head alone on frozen
+random embeddings) at every epsilon; a non-private first-order reference (fo-vector at epsilon
+inf with its own default learning rates, not the tuned ones); seeds 0, 1, 2. Every private run is
+whole-run DP (issue 7): its epsilon covers the downlink and the DP server head in one ledger
+(docs/training.md "Whole-run DP"). Private runs take C and the device rate from ``HPARAMS`` but
+NOT its server rate, which was tuned for the old non-private head: the DP head keeps its default
+rate min(0.1, 1/z_h); runs at epsilon inf use all of ``HPARAMS``. (The paper's ``seed``
+accountant is no longer part of the grid.) Bytes (up + down, eq. (23) of papers/000) to reach a
+target accuracy are read off each run's evaluations (Table I style).
 
 Phase ``sweep`` picks C and learning rates at epsilon=1 on seed 100 (not a reported seed): stage 1
 tries ``SWEEP_CLIPS`` at the methods' default learning rates; stage 2 scales both learning rates
@@ -22,6 +27,7 @@ object on stdout; ``--plot DIR`` writes accuracy-vs-epsilon figures (PNG and SVG
 
     python benchmarks/bench_reproduction.py --phase sweep --workers 2
     python benchmarks/bench_reproduction.py --phase grid --workers 2 --plot docs/figures
+    python benchmarks/bench_reproduction.py --phase report --plot docs/figures --markdown tables.md
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ from pathlib import Path
 from privzv.training.tuned import HPARAMS
 
 METHODS = ("dpzv", "vafl", "fo-vector", "zoo-vfl", "czofo")
-EPSILONS = (0.5, 1.0, 5.0, 10.0, math.inf)
+EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
 SEEDS = (0, 1, 2)
 SWEEP_SEED, SWEEP_EPSILON = 100, 1.0
 SWEEP_CLIPS = (0.1, 0.3, 1.0, 3.0)
@@ -75,21 +81,25 @@ class Cell:
     seed: int
     clip: float
     lr_device: float
-    lr_server: float
+    lr_server: float | None   # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
     freeze: str | None = None
 
     @property
     def variant(self) -> str:
-        """The column of the tables: the method, ``dpzv (seed acct.)`` or ``frozen devices``."""
+        """The row of the tables: the method, ``dpzv (seed acct.)``, ``frozen devices`` or the
+        non-private reference."""
         if self.freeze:
             return "frozen devices"
+        if self.phase == "reference":
+            return REFERENCE
         return self.method + (" (seed acct.)" if self.accountant == "seed" else "")
 
     @property
     def key(self) -> str:
         eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:g}"
+        lr_s = "default" if self.lr_server is None else f"{self.lr_server:g}"
         return (f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
-                f"C={self.clip:g}|lr={self.lr_device:g},{self.lr_server:g}|freeze={self.freeze}")
+                f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}")
 
     def config(self):
         from privzv.training.config import TrainConfig
@@ -113,13 +123,22 @@ def grid_cells(datasets, methods) -> list[Cell]:
     for ds in datasets:
         for seed in SEEDS:
             for m in methods:
-                h = hparams(ds, m)
-                cells += [Cell("grid", ds, m, "pld", e, seed, **h) for e in EPSILONS]
+                cells += [_grid_cell(ds, m, e, seed) for e in EPSILONS]
             if "dpzv" in methods:
-                h = hparams(ds, "dpzv")
-                cells += [Cell("grid", ds, "dpzv", "seed", e, seed, **h) for e in EPSILONS if math.isfinite(e)]
-                cells.append(Cell("grid", ds, "dpzv", "pld", math.inf, seed, **h, freeze="devices"))
+                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in EPSILONS]
+            if "fo-vector" in methods:
+                lr_d, lr_s = default_lr("fo-vector")
+                cells.append(Cell("reference", ds, "fo-vector", "pld", math.inf, seed,
+                                  hparams(ds, "fo-vector")["clip"], lr_d, lr_s))
     return cells
+
+
+def _grid_cell(ds: str, method: str, epsilon: float, seed: int, freeze: str | None = None) -> Cell:
+    """A grid cell with ``HPARAMS``; a private one leaves the server rate to the DP head's default."""
+    h = dict(hparams(ds, method))
+    if math.isfinite(epsilon):
+        h["lr_server"] = None
+    return Cell("grid", ds, method, "pld", epsilon, seed, **h, freeze=freeze)
 
 
 def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
@@ -160,14 +179,19 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
     reproducible benchmark), or drawn from the OS; never from the cell's public seed.
     """
     from privzv import accounting
-    from privzv.training import methods, run, seeds
+    from privzv.training import divergence, methods, run, seeds
 
     config = cell.config()
     secret = None if secret_seed is None else seeds.derive(secret_seed, cell.key)
     with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
         out = Path(tmp) / "run"
         start = time.perf_counter()
-        summary = run.train(config, out, secret_seed=secret)
+        try:
+            summary = run.train(config, out, secret_seed=secret)
+        except divergence.Diverged as e:   # a result, not a crash: the row says so, no accuracy
+            return {"key": cell.key, "cell": dataclasses.asdict(cell), "variant": cell.variant,
+                    "seed": cell.seed, "diverged": str(e), "test_accuracy": None,
+                    "wall_seconds": time.perf_counter() - start}
         wall = time.perf_counter() - start
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
         saved = json.loads((out / "config.json").read_text())
@@ -176,7 +200,7 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
            "test_accuracy": summary["test_accuracy"], "sigma": summary["sigma"],
            "epsilon_spent": summary["epsilon_spent"], "rounds": summary["rounds"],
            "bytes_up": summary["bytes_up"], "bytes_down": summary["bytes_down"],
-           "stopped": summary["stopped"], "wall_seconds": wall,
+           "stopped": summary["stopped"], "wall_seconds": wall, "mechanisms": summary.get("mechanisms"),
            "curve": {k: [r[k] for r in metrics] for k in ("round", "test_accuracy", "bytes_up", "bytes_down")}}
     if cell.accountant == "seed" and summary["sigma"] > 0:
         # What the seed's sigma really gives against the receiving device (rigorous, pld).
@@ -214,16 +238,27 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
         futures = {pool.submit(run_cell, c, secret_seed): c for c in todo}
         for fut in cf.as_completed(futures):
             row = fut.result()
-            fh.write(json.dumps(row, default=_inf_to_none) + "\n")
+            fh.write(json.dumps(strict_json(row), allow_nan=False) + "\n")
             fh.flush()
             bar.update(1)
-            print(f"{futures[fut].key}: acc {row['test_accuracy']:.3f} ({row['wall_seconds']:.0f} s)",
+            print(f"{futures[fut].key}: acc {row['test_accuracy']} ({row['wall_seconds']:.0f} s)",
                   file=sys.stderr, flush=True)
     bar.close()
 
 
 def _inf_to_none(x):
     return None if isinstance(x, float) and math.isinf(x) else str(x)
+
+
+def strict_json(obj):
+    """``obj`` with every non-finite float (epsilon = inf) as None: no Infinity/NaN tokens."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
 
 
 def _eps(cell: dict) -> float:
@@ -249,13 +284,19 @@ def _stats(values: list[float]) -> dict:
 
 
 def summarize(rows: list[dict]) -> dict:
-    grid, sweep = [r for r in rows if r["cell"]["phase"] == "grid"], [r for r in rows if r["cell"]["phase"] == "sweep"]
+    grid = [r for r in rows if r["cell"]["phase"] in ("grid", "reference")]
+    sweep = [r for r in rows if r["cell"]["phase"] == "sweep"]
     cells: dict[tuple, list[dict]] = {}
     for r in grid:
         eps = _eps(r["cell"])
         cells.setdefault((r["cell"]["dataset"], r["variant"], "inf" if math.isinf(eps) else eps), []).append(r)
     table = []
-    for (ds, variant, eps), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+    for (ds, variant, eps), all_rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+        rs = [r for r in all_rs if not r.get("diverged")]
+        if not rs:
+            table.append({"dataset": ds, "variant": variant, "epsilon": eps, "seeds": [],
+                          "diverged_seeds": sorted(r["seed"] for r in all_rs)})
+            continue
         entry = {"dataset": ds, "variant": variant, "epsilon": eps, "seeds": sorted(r["seed"] for r in rs),
                  "test_accuracy": _stats([r["test_accuracy"] for r in rs]),
                  "sigma": statistics.fmean(r["sigma"] for r in rs),
@@ -264,7 +305,8 @@ def summarize(rows: list[dict]) -> dict:
                  "bytes_total": statistics.fmean(r["bytes_up"] + r["bytes_down"] for r in rs),
                  f"bytes_to_{SETTINGS[ds]['target']:g}": _stats([bytes_to_target(r, SETTINGS[ds]["target"])
                                                                  for r in rs]),
-                 "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs)}
+                 "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs),
+                 "diverged_seeds": sorted(r["seed"] for r in all_rs if r.get("diverged"))}
         if "epsilon_device_pld" in rs[0]:
             entry["epsilon_device_pld"] = statistics.fmean(r["epsilon_device_pld"] for r in rs)
         table.append(entry)
@@ -273,12 +315,13 @@ def summarize(rows: list[dict]) -> dict:
     for r in sweep:
         best.setdefault(f"{r['cell']['dataset']}/{r['cell']['method']}", []).append(r)
     best = {k: _sweep_row(_best(rs)) for k, rs in best.items()}
-    versions = rows[0]["versions"] if rows else {}
+    versions = next((r["versions"] for r in rows if "versions" in r), {})
     return {"benchmark": "reproduction", "settings": SETTINGS, "delta": DELTA, "threat": "device",
             "seeds": list(SEEDS), "sweep": {"seed": SWEEP_SEED, "epsilon": SWEEP_EPSILON, "runs": sweep_rows,
                       "best": best},
             "hparams": {f"{d}/{m}": h for (d, m), h in HPARAMS.items()}, "cells": table,
             "grid_runs": len(grid), "grid_run_seconds_total": sum(r["wall_seconds"] for r in grid),
+            "diverged_runs": [r["key"] for r in grid if r.get("diverged")],
             "versions": versions}
 
 
@@ -301,16 +344,20 @@ def plot(summary: dict, folder: Path) -> list[Path]:
     x_inf = finite[-1] * 4
     for ds in sorted({c["dataset"] for c in summary["cells"]}):
         fig, ax = plt.subplots(figsize=(9.0, 4.2))
-        rows = [c for c in summary["cells"] if c["dataset"] == ds]
+        rows = [c for c in summary["cells"] if c["dataset"] == ds and "test_accuracy" in c]
         for variant in [v for v in ORDER if any(c["variant"] == v for c in rows)]:
             pts = sorted((x_inf if c["epsilon"] == "inf" else c["epsilon"], c["test_accuracy"])
                          for c in rows if c["variant"] == variant)
             xs = [p[0] for p in pts]
             ys = [100 * p[1]["mean"] for p in pts]
             err = [100 * p[1]["std"] for p in pts]
+            if variant == REFERENCE:
+                ax.axhspan(ys[0] - err[0], ys[0] + err[0], color="black", alpha=0.1)
+                ax.axhline(ys[0], color="black", ls=":", label=REFERENCE + "\n(default learning rates)")
+                continue
             if variant == "frozen devices":
-                ax.axhspan(ys[0] - err[0], ys[0] + err[0], color="grey", alpha=0.2)
-                ax.axhline(ys[0], color="grey", ls=":", label="frozen devices (server only, no noise)")
+                ax.errorbar(xs, ys, yerr=err, ls=":", marker="s", color="grey", capsize=3,
+                            label="frozen devices (DP head alone)")
                 continue
             style = "--" if "seed" in variant else "-"
             label = {"dpzv (seed acct.)": "dpzv (seed accountant, NOT rigorous)",
@@ -320,14 +367,14 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xticks(finite + [x_inf], [f"{e:g}" for e in finite] + ["inf\n(no noise)"])
         ax.minorticks_off()
-        ax.set_xlabel("privacy budget epsilon (delta = 1e-5; device threat, pld unless noted)")
+        ax.set_xlabel("whole-run epsilon, downlink + DP head (delta = 1e-5; device threat, pld)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{ds}: accuracy vs epsilon (mean \u00b1 std over {len(summary['seeds'])} seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.tight_layout()
         for ext in ("png", "svg"):
-            path = folder / f"accuracy_vs_epsilon_{ds}.{ext}"
+            path = folder / f"accuracy_vs_epsilon_wholerun_{ds}.{ext}"
             fig.savefig(path)
             written.append(path)
         plt.close(fig)
@@ -335,14 +382,16 @@ def plot(summary: dict, folder: Path) -> list[Path]:
 
 
 PROTECTS = {
-    "dpzv": "labels / server-side loss info vs the receiving device (scalar downlink noise)",
+    "dpzv": "labels vs the receiving device: scalar downlink noise + DP head update",
     "dpzv (seed acct.)": "same release as dpzv; sigma from Theorem VI.5 (NOT rigorous)",
-    "vafl": "device features vs the server (forward noise on embeddings); downlink not noised",
-    "fo-vector": "labels / server-side info vs the receiving device (vector downlink noise)",
-    "zoo-vfl": "same secret and release as dpzv (scalar downlink noise)",
-    "czofo": "labels / server-side info vs the receiving device (per-record loss differences)",
-    "frozen devices": "control: no device training, no noise",
+    "vafl": "device features vs the server (forward noise on embeddings); downlink and head not noised",
+    "fo-vector": "labels vs the receiving device: vector downlink noise + DP head update",
+    "zoo-vfl": "labels vs the receiving device: scalar downlink noise + DP zeroth-order head update",
+    "czofo": "labels vs the receiving device: per-record loss differences + DP head update",
+    "frozen devices": "control: no device training; the DP head alone (head noise only)",
+    "fo-vector (non-private ref.)": "nothing (epsilon inf, no noise; fo-vector's default rates, not tuned)",
 }
+REFERENCE = "fo-vector (non-private ref.)"
 ORDER = tuple(PROTECTS)
 
 
@@ -359,9 +408,8 @@ def markdown(summary: dict) -> str:
         for v in ORDER:
             vals = []
             for e in eps_cols:
-                a = (c := _lookup(at, v, e)) and c["test_accuracy"]
-                vals.append(f"{a['mean']:.3f} +- {a['std']:.3f}" if a else "-")
-            if any(x != "-" for x in vals):
+                vals.append(_accuracy(_lookup(at, v, e)))
+            if any(at.get((v, e)) for e in eps_cols):
                 out.append(f"| {v} | " + " | ".join(vals) + f" | {PROTECTS[v]} |")
         out.append("")
         seed = [(e, at.get(("dpzv (seed acct.)", e)), at.get(("dpzv", e))) for e in eps_cols if e != "inf"]
@@ -376,16 +424,17 @@ def markdown(summary: dict) -> str:
                                f" | {s['epsilon_device_pld']:.4g} | {s['test_accuracy']['mean']:.3f} /"
                                f" {r['test_accuracy']['mean']:.3f} |")
             out.append("")
+    present = [v for v in ORDER if any(c["variant"] == v for c in cells)]
     out += ["Bytes (up + down, eq. (23), MB) to reach the target test accuracy, mean +- std over seeds;"
             " inf = not reached by every seed (k/3 = seeds that reached it)", "",
-            "| dataset (target) | eps | " + " | ".join(ORDER) + " |", "|---" * (len(ORDER) + 2) + "|"]
+            "| dataset (target) | eps | " + " | ".join(present) + " |", "|---" * (len(present) + 2) + "|"]
     for ds in sorted({c["dataset"] for c in cells}):
         tgt = SETTINGS[ds]["target"]
         at = {(c["variant"], c["epsilon"]): c for c in cells if c["dataset"] == ds}
-        for e in (1.0, "inf"):
+        for e in (1.0, 10.0, "inf"):
             vals = []
-            for v in ORDER:
-                b = (c := _lookup(at, v, e)) and c[f"bytes_to_{tgt:g}"]
+            for v in present:
+                b = (c := _lookup(at, v, e)) and c.get(f"bytes_to_{tgt:g}")
                 vals.append("-" if not b else f"{b['mean'] / 1e6:.2f} +- {b['std'] / 1e6:.2f}" if b["mean"] is not None
                             else f"inf ({b['reached']}/{b['n']})")
             out.append(f"| {ds} ({tgt:.0%}) | {e if e == 'inf' else f'{e:g}'} | " + " | ".join(vals) + " |")
@@ -401,11 +450,23 @@ def markdown(summary: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _accuracy(c: dict | None) -> str:
+    """A table entry: mean +- std over the seeds that finished, and how many diverged."""
+    if not c:
+        return "-"
+    div = c.get("diverged_seeds", [])
+    n = len(c["seeds"]) + len(div)
+    if "test_accuracy" not in c:
+        return f"diverged ({len(div)}/{n})"
+    a = c["test_accuracy"]
+    return f"{a['mean']:.3f} +- {a['std']:.3f}" + (f" ({len(div)}/{n} diverged)" if div else "")
+
+
 def _lookup(at: dict, variant: str, eps) -> dict | None:
-    """The summary cell of ``variant`` at ``eps``; the frozen-devices control (no noise, so the same
-    at every epsilon) and the seed accountant at inf (no noise: plain dpzv) share their inf cell."""
-    if variant == "frozen devices" or (variant == "dpzv (seed acct.)" and eps == "inf"):
-        return at.get((variant if variant == "frozen devices" else "dpzv", "inf"))
+    """The summary cell of ``variant`` at ``eps``; the seed accountant at inf (no noise) is plain
+    dpzv's inf cell."""
+    if variant == "dpzv (seed acct.)" and eps == "inf":
+        return at.get(("dpzv", "inf"))
     return at.get((variant, eps))
 
 
@@ -414,7 +475,7 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=("sweep", "grid", "report"), default="grid")
     p.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--out", default="docs/figures/reproduction.jsonl", help="JSON lines, appended")
+    p.add_argument("--out", default="docs/figures/reproduction_wholerun.jsonl", help="JSON lines, appended")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
@@ -435,7 +496,7 @@ def main(argv=None) -> int:
         summary["figures"] = [str(f) for f in plot(summary, Path(args.plot))]
     if args.markdown:
         Path(args.markdown).write_text(markdown(summary))
-    print(json.dumps(summary, default=_inf_to_none))
+    print(json.dumps(strict_json(summary), default=_inf_to_none, allow_nan=False))
     return 0
 
 
