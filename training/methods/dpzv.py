@@ -4,7 +4,8 @@ Round with active device m, batch I (|I| = B):
 
 device   seed s = device.step_seed(); u = u(s) uniform on the sqrt(d_m) sphere (training.zo).
          w <- w + lam*u; h+ = h(w; x_I); w <- w - 2*lam*u; h- = h(w; x_I)     (eq. (6))
-         send ids, h+, h-.                 (keeps only s and ||g||; no copy of w or u)
+         send ids, h+, h-.   (keeps s, ||g|| and one copy of w for a bit-exact device_abort;
+                             u is never stored)
 server   delta_i = (f~(h+_i) - f~(h-_i)) / lam with the stale table for the other devices (eq. (7));
          c_i = clip_[-C,C](delta_i), NaN -> 0, +-inf -> +-C;  Delta = sum_i c_i / B + z,
          z ~ N(0, sigma^2) from the server's own generator                      (eq. (8))
