@@ -7,6 +7,8 @@ from privzv.attacks import probe
 from privzv.errors import PrivzvError
 
 LABELS = load_digits().target
+# Noisy probes fix the server's secret seed (by default it comes from OS entropy) so that each
+# test sees the same draws on every run.
 
 
 def test_reply_is_clipped_mean_of_target_alone():
@@ -24,7 +26,7 @@ def test_reply_is_clipped_mean_of_target_alone():
 
 
 def test_reply_noise_has_the_release_sigma():
-    setup = probe.simulated_server(LABELS, 10, sigma=0.3, batch_size=4)
+    setup = probe.simulated_server(LABELS, 10, sigma=0.3, batch_size=4, secret_seed=0)
     ids, zero = torch.arange(4), torch.zeros(4, 10)
     draws = np.array([probe._reply(setup, ids, zero, zero) for _ in range(2000)])
     assert abs(draws.mean()) < 0.03 and draws.std() == pytest.approx(0.3, rel=0.06)
@@ -36,7 +38,8 @@ def test_malicious_probe_beats_prior_without_noise():
 
 
 def test_malicious_probe_falls_to_prior_under_pure_noise():
-    r = probe.label_inference(LABELS, 10, variant="malicious", repeats=10, targets=120, sigma=100.0)
+    r = probe.label_inference(LABELS, 10, variant="malicious", repeats=10, targets=120, sigma=100.0,
+                              secret_seed=0)
     assert r["accuracy"] < r["prior"] + 0.1
 
 
@@ -95,7 +98,7 @@ def test_saturating_reply_is_the_clip_bound():
 
 
 def test_saturating_probe_beats_the_plain_malicious_probe_under_noise():
-    kw = dict(repeats=40, targets=40, sigma=0.6, clip=10.0, batch_size=32)
+    kw = dict(repeats=40, targets=40, sigma=0.6, clip=10.0, batch_size=32, secret_seed=0)
     plain = probe.label_inference(LABELS, 10, variant="malicious", **kw)
     saturated = probe.label_inference(LABELS, 10, variant="saturating", **kw)
     assert saturated["accuracy"] > plain["accuracy"] + 0.2 and saturated["advantage"] > 0.4
@@ -103,7 +106,7 @@ def test_saturating_probe_beats_the_plain_malicious_probe_under_noise():
 
 def test_saturating_probe_falls_to_prior_under_pure_noise():
     r = probe.label_inference(LABELS, 10, variant="saturating", repeats=20, targets=60,
-                              sigma=100.0, clip=10.0, batch_size=32)
+                              sigma=100.0, clip=10.0, batch_size=32, secret_seed=0)
     assert r["accuracy"] < r["prior"] + 0.1
 
 
@@ -136,7 +139,8 @@ class _Server:
 
 
 def _duplicate_probe(accept: bool | None, sigma=10.0):
-    setup = probe.simulated_server(LABELS, 10, sigma=sigma, clip=10.0, batch_size=32)
+    setup = probe.simulated_server(LABELS, 10, sigma=sigma, clip=10.0, batch_size=32,
+                                   secret_seed=0)
     if accept is not None:   # a simulated server with its own policy instead of the real check
         setup.method, setup.checks_uplinks = _Server(setup.method, accept), False
     return probe.label_inference(LABELS, 10, variant="duplicate-id", repeats=20, targets=40,
@@ -147,7 +151,7 @@ def test_duplicate_id_probe_reads_labels_from_an_accepting_server():
     """Repeating the target's id B times multiplies its weight in Delta by B: at sigma 10 the
     single-copy saturating probe reads nothing, the duplicate-id probe nearly every label."""
     single = probe.label_inference(LABELS, 10, variant="saturating", repeats=20, targets=40,
-                                   sigma=10.0, clip=10.0, batch_size=32)
+                                   sigma=10.0, clip=10.0, batch_size=32, secret_seed=0)
     dup = _duplicate_probe(accept=True)
     assert single["accuracy"] < single["prior"] + 0.12
     assert dup["refused"] == 0 and dup["accuracy"] > 0.8

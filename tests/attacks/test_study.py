@@ -10,7 +10,7 @@ from privzv.training import tuned
 
 def test_small_study_end_to_end(tmp_path):
     cfg = study.StudyConfig(dataset="breast-cancer", seeds=1, epsilons=(1.0, math.inf),
-                            epochs=0.5, methods=("dpzv", "fo-vector"))
+                            epochs=0.5, methods=("dpzv", "fo-vector"), secret_seed=0)
     out = tmp_path / "study"
     results = study.run_study(cfg, out)
     saved = json.loads((out / "results.json").read_text())
