@@ -102,8 +102,3 @@ def mechanisms(p: Plan, ledger) -> list[dict] | None:
                      "clip": head.clip, "share": release.head_share})
     return rows
 
-
-def restore_ledger(state: dict):
-    from privzv.ledger import PrivacyLedger
-
-    return PrivacyLedger.from_state_dict(state)

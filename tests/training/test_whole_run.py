@@ -12,6 +12,7 @@ import torch
 
 from privzv import accounting, threats
 from privzv.errors import PrivzvError
+from privzv.ledger import PrivacyLedger
 from privzv.release import Schedule
 from privzv.training import privacy, run, sampling, transcript
 from privzv.training.config import TrainConfig
@@ -36,7 +37,7 @@ def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, 
     assert tuple(state["schedule"]["device_steps"]) == steps
     if activation is not None:   # a skewed order: not round-robin
         assert max(steps) - min(steps) > 1
-    ledger = privacy.restore_ledger(state)
+    ledger = PrivacyLedger.from_state_dict(state)
     assert ledger.release.head is not None and ledger.release.head.sigma > 0   # the head is in it
     accounted = accounting.account(ledger.release, schedule, config.delta)
     assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9)
