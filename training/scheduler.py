@@ -5,14 +5,15 @@ Global round t activates device m = the t-th entry of an activation order fixed 
 comes from the sampler the run's threat is accounted for (``privzv.training.sampling``: every
 device walks the same public epoch permutations, or the server draws a Poisson batch). Then:
 
+server   a server-made release first asks the privacy ledger whether the round's batch fits the
+         budget; at a budget stop no device computes anything and the round is not spent, so a
+         resumed or extended run meets the same round (the device is asked only when it fits).
 device   ``method.device_send`` -> the uplink.
 server   checks the uplink (``sampling.refusal``: distinct ids in [0, D), exactly the round's
          batch) before computing anything; a refused uplink gets no reply, the server notes the
          refusal in its transcript and the device undoes its step (``method.device_abort``).
-         For a server-made release the server then asks the privacy ledger and records the
-         release in it before any noise is drawn (at a budget stop nothing is sent, the device
-         undoes its step and the round is not spent, so a resumed run meets the same round);
-         ``method.server_reply`` -> the downlink.
+         For a server-made release the server records the release in the privacy ledger before
+         any noise is drawn; ``method.server_reply`` -> the downlink.
 device   ``method.device_receive``.
 
 A device-made release (VAFL's noisy embedding, ``Method.RELEASED_BY = "device"``) is recorded by
@@ -80,25 +81,23 @@ class Scheduler:
         return lambda kind, fields: self.recorder.local(party, self.round, kind, fields)
 
     def _budget_allows(self, m: int, ids: torch.Tensor) -> bool:
-        """Ask the ledger and record the release (True), or refuse it (False, nothing recorded)."""
-        if self.ledger is None:
-            return True
-        batch = ids.numpy()
-        if self.ledger.would_exceed(m, batch):
-            return False
-        self.ledger.record(m, batch)
-        return True
+        """Whether the ledger lets device ``m`` release on batch ``ids`` (nothing recorded)."""
+        return self.ledger is None or not self.ledger.would_exceed(m, ids.numpy())
+
+    def _record(self, m: int, ids: torch.Tensor) -> None:
+        if self.ledger is not None:
+            self.ledger.record(m, ids.numpy())
 
     def _serve(self, m: int, up, expected: torch.Tensor):
-        """The server's half: check the uplink, gate a server-made release, reply.
-        Returns the downlink, or the reason for sending nothing ("refused" or "budget")."""
+        """The server's half: check the uplink, record a server-made release, reply.
+        Returns the downlink, or "refused" (nothing sent)."""
         reason = sampling.refusal(up, expected, self.records)
         if reason is not None:
             self.server.note("refused", {"device": torch.tensor([m]),
                                          "reason": torch.tensor(list(reason.encode()), dtype=torch.uint8)})
             return "refused"
-        if self.method.RELEASED_BY == "server" and not self._budget_allows(m, up["ids"]):
-            return "budget"
+        if self.method.RELEASED_BY == "server":
+            self._record(m, up["ids"])   # refusal() checked that these are the round's batch
         return self.method.server_reply(self.server, up)
 
     def step(self) -> bool:
@@ -110,8 +109,10 @@ class Scheduler:
         undo = (self.server.noise.state_dict()
                 if self.ledger is not None and self.sampler.kind == sampling.POISSON else None)
         ids = self.sampler.draw(device, self.server)
-        if self.method.RELEASED_BY == "device" and not self._budget_allows(m, ids):
+        if not self._budget_allows(m, ids):
             return self._stop_for_budget(undo)
+        if self.method.RELEASED_BY == "device":
+            self._record(m, ids)
         device.note("batch", {"ids": ids})
         up = self.method.device_send(device, ids)
         self.recorder.message(up)
@@ -119,8 +120,6 @@ class Scheduler:
         if isinstance(down, str):
             self.method.device_abort(device)
             device.scratch.clear()
-            if down == "budget":
-                return self._stop_for_budget(undo)
             self.refused += 1       # the round is spent; the device's step (its batch) is not
             self.round += 1
             return True

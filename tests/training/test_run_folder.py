@@ -170,7 +170,15 @@ def test_attack_run_refuses_the_private_area(private_run, capsys):
 # ------------------------------------------------------------------------------ crash safety
 def _journal_releases(tmp_path, name):
     paths = [tmp_path / name / "ledger.journal", *tmp_path.glob(f".{name}.new-*/ledger.journal")]
-    return sum(p.read_bytes().count(b'"ids"') for p in paths if p.exists())
+    return sum(_read_or_empty(p).count(b'"ids"') for p in paths)
+
+
+def _read_or_empty(path):
+    """The file's bytes, or none: a run being created is renamed into place at any moment."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _cli_process(argv):
