@@ -17,8 +17,10 @@ server   checks the uplink (``sampling.refusal``: distinct ids in [0, D), exactl
 device   ``method.device_receive``.
 
 A device-made release (VAFL's noisy embedding, ``Method.RELEASED_BY = "device"``) is recorded by
-the device before its uplink leaves. The scheduler moves the messages, counts their bytes
-(eq. (23)), records the transcripts and evaluates on the test split.
+the device before its uplink leaves. The scheduler is the server's part; the device's part runs
+on an engine (``privzv.training.engines``): in this process (the default) or over Flower
+messages. The scheduler counts the messages' bytes (eq. (23)), records the server's transcript
+(in process, the engine's devices share its recorder) and evaluates on the test split.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ import torch
 from torch import nn
 
 from privzv.training import sampling
-from privzv.training.messages import SERVER, Traffic, device_name
+from privzv.training.engines.inprocess import InProcessEngine
+from privzv.training.messages import SERVER, Traffic
 from privzv.training.methods.base import Method
 from privzv.training.parties import Device, Server
 from privzv.training.transcript import Recorder
@@ -54,28 +57,28 @@ class Scheduler:
     ``eavesdropper``); ``seed`` is the public seed (activation order, epoch permutations).
     ``ledger`` (a ``privzv.ledger.PrivacyLedger`` or None) is asked ``would_exceed`` and told
     ``record`` at each release. ``sampler`` defaults to the one ``threat`` is accounted for; any
-    other is refused. ``recorder`` collects the transcripts.
+    other is refused. ``recorder`` collects the transcripts. ``engine`` runs the devices' part
+    (default: ``InProcessEngine(devices)``; another engine is given ``devices=[]``).
     """
 
     def __init__(self, method: Method, devices: Sequence[Device], server: Server, *,
                  batch: int, seed: int, threat: str = "device",
                  activation: Sequence[float] | None = None, recorder: Recorder | None = None,
-                 ledger=None, sampler=None):
-        self.method, self.devices, self.server = method, list(devices), server
+                 ledger=None, sampler=None, engine=None):
+        self.engine = engine if engine is not None else InProcessEngine(devices)
+        self.method, self.devices, self.server = method, self.engine.devices, server
         self.records = len(server.labels)
         self.sampler = sampler or sampling.sampler_for(threat, self.records, batch, seed)
         sampling.check_matches(threat, self.sampler)
-        self.activation = sampling.Activation(len(self.devices), activation, seed)
+        self.activation = sampling.Activation(self.engine.count, activation, seed)
         self.recorder = recorder or Recorder([], {}, enabled=False)
         self.ledger = ledger
-        self.traffic = Traffic(len(self.devices))
+        self.traffic = Traffic(self.engine.count)
         self.round = 0
         self.refused = 0
         self.stopped: str | None = None
-        for d in self.devices:
-            d.note = self._noter(device_name(d.index))
         server.note = self._noter(SERVER)
-        method.setup(self.devices, server)
+        self.engine.setup(method, server, self._noter)
 
     def _noter(self, party: str) -> Callable[[str, dict], None]:
         return lambda kind, fields: self.recorder.local(party, self.round, kind, fields)
@@ -103,31 +106,26 @@ class Scheduler:
     def step(self) -> bool:
         """One asynchronous round. False (and ``stopped`` = "budget") if the ledger refuses it."""
         m = self.activation.device(self.round)
-        device = self.devices[m]
         self.method.round = self.server.round = self.server.table.round = self.round
         # a Poisson draw comes from the server's secret generator: undone at a budget stop
         undo = (self.server.noise.state_dict()
                 if self.ledger is not None and self.sampler.kind == sampling.POISSON else None)
-        ids = self.sampler.draw(device, self.server)
+        ids = self.sampler.draw(self.engine.clock(m), self.server)
         if not self._budget_allows(m, ids):
             return self._stop_for_budget(undo)
         if self.method.RELEASED_BY == "device":
             self._record(m, ids)
-        device.note("batch", {"ids": ids})
-        up = self.method.device_send(device, ids)
+        up = self.engine.send(m, self.round, ids)
         self.recorder.message(up)
         down = self._serve(m, up, ids)
         if isinstance(down, str):
-            self.method.device_abort(device)
-            device.scratch.clear()
+            self.engine.abort(m)
             self.refused += 1       # the round is spent; the device's step (its batch) is not
             self.round += 1
             return True
         self.recorder.message(down)
-        self.method.device_receive(device, down)
+        self.engine.deliver(m, down)
         self.traffic.add(self.round, m, up, down)
-        device.scratch.clear()
-        device.step += 1
         self.round += 1
         return True
 
@@ -151,14 +149,14 @@ class Scheduler:
     def evaluate(self, x_test: Sequence[torch.Tensor], y_test: torch.Tensor, chunk: int = 2048) -> Evaluation:
         """Accuracy and mean cross-entropy on the test split with the current (fresh) embeddings."""
         correct, loss = 0, 0.0
-        models = [d.model for d in self.devices] + [self.server.head]
+        models = self.engine.models() + [self.server.head]
         modes = [mod.training for mod in models]
         for mod in models:
             mod.eval()
         with torch.no_grad():
             for start in range(0, len(y_test), chunk):
                 sl = slice(start, start + chunk)
-                logits = self.server.head([d.model(x_test[d.index][sl]) for d in self.devices])
+                logits = self.server.head(self.engine.embeddings(x_test, sl))
                 y = y_test[sl]
                 loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
                 correct += int((logits.argmax(1) == y).sum())
@@ -173,8 +171,7 @@ class Scheduler:
         t = self.traffic.state_dict()
         return {
             "round": self.round,
-            "devices": [{"model": d.model.state_dict(), "step": d.step, "noise": d.noise.state_dict()}
-                        for d in self.devices],
+            "devices": self.engine.state_dict(),
             "server": {"head": self.server.head.state_dict(), "noise": self.server.noise.state_dict(),
                        "table": self.server.table.state_dict()},
             "refused": self.refused,
@@ -184,10 +181,7 @@ class Scheduler:
 
     def load_state_dict(self, state: dict) -> None:
         self.round = state["round"]
-        for d, s in zip(self.devices, state["devices"]):
-            d.model.load_state_dict(s["model"])
-            d.step = s["step"]
-            d.noise.load_state_dict(s["noise"])
+        self.engine.load_state_dict(state["devices"])
         self.server.head.load_state_dict(state["server"]["head"])
         self.server.noise.load_state_dict(state["server"]["noise"])
         self.server.table.load_state_dict(state["server"]["table"])
