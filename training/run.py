@@ -33,18 +33,20 @@ from privzv.training.transcript import Recorder
 
 
 def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, release=None,
-          secret_seed: int | None = None) -> Scheduler:
+          secret_seed: int | None = None, engine: Callable | None = None) -> Scheduler:
     """The parties, the method and the scheduler of a run (models initialised from the seed).
 
     ``release``: the run's calibrated Release (``privacy.Plan.release`` of a private run); without
     it, ``sigma`` > 0 gives the method's release at that downlink sigma. ``secret_seed`` roots the
-    parties' private noise (None: drawn from the OS, not reproducible).
+    parties' private noise (None: drawn from the OS, not reproducible). ``engine(config)`` makes
+    the engine of devices that live elsewhere (``privzv.training.engines``): then no device is
+    built here and the transcripts kept are the server's; None runs them in this process.
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
     devices = []
-    for m in range(m_count):
+    for m in range(m_count if engine is None else 0):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
         devices.append(Device(m, models.device_model(dataset, m, config.embed_dim), dataset.x_train[m],
                               seed=config.seed, noise=noise.source(config, secret, "device", m)))
@@ -53,7 +55,7 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     table = EmbeddingTable(m_count, records, config.embed_dim, config.max_delay,
                            np.random.default_rng(seeds.derive(config.seed, "delay")))
     server = Server(head, dataset.y_train, table, noise.source(config, secret, "server"))
-    parties = [SERVER] + [device_name(m) for m in range(m_count)]
+    parties = [SERVER] + [device_name(m) for m in range(m_count if engine is None else 0)]
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
                              "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:])}
             for m in range(m_count)}
@@ -62,7 +64,8 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     recorder = Recorder(parties, meta, enabled=config.transcripts)
     method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
-                     threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger)
+                     threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger,
+                     engine=None if engine is None else engine(config))
 
 
 def steps_per_epoch(config: TrainConfig, records: int) -> int:
@@ -94,7 +97,8 @@ def saved_config(out) -> TrainConfig:
 
 def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend: bool = False,
           secret_seed: int | None = None, overwrite: bool = False,
-          checkpoint_every: int | None = None, progress: Callable | None = None) -> dict:
+          checkpoint_every: int | None = None, progress: Callable | None = None,
+          engine: Callable | None = None) -> dict:
     """Run ``config`` in the run folder ``out``; returns the summary dict.
 
     A new run needs ``out`` absent, empty, or (``overwrite``) holding a run. ``secret_seed`` makes
@@ -103,12 +107,15 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     checkpoint with its saved config (``config`` None, or equal to it); ``extend`` with a larger
     ``epochs`` lengthens it (re-checking the budget). Every ``checkpoint_every`` rounds the run is
     checkpointed (default ``CHECKPOINT_EVERY``, or the resumed run's own; saved in config.json).
-    ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``).
+    ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``). ``engine``: see
+    :func:`build` (a new run only).
     """
     out = Path(out)
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
+        if engine is not None:
+            raise PrivzvError("--resume: only runs of the in-process engine can be resumed")
         if secret_seed is not None or overwrite:
             flag = "--secret-seed" if secret_seed is not None else "--overwrite"
             raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
@@ -134,8 +141,11 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
         if ledger is not None:
             ledger = folder.start_ledger(ledger)
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
-                      secret_seed=secret)
-        return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
+                      secret_seed=secret, engine=engine)
+        try:
+            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
+        finally:
+            sched.engine.close()
 
 
 def _setup(config: TrainConfig):

@@ -66,14 +66,17 @@ class Recorder:
         self.transcripts = {p: Transcript(p, dict(meta.get(p, {})), []) for p in parties}
 
     def message(self, msg: Message) -> None:
-        """Record ``msg`` in its sender's (sent) and receiver's (received) transcripts."""
+        """Record ``msg`` in its sender's (sent) and receiver's (received) transcripts, where
+        this recorder keeps them (one party's recorder, in its own process, keeps only its own)."""
         if not self.enabled:
             return
         fields = _numpy(msg.tensors)
-        self.transcripts[msg.sender].entries.append(
-            Entry(msg.round, "sent", msg.kind, msg.receiver, fields))
-        self.transcripts[msg.receiver].entries.append(
-            Entry(msg.round, "received", msg.kind, msg.sender, fields))
+        if msg.sender in self.transcripts:
+            self.transcripts[msg.sender].entries.append(
+                Entry(msg.round, "sent", msg.kind, msg.receiver, fields))
+        if msg.receiver in self.transcripts:
+            self.transcripts[msg.receiver].entries.append(
+                Entry(msg.round, "received", msg.kind, msg.sender, fields))
 
     def local(self, party: str, round_: int, kind: str, fields: dict) -> None:
         """Record a fact that ``party`` knows without a message."""

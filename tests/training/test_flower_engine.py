@@ -1,0 +1,140 @@
+"""The Flower engine against the in-process engine, without processes: ``Loopback`` hands every
+message to the device's handler (``apps.handle``) at once, a fresh ``DeviceParty`` each time (as
+Flower starts a fresh ClientApp process per message), its state in a RecordDict (context.state).
+The real-process run is ``test_flower_e2e.py``."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
+
+from flwr.app import RecordDict  # noqa: E402
+
+from privzv.training import data, run, seeds, transcript  # noqa: E402
+from privzv.training.config import TrainConfig  # noqa: E402
+from privzv.training.engines.flower import apps, codec  # noqa: E402
+from privzv.training.engines.flower.device import OwnData, own_data  # noqa: E402
+from privzv.training.engines.flower.server import FlowerEngine  # noqa: E402
+from privzv.training.messages import Message  # noqa: E402
+
+SECRET = 7
+# 4 rounds: 2 devices x ceil(1437 / 32) = 90 rounds per epoch
+CONFIG = TrainConfig(dataset="digits", devices=2, epochs=4 / 90, evals=2, epsilon=8.0)
+
+
+class Loopback:
+    """Transport of ``FlowerEngine`` that answers at once with ``apps.handle`` of the device; node
+    ids are not in device order (the engine must map them by partition id)."""
+
+    def __init__(self, config: TrainConfig, folder, secret: int):
+        self.node = [{"partition-id": m, "noise-seed": seeds.derive(secret, "device", m),
+                      "folder": str(folder / f"device{m}"), "privzv-config": json.dumps(config.to_dict())}
+                     for m in range(config.devices)]
+        for n in self.node:
+            (folder / f"device{n['partition-id']}").mkdir(parents=True)
+        self.state = [RecordDict({}) for _ in range(config.devices)]
+        self.received: list[list[tuple[str, RecordDict]]] = [[] for _ in range(config.devices)]
+        self.replies: dict[str, RecordDict] = {}
+
+    def nodes(self, count: int) -> list[int]:
+        return [900 - m for m in range(count)]
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        m = 900 - node
+        self.received[m].append((kind, content))
+        mid = f"{len(self.replies)}-{node}-{kind}-{sum(map(len, self.received))}"
+        self.replies[mid] = apps.handle(kind, content, self.node[m], self.state[m])
+        return mid
+
+    def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
+        return {i: self.replies.pop(i) for i in ids}
+
+
+def _runs(tmp_path, method: str):
+    config = dataclasses.replace(CONFIG, method=method)
+    ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
+    engines = []
+
+    def engine(cfg):
+        engines.append(FlowerEngine(Loopback(cfg, tmp_path / "devices", SECRET), cfg))
+        return engines[-1]
+
+    flower = run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
+    return ref, flower, engines[0]
+
+
+def _metrics(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl"])
+def test_flower_engine_equals_in_process(tmp_path, method):
+    ref, flower, engine = _runs(tmp_path, method)
+    assert flower["rounds"] == ref["rounds"] == 4
+    assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
+    assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
+    for a, b in zip(_metrics(tmp_path / "inprocess"), _metrics(tmp_path / "flower"), strict=True):
+        assert a["round"] == b["round"]
+        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-9)
+        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
+        assert a["epsilon_spent"] == b["epsilon_spent"]
+    # every party's transcript: the same entries and values in both engines
+    for party, folder in [("server", tmp_path / "flower"), ("device0", tmp_path / "devices" / "device0"),
+                          ("device1", tmp_path / "devices" / "device1")]:
+        ours = transcript._load(folder if party != "server" else folder / "transcripts", party)
+        theirs = transcript.load(tmp_path / "inprocess", party)
+        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == \
+            [(e.round, e.direction, e.kind, e.peer) for e in theirs.entries]
+        for e, f in zip(ours.entries, theirs.entries):
+            for name in e.fields:
+                np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
+    # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
+    assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
+    assert engine.wire["messages"] >= 4 * 4
+
+
+def test_devices_receive_no_labels_and_no_other_features(tmp_path):
+    """What each device got over the wire: its batch ids, the round, sigma, its downlinks and the
+    test rows to embed; nothing else (no labels, no other device's features or embeddings)."""
+    config = dataclasses.replace(CONFIG, method="fo-vector")
+    loop = []
+
+    def engine(cfg):
+        loop.append(Loopback(cfg, tmp_path / "devices", SECRET))
+        return FlowerEngine(loop[0], cfg)
+
+    run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
+    dataset = data.load("digits", 2, seed=config.seed)
+    allowed = {"query.hello": set(), "query.send": {"round/round", "round/sigma", "batch/ids"},
+               "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
+               "query.embed": {"rows/start", "rows/stop"}}
+    for m, received in enumerate(loop[0].received):
+        assert {kind for kind, _ in received} == set(allowed)
+        for kind, content in received:
+            names = {f"{r}/{k}" for r, record in content.items() for k in record}
+            assert names == allowed[kind], (kind, names)
+            if kind == "train.receive":
+                g = codec.decode(content)["g"]
+                assert codec.decode(content).receiver == f"device{m}" and g.shape[1] == config.embed_dim
+    own, _ = own_data(config, 1)
+    assert [f.name for f in dataclasses.fields(OwnData)] == ["name", "partition", "num_classes",
+                                                              "x_train", "x_test"]
+    assert torch.equal(own.x_train, dataset.x_train[1]) and torch.equal(own.x_test, dataset.x_test[1])
+
+
+def test_codec_round_trip_and_wire_bytes():
+    msg = Message(5, "device1", "server", "embeddings",
+                  {"ids": torch.tensor([3, 1, 4]), "h_plus": torch.randn(3, 8), "flag": torch.tensor([True])})
+    back = codec.decode(codec.encode(msg))
+    assert (back.round, back.sender, back.receiver, back.kind) == (5, "device1", "server", "embeddings")
+    for name, value in msg.tensors.items():
+        assert back[name].dtype == value.dtype and torch.equal(back[name], value)
+    bigger = Message(5, "device1", "server", "embeddings", {**msg.tensors, "h_plus": torch.randn(3, 80)})
+    grown = codec.wire_bytes(codec.encode(bigger)) - codec.wire_bytes(codec.encode(msg))
+    assert grown >= bigger.nbytes - msg.nbytes > 0
+    assert codec.wire_bytes(codec.encode(msg)) > msg.nbytes

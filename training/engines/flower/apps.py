@@ -1,0 +1,118 @@
+"""The Flower apps of a privzv run (the components of the app that ``launcher`` submits).
+
+``server_app``: the ServerApp. It runs ``privzv.training.run.train`` with the
+:class:`~privzv.training.engines.flower.server.FlowerEngine` over its grid: the labels, the
+head, the embedding table, the ledger and the server's noise generator live in this process.
+Its inputs come from the SuperLink's environment (set by ``launcher``, never sent to a device):
+``PRIVZV_FLOWER_OUT`` (the run folder), ``PRIVZV_FLOWER_STATUS`` (a JSON file it writes when
+done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SECRET_SEED``,
+``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``. The
+public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
+
+``client_app``: the ClientApp of device ``partition-id`` (node config; also ``noise-seed``, its
+derived private seed, and ``folder``, its own folder: transcript, data slice). Its state between
+messages is ``context.state["device"]`` (``device.DeviceParty``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from pathlib import Path
+
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from privzv.errors import PrivzvError
+from privzv.training.config import TrainConfig
+from privzv.training.engines.flower import codec
+from privzv.training.engines.flower.device import DeviceParty
+from privzv.training.engines.flower.server import FlowerEngine, GridTransport
+
+server_app = ServerApp()
+client_app = ClientApp()
+
+
+def public_config(context: Context) -> TrainConfig:
+    return TrainConfig.from_dict(json.loads(str(context.run_config["privzv-config"]))).validate()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    from privzv.training import run
+
+    env = os.environ
+    status = Path(env["PRIVZV_FLOWER_STATUS"])
+    engines: list[FlowerEngine] = []
+
+    def engine(config):
+        transport = GridTransport(grid, float(env.get("PRIVZV_FLOWER_TIMEOUT", "120")))
+        engines.append(FlowerEngine(transport, config))
+        return engines[-1]
+
+    try:
+        torch.set_num_threads(1)
+        secret = env.get("PRIVZV_FLOWER_SECRET_SEED")
+        every = env.get("PRIVZV_FLOWER_CHECKPOINT_EVERY")
+        summary = run.train(public_config(context), Path(env["PRIVZV_FLOWER_OUT"]),
+                            secret_seed=None if secret is None else int(secret),
+                            overwrite=env.get("PRIVZV_FLOWER_OVERWRITE") == "1",
+                            checkpoint_every=None if every is None else int(every), engine=engine)
+        result = {"summary": summary, "wire": engines[0].wire if engines else None}
+    except PrivzvError as exc:
+        result = {"error": str(exc)}
+    except Exception:   # reported to the launcher, which raises it where the user sees it
+        result = {"error": "ServerApp failed:\n" + traceback.format_exc()}
+    tmp = status.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(status)
+
+
+# --------------------------------------------------------------------------------- device side
+def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
+    """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
+    ``content``; ``state`` (its ``context.state``) is read and updated. ``run_config`` is in
+    ``node["privzv-config"]`` (the ClientApp merges the run config in)."""
+    config = TrainConfig.from_dict(json.loads(str(node["privzv-config"]))).validate()
+    m = int(node["partition-id"])
+    if kind == "query.hello":
+        return RecordDict({"node": ConfigRecord({"partition-id": m})})
+    kept = state["device"] if "device" in state else None
+    if kind == "query.send":
+        sigma = float(content["round"]["sigma"])
+    else:
+        sigma = float(kept["sigma"]) if kept is not None else 0.0
+    folder = node.get("folder")
+    party = DeviceParty(config, m, int(node["noise-seed"]), sigma, Path(str(folder)) if folder else None)
+    if kept is not None:
+        party.restore(kept["blob"])
+    if kind == "query.embed":
+        h = party.embed(int(content["rows"]["start"]), int(content["rows"]["stop"]))
+        return RecordDict({"h": ArrayRecord({"h": Array(h.numpy())})})
+    if kind == "query.send":
+        ids = torch.from_numpy(content["batch"]["ids"].numpy().copy())
+        reply = codec.encode(party.send(int(content["round"]["round"]), ids))
+    elif kind == "train.receive":
+        party.deliver(codec.decode(content))
+        reply = RecordDict({})
+    elif kind == "train.abort":
+        party.abort()
+        reply = RecordDict({})
+    else:
+        raise PrivzvError(f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
+                          "train.receive, train.abort, query.embed")
+    state["device"] = ConfigRecord({"blob": party.save(), "sigma": float(party.method.sigma)})
+    return reply
+
+
+def _answer(msg: Message, context: Context) -> Message:
+    node = {**context.node_config, "privzv-config": context.run_config["privzv-config"]}
+    return Message(handle(msg.metadata.message_type, msg.content, node, context.state), reply_to=msg)
+
+
+for _kind in ("hello", "send", "embed"):
+    client_app.query(_kind)(_answer)
+for _kind in ("receive", "abort"):
+    client_app.train(_kind)(_answer)

@@ -1,0 +1,179 @@
+"""Device m's part of the protocol inside its ClientApp: its own data, model, method and state.
+
+Flower (1.41) starts a fresh ClientApp process for every message, so a device keeps everything
+between messages in ``context.state`` (:func:`save` / :func:`restore`: its model, step counter t_m,
+private noise generator and the method's state of this device, serialised with ``torch.save``).
+Nothing of an autograd graph survives a process, so between its uplink and the downlink a device
+keeps its state as it was *before* the uplink and the round's batch; on the downlink (or a
+refusal) it recomputes its uplink from that state (``method.device_send``, deterministic given
+the state, as Flower's vertical-FL example recomputes its forward) and then runs
+``method.device_receive`` (or ``method.device_abort``). The features are loaded inside the app
+from the device's partition id (:func:`own_data`): the columns of device m, train and test, and
+nothing else is kept; labels are never loaded into the party.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import types
+from pathlib import Path
+
+import torch
+
+from privzv.training import data, methods, models, noise, seeds
+from privzv.training.config import TrainConfig
+from privzv.training.engines.inprocess import end_round
+from privzv.training.messages import Message, device_name
+from privzv.training.parties import Device, EmbeddingTable, Server
+from privzv.training.transcript import Recorder
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnData:
+    """What device m holds of the dataset: its feature columns of the train and test records."""
+
+    name: str
+    partition: str
+    num_classes: int
+    x_train: torch.Tensor
+    x_test: torch.Tensor
+
+
+def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[OwnData, torch.nn.Module]:
+    """Device m's features (train, test) and its freshly initialised bottom model (seeded as in
+    ``run.build``); the rest of the dataset, labels included, is dropped before returning. With
+    ``cache`` (a file in the device's own folder) the slice is loaded once and kept there."""
+    if cache is not None and cache.exists():
+        own = OwnData(**torch.load(cache, weights_only=True))
+    else:
+        dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed)
+        own = OwnData(dataset.name, str(dataset.partition), dataset.num_classes, dataset.x_train[m],
+                      dataset.x_test[m])
+        del dataset
+        if cache is not None:
+            torch.save(dataclasses.asdict(own), cache)
+    shape = types.SimpleNamespace(name=own.name, devices=config.devices, x_train={m: own.x_train})
+    torch.manual_seed(seeds.derive(config.seed, "init", m))
+    return own, models.device_model(shape, m, config.embed_dim)
+
+
+def private_noise(config: TrainConfig, seed: int) -> noise.NoiseSource:
+    """The device's private generator from its derived seed (``seeds.derive(secret, "device", m)``,
+    given to this device alone), as ``noise.source(config, secret, "device", m)`` makes it."""
+    source = noise.source(config, 0, "unused")
+    if isinstance(source, noise.SeededNoise):
+        source.gen = torch.Generator().manual_seed(seed)
+    return source
+
+
+class DeviceParty:
+    """Device ``m`` rebuilt inside one ClientApp call: data, model, method and saved state.
+
+    ``sigma`` is the run's release sigma (public, it is in config.json), given by the server.
+    ``folder``: the device's own folder (its transcript, its data slice); None: no transcript.
+    """
+
+    def __init__(self, config: TrainConfig, m: int, noise_seed: int, sigma: float,
+                 folder: Path | None = None):
+        self.config, self.m = config, m
+        self.data, model = own_data(config, m, None if folder is None else folder / "own-data.pt")
+        self.device = Device(m, model, self.data.x_train, seed=config.seed,
+                             noise=private_noise(config, noise_seed))
+        self.method = methods.get(config.method)(config, sigma=sigma)
+        self.method.setup([self.device], _no_server(config, self.data.num_classes))
+        self.pending: dict | None = None
+        self.folder = folder if config.transcripts else None
+        self.recorder = Recorder([device_name(m)], {device_name(m): self._meta()},
+                                 enabled=self.folder is not None)
+        if self.folder is not None and (self.folder / f"{device_name(m)}.json").exists():
+            self.recorder.extend_from(self.folder)
+        self.device.note = self._note
+
+    def _meta(self) -> dict:
+        return {"party": device_name(self.m), "dataset": self.data.name,
+                "records": len(self.data.x_train), "partition": self.data.partition,
+                "features_shape": list(self.data.x_train.shape[1:]), "engine": "flower"}
+
+    def _note(self, kind: str, fields: dict) -> None:
+        self.recorder.local(device_name(self.m), self.method.round, kind, fields)
+
+    # state across messages ------------------------------------------------------------------
+    def save(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save({"model": self.device.model.state_dict(), "step": self.device.step,
+                    "noise": self.device.noise.state_dict(), "method": self.method.extra_state(),
+                    "pending": self.pending}, buf)
+        if self.folder is not None:
+            self.recorder.save(self.folder)
+        return buf.getvalue()
+
+    def restore(self, blob: bytes) -> None:
+        state = torch.load(io.BytesIO(blob), weights_only=False)
+        self.device.model.load_state_dict(state["model"])
+        self.device.step = state["step"]
+        self.device.noise.load_state_dict(state["noise"])
+        self.method.load_extra_state(state["method"])
+        self.pending = state["pending"]
+
+    # the three halves -------------------------------------------------------------------------
+    def send(self, round_: int, ids: torch.Tensor) -> Message:
+        """``method.device_send`` on this device's batch ``ids``; the state kept is the one before."""
+        self.method.round = round_
+        before = self.save_model_state()
+        self.device.note("batch", {"ids": ids})
+        up = self.method.device_send(self.device, ids)
+        self.recorder.message(up)
+        self.load_model_state(before)
+        self.device.scratch.clear()
+        self.pending = {"round": round_, "ids": ids.clone(), "noise": before["noise"]}
+        return up
+
+    def _replay(self) -> None:
+        """Recompute the pending uplink (nothing noted) so that ``device.scratch`` holds it again."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            raise RuntimeError(f"device {self.m}: a downlink without a pending uplink")
+        self.method.round = pending["round"]
+        self.device.noise.load_state_dict(pending["noise"])
+        note, self.device.note = self.device.note, lambda kind, fields: None
+        try:
+            self.method.device_send(self.device, pending["ids"])
+        finally:
+            self.device.note = note
+
+    def deliver(self, down: Message) -> None:
+        self._replay()
+        self.recorder.message(down)
+        self.method.device_receive(self.device, down)
+        end_round(self.device, stepped=True)
+
+    def abort(self) -> None:
+        self._replay()
+        self.method.device_abort(self.device)
+        end_round(self.device, stepped=False)
+
+    def embed(self, start: int, stop: int) -> torch.Tensor:
+        """This device's embeddings of test records start..stop-1 (evaluation mode, no grad)."""
+        model = self.device.model
+        mode = model.training
+        model.eval()
+        with torch.no_grad():
+            h = model(self.data.x_test[start:stop])
+        model.train(mode)
+        return h
+
+    def save_model_state(self) -> dict:
+        return {"model": {k: v.clone() for k, v in self.device.model.state_dict().items()},
+                "noise": self.device.noise.state_dict()}
+
+    def load_model_state(self, state: dict) -> None:
+        self.device.model.load_state_dict(state["model"])
+        self.device.noise.load_state_dict(state["noise"])
+
+
+def _no_server(config: TrainConfig, num_classes: int) -> Server:
+    """A server stand-in for ``method.setup`` on a device: a head of the public architecture (no
+    labels, an empty table); whatever the method builds for the server here is never used."""
+    head = models.server_model(config.devices, config.embed_dim, num_classes, kind=config.server_kind)
+    return Server(head, torch.zeros(0, dtype=torch.int64),
+                  EmbeddingTable(config.devices, 0, config.embed_dim), noise.SeededNoise(0, "unused"))

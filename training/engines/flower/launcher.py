@@ -1,0 +1,217 @@
+"""Start a SuperLink and one SuperNode per device on 127.0.0.1, submit the run, wait, stop them.
+
+``run(config, out, ...)`` (what ``privzv train --engine flower`` calls):
+
+1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
+   port), with the server's inputs in its environment only (the run folder, the secret seed);
+2. M SuperNodes (``supernode``, Flower's SuperNode with a short idle poll), node config
+   ``partition-id=m noise-seed=<seeds.derive(secret, "device", m)> folder=<its folder>``: each
+   device gets its derived private seed, never the root;
+3. ``flwr run`` of a generated app folder (``pyproject.toml`` naming ``apps.server_app`` and
+   ``apps.client_app``, the public config as the run config ``privzv-config``);
+4. waits for the ServerApp's status file (bounded by ``timeout``), copies the devices'
+   transcripts into ``out/transcripts/``, stops every process it started (SIGTERM, then SIGKILL).
+
+Every process runs in its own session; on any error or timeout all of them are stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from privzv.errors import PrivzvError
+from privzv.training import methods, seeds
+from privzv.training.config import TrainConfig
+from privzv.training.messages import device_name
+
+APP = "privzv.training.engines.flower.apps"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def app_folder(folder: Path, config: TrainConfig) -> Path:
+    """A Flower app whose components are privzv's apps and whose run config is ``config``."""
+    folder.mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(f"""[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "privzv-run"
+version = "1.0.0"
+description = "a privzv training run on Flower"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "privzv"
+
+[tool.flwr.app.components]
+serverapp = "{APP}:server_app"
+clientapp = "{APP}:client_app"
+
+[tool.flwr.app.config]
+privzv-config = {json.dumps(json.dumps(config.to_dict()))}
+""")
+    return folder
+
+
+class Stack:
+    """The processes of one local Flower deployment (stopped by :meth:`stop`, also on error)."""
+
+    def __init__(self, work: Path, logs: Path):
+        self.work, self.logs = work, logs
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "wb")
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=self.work, start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise PrivzvError(f"flower: {Path(proc.args[1] if proc.args[0] == sys.executable else proc.args[0]).name}"
+                                  f" exited with code {proc.returncode} (logs in {self.logs})")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM to every process started and to their descendants, SIGKILL after ``grace``."""
+        pids = [p for proc in self.procs for p in [proc.pid, *_descendants(proc.pid)]]
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        for proc in self.procs:
+            proc.wait()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc; empty where /proc is missing)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _bin(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        raise PrivzvError(f"--engine flower: {name} not found next to {sys.executable}; "
+                          "pip install 'privzv[flower]'")
+    return str(path)
+
+
+def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
+        checkpoint_every: int | None = None, timeout: float = 600.0) -> dict:
+    """Train ``config`` on a local Flower deployment into run folder ``out``; returns
+    ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes)."""
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise PrivzvError("--engine flower: needs the optional package flwr: "
+                          "pip install 'privzv[flower]'") from None
+    if config.secure_noise and methods.get(config.method).RELEASED_BY == "device":
+        raise PrivzvError(f"--secure-noise: not with --engine flower for {config.method} (a device "
+                          "recomputes its noisy uplink from its seeded generator)")
+    out = Path(out).resolve()
+    work = Path(tempfile.mkdtemp(prefix="privzv-flower-"))
+    logs = work / "logs"
+    logs.mkdir()
+    stack = Stack(work, logs)
+    try:
+        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout)
+    finally:
+        stack.stop()   # the logs stay in ``work`` when the run failed
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float) -> dict:
+    work = stack.work
+    port = free_port()
+    status = work / "status.json"
+    base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05",
+            "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
+                  "PRIVZV_FLOWER_SECRET_SEED": str(secret), "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
+                  "PRIVZV_FLOWER_TIMEOUT": str(timeout)}
+    if every is not None:
+        server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
+    stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                              "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
+    for m in range(config.devices):
+        folder = work / device_name(m)
+        folder.mkdir()
+        node_config = (f"partition-id={m} noise-seed={seeds.derive(secret, 'device', m)} "
+                       f"folder={json.dumps(str(folder))}")
+        stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
+                                     "--insecure", "--superlink", f"127.0.0.1:{port}",
+                                     "--port", str(free_port()), "--node-config", node_config], base)
+    home = work / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+                                      f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+    deadline = time.monotonic() + timeout
+    app = app_folder(work / "app", config)
+    while True:   # the SuperLink takes a few seconds to listen
+        stack.check_alive()
+        submit = subprocess.run([_bin("flwr"), "run", str(app), "local"], env=base, cwd=work,
+                                capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
+        if submit.returncode == 0 and "Successfully started run" in submit.stdout:
+            break
+        if time.monotonic() > deadline:
+            raise PrivzvError(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
+        time.sleep(0.5)
+    while not status.exists():
+        stack.check_alive()
+        if time.monotonic() > deadline:
+            raise PrivzvError(f"flower: the run did not finish within {timeout:g} s (--flower-timeout)")
+        time.sleep(0.1)
+    result = json.loads(status.read_text())
+    if "error" in result:
+        if "\n" in result["error"]:   # an unexpected failure: its traceback, then one line
+            sys.stderr.write(result["error"])
+        raise PrivzvError(result["error"].strip().splitlines()[-1])
+    if config.transcripts:
+        for m in range(config.devices):
+            for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
+                shutil.copy2(path, out / "transcripts" / path.name)
+    return result

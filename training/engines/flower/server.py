@@ -1,0 +1,153 @@
+"""The server's side of the Flower engine: the scheduler's engine calls as Flower messages.
+
+Inside the ServerApp (``apps.main``) the scheduler runs unchanged; :class:`FlowerEngine` turns its
+calls into messages to the device's SuperNode (``apps.handle`` answers them there):
+
+    send(m, t, ids)   "query.send"     round t, sigma, the batch ids  -> reply: the uplink
+    deliver(m, down)  "train.receive"  the downlink                   -> reply: empty (ack)
+    abort(m)          "train.abort"    nothing                        -> reply: empty (ack)
+    embeddings(...)   "query.embed"    a row range of the test split  -> reply: h_m of those rows
+    (setup)           "query.hello"    nothing                        -> reply: the partition id
+
+A delivery's acknowledgement is collected before the next message to the same device (or an
+evaluation), so another device's round runs meanwhile; each device sees its messages in order.
+The serialised size of every message's content is counted (``wire``), beside eq. (23)'s bytes.
+"""
+from __future__ import annotations
+
+import time
+import types
+
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message as FlowerMessage, RecordDict
+
+from privzv.errors import PrivzvError
+from privzv.training.engines.flower import codec
+
+POLL_SECONDS = 0.02
+
+
+class GridTransport:
+    """Messages to SuperNodes through a ServerApp's ``grid`` (push, then poll for the replies)."""
+
+    def __init__(self, grid, timeout: float):
+        self.grid, self.timeout = grid, timeout
+
+    def nodes(self, count: int) -> list[int]:
+        """The node ids of the ``count`` SuperNodes, once that many are connected."""
+        deadline = time.monotonic() + self.timeout
+        while len(nodes := sorted(self.grid.get_node_ids())) < count:
+            if time.monotonic() > deadline:
+                raise PrivzvError(f"flower: {len(nodes)} SuperNodes connected within {self.timeout:g} s,"
+                                  f" the run needs {count} (one per device)")
+            time.sleep(0.2)
+        if len(nodes) > count:
+            raise PrivzvError(f"flower: {len(nodes)} SuperNodes connected, the run has {count} devices")
+        return nodes
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        (mid,) = self.grid.push_messages([FlowerMessage(content, dst_node_id=node, message_type=kind)])
+        return mid
+
+    def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
+        """The replies' contents to message ``ids``, by id (PrivzvError on an error or timeout)."""
+        replies: dict[str, RecordDict] = {}
+        deadline = time.monotonic() + self.timeout
+        while len(replies) < len(ids):
+            for reply in self.grid.pull_messages([i for i in ids if i not in replies]):
+                if reply.has_error():
+                    raise PrivzvError(f"flower: {what} failed on a device: {reply.error.reason}")
+                replies[reply.metadata.reply_to_message_id] = reply.content
+            if len(replies) < len(ids):
+                if time.monotonic() > deadline:
+                    raise PrivzvError(f"flower: no reply to {what} within {self.timeout:g} s")
+                time.sleep(POLL_SECONDS)
+        return replies
+
+
+class FlowerEngine:
+    """The devices' part of each round, one device per node of ``transport`` (a
+    :class:`GridTransport`, or any object with its ``nodes``, ``push`` and ``wait``)."""
+
+    def __init__(self, transport, config):
+        self.transport, self.config = transport, config
+        self.count = config.devices
+        self.devices = []                     # no device lives in this process
+        self.clocks = [types.SimpleNamespace(index=m, step=0) for m in range(self.count)]
+        self.nodes: list[int] = []
+        self.acks: dict[int, str] = {}        # device -> id of its unacknowledged delivery
+        self.method = None
+        self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0}
+
+    def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
+        self._count(counted, content)
+        return self.transport.push(self.nodes[m], kind, content)
+
+    def _wait(self, ids: list[str], what: str, counted: str = "control") -> dict[str, RecordDict]:
+        replies = self.transport.wait(ids, what)
+        for content in replies.values():
+            self._count(counted, content)
+        return replies
+
+    def _count(self, key: str, content: RecordDict) -> None:
+        self.wire[key] += codec.wire_bytes(content)
+        self.wire["messages"] += 1
+
+    def _settle(self, m: int) -> None:
+        """Collect device m's acknowledgement of its last delivery."""
+        if m in self.acks:
+            self._wait([self.acks.pop(m)], f"the downlink to device {m}")
+
+    # the engine -------------------------------------------------------------------------------
+    def setup(self, method, server, noter) -> None:
+        """Find the device of every SuperNode (``query.hello``), then the method's server state."""
+        self.method = method
+        self.nodes = self.transport.nodes(self.count)
+        ids = [self._push(i, "query.hello", RecordDict({})) for i in range(self.count)]
+        replies = self._wait(ids, "hello")
+        order = {int(replies[mid]["node"]["partition-id"]): self.nodes[i] for i, mid in enumerate(ids)}
+        if sorted(order) != list(range(self.count)):
+            raise PrivzvError(f"flower: SuperNode partition ids {sorted(order)}: need 0..{self.count - 1}"
+                              " (one SuperNode per device, --node-config partition-id=M)")
+        self.nodes = [order[m] for m in range(self.count)]
+        method.setup([], server)
+
+    def clock(self, m: int):
+        return self.clocks[m]
+
+    def send(self, m: int, round_: int, ids: torch.Tensor):
+        self._settle(m)
+        content = RecordDict({"round": ConfigRecord({"round": round_, "sigma": float(self.method.sigma)}),
+                              "batch": ArrayRecord({"ids": Array(ids.numpy())})})
+        mid = self._push(m, "query.send", content)
+        return codec.decode(self._wait([mid], f"round {round_} on device {m}", counted="up")[mid])
+
+    def deliver(self, m: int, down) -> None:
+        self.acks[m] = self._push(m, "train.receive", codec.encode(down), counted="down")
+        self.clocks[m].step += 1
+
+    def abort(self, m: int) -> None:
+        self.acks[m] = self._push(m, "train.abort", RecordDict({}))
+
+    def embeddings(self, x_test, rows: slice) -> list[torch.Tensor]:
+        for m in range(self.count):
+            self._settle(m)
+        ids = [self._push(m, "query.embed",
+                          RecordDict({"rows": ConfigRecord({"start": rows.start, "stop": rows.stop})}))
+               for m in range(self.count)]
+        replies = self._wait(ids, "the test embeddings")
+        return [torch.from_numpy(replies[mid]["h"]["h"].numpy().copy()) for mid in ids]
+
+    def models(self) -> list:
+        return []
+
+    def state_dict(self) -> list[dict]:
+        """Nothing: the devices' state stays on the devices (a Flower run is not resumable)."""
+        return []
+
+    def load_state_dict(self, states) -> None:
+        raise PrivzvError("--resume: a run of the Flower engine cannot be resumed")
+
+    def close(self) -> None:
+        """Nothing to wait for: every evaluation, the last one included, collected the acks."""
+        self.acks.clear()
