@@ -16,6 +16,7 @@ from privzv import cliutil
 from privzv.errors import PrivzvError
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
+ENGINES = ("inprocess", "flower")
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
                "head_clip", "head_share")
@@ -65,6 +66,11 @@ def build_parser() -> cliutil.Parser:
                    help=f"rounds between checkpoints (default {CHECKPOINT_EVERY})")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
     p.add_argument("--extend", action="store_true", help="with --resume and --epochs: lengthen the run")
+    p.add_argument("--engine", choices=ENGINES, default="inprocess",
+                   help="inprocess (default): every party in this process; flower: a local Flower "
+                        "SuperLink and one SuperNode per device (privzv[flower]; docs/training.md)")
+    p.add_argument("--flower-timeout", type=n("--flower-timeout", low=0, low_open=True),
+                   default=600.0, help="seconds the whole --engine flower run may take (default 600)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     return p
 
@@ -99,7 +105,13 @@ def _human(s: dict) -> str:
     return (f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
             f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop}\n"
             f"bytes up {s['bytes_up']:,}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
-            f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}")
+            f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}" + _wire(s))
+
+
+def _wire(s: dict) -> str:
+    w = s.get("wire_bytes")
+    return "" if w is None else (f"\nFlower messages: {w['messages']}, serialised bytes up {w['up']:,}, "
+                                 f"down {w['down']:,}, control {w['control']:,}")
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -109,6 +121,8 @@ def _main(argv: Sequence[str]) -> int:
     bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
     every = args.checkpoint_every
     if args.resume:
+        if args.engine != "inprocess":
+            raise PrivzvError(f"--engine {args.engine}: --resume continues in-process runs only")
         _check_resume_flags(args)
         out = Path(args.resume)
         config = None
@@ -122,11 +136,25 @@ def _main(argv: Sequence[str]) -> int:
         config = config_from(args).validate()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
-        summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
-                            checkpoint_every=every, progress=bar)
+        if args.engine == "flower":
+            summary = _flower(args, config, out)
+        else:
+            summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
+                                checkpoint_every=every, progress=bar)
     summary["out"] = str(out)
     cliutil.emit(summary, args.json, _human)
     return 130 if summary["stopped"] == "interrupted" else 0
+
+
+def _flower(args, config: TrainConfig, out: Path) -> dict:
+    """The run on a local Flower deployment; its summary with the bytes Flower serialised."""
+    from privzv.training import run
+    from privzv.training.engines.flower import launcher
+
+    secret = args.secret_seed if args.secret_seed is not None else run.new_secret_seed()
+    result = launcher.run(config, out, secret_seed=secret, overwrite=args.overwrite,
+                          checkpoint_every=args.checkpoint_every, timeout=args.flower_timeout)
+    return {**result["summary"], "engine": "flower", "wire_bytes": result["wire"]}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -77,8 +77,6 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
     ``node["privzv-config"]`` (the ClientApp merges the run config in)."""
     config = TrainConfig.from_dict(json.loads(str(node["privzv-config"]))).validate()
     m = int(node["partition-id"])
-    if kind == "query.hello":
-        return RecordDict({"node": ConfigRecord({"partition-id": m})})
     kept = state["device"] if "device" in state else None
     if kind == "query.send":
         sigma = float(content["round"]["sigma"])
@@ -88,10 +86,12 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
     party = DeviceParty(config, m, int(node["noise-seed"]), sigma, Path(str(folder)) if folder else None)
     if kept is not None:
         party.restore(kept["blob"])
-    if kind == "query.embed":
+    if kind == "query.hello":   # the device loads its slice and starts its transcript
+        reply = RecordDict({"node": ConfigRecord({"partition-id": m})})
+    elif kind == "query.embed":
         h = party.embed(int(content["rows"]["start"]), int(content["rows"]["stop"]))
         return RecordDict({"h": ArrayRecord({"h": Array(h.numpy())})})
-    if kind == "query.send":
+    elif kind == "query.send":
         ids = torch.from_numpy(content["batch"]["ids"].numpy().copy())
         reply = codec.encode(party.send(int(content["round"]["round"]), ids))
     elif kind == "train.receive":

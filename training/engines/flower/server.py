@@ -24,7 +24,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message as FlowerMessage,
 from privzv.errors import PrivzvError
 from privzv.training.engines.flower import codec
 
-POLL_SECONDS = 0.02
+POLL_SECONDS = 0.1
 
 
 class GridTransport:

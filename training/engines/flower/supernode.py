@@ -1,5 +1,5 @@
 """``python -m privzv.training.engines.flower.supernode ARGS``: ``flower-supernode ARGS`` polling its
-SuperLink every ``PRIVZV_SUPERNODE_POLL`` seconds (default 0.05) when idle.
+SuperLink every ``PRIVZV_SUPERNODE_POLL`` seconds (default 0.2) when idle.
 
 Flower 1.41's SuperNode sleeps 3 s whenever it finds no message; privzv's protocol sends one
 message at a time to a device, so every message would wait for that sleep. This wrapper shortens
@@ -18,7 +18,7 @@ def main() -> None:
     import flwr.supernode.start_client_internal as node
     from flwr.supernode.cli import flower_supernode
 
-    poll = float(os.environ.get("PRIVZV_SUPERNODE_POLL", "0.05"))
+    poll = float(os.environ.get("PRIVZV_SUPERNODE_POLL", "0.2"))
     fast = types.ModuleType("time")
     fast.__dict__.update(time.__dict__)
     fast.sleep = lambda seconds: time.sleep(min(seconds, poll))

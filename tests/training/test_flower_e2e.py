@@ -1,0 +1,38 @@
+"""``privzv train --engine flower`` with real processes on 127.0.0.1: a SuperLink, one SuperNode
+per device, the ServerApp and a ClientApp process per message, against the in-process run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
+
+from privzv.training import transcript  # noqa: E402
+from privzv.training.cli import main  # noqa: E402
+
+# 2 devices, 1 round (each message costs a ClientApp process: keep them few), evaluations at 0 and 1
+ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epochs", str(1 / 90),
+        "--epsilon", "8", "--secret-seed", "5", "--json"]
+
+
+def test_flower_processes_give_the_in_process_run(tmp_path, capsys):
+    assert main([*ARGS, "--out", str(tmp_path / "inprocess")]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    code = main([*ARGS, "--out", str(tmp_path / "flower"), "--engine", "flower", "--flower-timeout", "240"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["engine"] == "flower"
+    for key in ("test_accuracy", "test_loss"):
+        assert out[key] == pytest.approx(ref[key], rel=1e-6)
+    assert out["epsilon_spent"] == ref["epsilon_spent"] > 0
+    assert (out["rounds"], out["bytes_up"], out["bytes_down"]) == (ref["rounds"], ref["bytes_up"], ref["bytes_down"])
+    assert out["wire_bytes"]["up"] > out["bytes_up"] and out["wire_bytes"]["down"] > out["bytes_down"]
+    for party in ("server", "device0", "device1"):   # each party recorded its own transcript
+        ours, theirs = (transcript.load(tmp_path / run, party) for run in ("flower", "inprocess"))
+        assert [(e.round, e.direction, e.kind) for e in ours.entries] == \
+            [(e.round, e.direction, e.kind) for e in theirs.entries]
+
+
+def test_flower_refuses_resume(tmp_path, capsys):
+    assert main(["--resume", str(tmp_path), "--engine", "flower"]) == 2
+    assert "--resume continues in-process runs only" in capsys.readouterr().err
