@@ -138,3 +138,44 @@ def test_codec_round_trip_and_wire_bytes():
     grown = codec.wire_bytes(codec.encode(bigger)) - codec.wire_bytes(codec.encode(msg))
     assert grown >= bigger.nbytes - msg.nbytes > 0
     assert codec.wire_bytes(codec.encode(msg)) > msg.nbytes
+
+
+class Tampering(Loopback):
+    """A device whose first uplink repeats an id (the server must refuse it)."""
+
+    tampered = False
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        mid = super().push(node, kind, content)
+        if kind == "query.send" and not self.tampered:
+            up = codec.decode(self.replies[mid])
+            ids = up["ids"].clone()
+            ids[1] = ids[0]
+            self.replies[mid] = codec.encode(Message(up.round, up.sender, up.receiver, up.kind,
+                                                     {**up.tensors, "ids": ids}))
+            self.tampered = True
+        return mid
+
+
+def _device_state(loop: Loopback, m: int) -> dict:
+    import io
+
+    return torch.load(io.BytesIO(loop.state[m]["device"]["blob"]), weights_only=False)
+
+
+def test_refused_uplink_is_undone_on_the_device(tmp_path):
+    config = dataclasses.replace(CONFIG, method="dpzv")
+    loops = []
+
+    def engine(cfg):
+        loops.append(Tampering(cfg, tmp_path, SECRET))
+        return FlowerEngine(loops[0], cfg)
+
+    sched = run.build(config, data.load("digits", 2, seed=config.seed), secret_seed=SECRET, engine=engine)
+    before = _device_state(loops[0], 0)
+    assert sched.step() and sched.refused == 1 and sched.traffic.total_down == 0
+    after = _device_state(loops[0], 0)
+    assert after["step"] == before["step"] == 0 and after["pending"] is None
+    for name, value in before["model"].items():
+        assert torch.equal(after["model"][name], value)
+    assert [kind for kind, _ in loops[0].received[0]] == ["query.hello", "query.send", "train.abort"]
