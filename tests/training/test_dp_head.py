@@ -114,7 +114,9 @@ def test_the_zo_head_derivative_is_clipped_per_example_with_sensitivity_2ch_over
 def test_a_private_run_whose_head_trains_makes_a_dp_head_update(method, tiny_config):
     config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6)
     p = privacy.plan(config, methods.get(method), records=96, rounds=24)
-    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8, sigma=p.release.head.sigma)
+    q = 0 if method == "zoo-vfl" else head.WINDOW   # pooled by default where it is accounted
+    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8 * (q * config.devices or 1),
+                                        sigma=p.release.head.sigma, window=q)
     assert p.release.head_share == 0.6 and p.release.head.sigma > 0
     z_down, z_head = p.release.split(p.result["noise_multiplier"])
     assert p.release.head.sigma == pytest.approx(z_head * p.release.head.sensitivity)
@@ -144,7 +146,7 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
         z_h = p.release.head.sigma / p.release.head.sensitivity
         assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(min(0.1, 1 / z_h))
     before = [q.clone() for q in sched.server.head.parameters()]
-    for _ in range(5):
+    for _ in range(2 * head.WINDOW + 1):   # past the first pooled window (q M = 8 rounds)
         assert sched.step()
     after = list(sched.server.head.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
