@@ -194,7 +194,8 @@ class PrivacyLedger:
         in the same rounds from the same records) when the release has one."""
         k, release = self.rounds(), self.release
         z_down, z_head = release.split(release.noise_multiplier)
-        rows = [{"mechanism": "downlink", "count": k, "sigma": release.sigma,
+        rows = [{"mechanism": "downlink", "count": 0 if release.withholds else k,
+                 "sigma": release.sigma,
                  "sensitivity": release.sensitivity, "noise_multiplier": z_down}]
         if release.head is not None:
             rows.append({"mechanism": "head", "count": self.head_steps(),

@@ -129,8 +129,11 @@ class TrainConfig:
                                   " (cap against exhausting memory or time, docs/cli.md)")
         for name in ("epochs", "clip", "lam", "head_clip"):
             _positive(name, getattr(self, name))
-        if not (_finite(self.head_share) and 0 < self.head_share < 1):
-            raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1)")
+        if not (_finite(self.head_share) and 0 < self.head_share <= 1):
+            raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1]")
+        if self.head_share == 1 and self.freeze != "devices":
+            raise PrivzvError("--head-share 1: sends no downlink (the whole budget on the head), "
+                              "so the devices cannot train; only with --freeze devices")
         for name in ("lr_device", "lr_server", "sigma"):
             value = getattr(self, name)
             if value is not None and not (_finite(value) and value >= 0):

@@ -94,7 +94,8 @@ def mechanisms(p: Plan, ledger) -> list[dict] | None:
         return None
     release = p.release
     rows = [{"mechanism": "downlink", "sigma": release.sigma, "sensitivity": release.sensitivity,
-             "noise_multiplier": release.sigma / release.sensitivity, "count": ledger.rounds()}]
+             "noise_multiplier": release.sigma / release.sensitivity,
+             "count": 0 if release.withholds else ledger.rounds()}]
     if release.head is not None:
         head = release.head
         rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,

@@ -3,6 +3,7 @@ sensitivity, noise, and which runs make it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -245,3 +246,30 @@ def test_a_zeroth_order_head_refuses_a_pooled_window(tiny_config):
     assert head.head_update(tiny_config(method="zoo-vfl", epsilon=1.0)).window == 0
     assert head.head_update(tiny_config(epsilon=1.0, threat="eavesdropper")).window == 0
     assert head.head_update(tiny_config(epsilon=1.0, activation=[0.5, 0.5])).window == 0
+
+
+def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(tiny_config,
+                                                                               tiny_scheduler):
+    """The frozen-devices control: zeros go down, the ledger composes the head alone."""
+    from privzv import accounting, gdp
+    from privzv.errors import PrivzvError
+    from privzv.ledger import PrivacyLedger
+
+    kw = dict(epsilon=1.0, freeze="devices", head_share=1.0, transcripts=True)
+    p = privacy.plan(tiny_config(**kw), methods.get("dpzv"), records=96, rounds=24)
+    assert p.release.withholds and p.release.head_weight == 1.0
+    z_h = p.release.head.sigma / p.release.head.sensitivity
+    assert p.release.noise_multiplier == pytest.approx(z_h)
+    k = accounting.exposure(p.release, p.schedule).compositions   # head windows, c^2 each
+    assert math.sqrt(k) / z_h == pytest.approx(gdp.mu_from_epsilon(1.0, 1e-5), rel=1e-6)
+    ledger = PrivacyLedger(p.release, p.schedule, 1e-5, 1.0)
+    sched = tiny_scheduler(release=p.release, ledger=ledger, **kw)
+    for _ in range(24):
+        assert sched.step()
+    downs = sched.recorder.transcripts["device0"].select("received", "delta")
+    assert downs and all(float(abs(e.fields["delta"]).sum()) == 0.0 for e in downs)
+    down, head_row = ledger.mechanisms()
+    assert down["count"] == 0 and head_row["count"] > 0
+    assert ledger.epsilon_spent() <= 1.0
+    with pytest.raises(PrivzvError, match="head-share 1"):
+        tiny_config(epsilon=1.0, head_share=1.0).validate()
