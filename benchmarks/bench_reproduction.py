@@ -124,14 +124,14 @@ def hparams(dataset: str, method: str) -> dict:
     return HPARAMS[(dataset, method)]
 
 
-def grid_cells(datasets, methods, seeds=SEEDS) -> list[Cell]:
+def grid_cells(datasets, methods, seeds=SEEDS, epsilons=EPSILONS) -> list[Cell]:
     cells = []
     for ds in datasets:
         for seed in seeds:
             for m in methods:
-                cells += [_grid_cell(ds, m, e, seed) for e in EPSILONS]
+                cells += [_grid_cell(ds, m, e, seed) for e in epsilons]
             if "dpzv" in methods:
-                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in EPSILONS]
+                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in epsilons]
             if "fo-vector" in methods:
                 lr_d, lr_s = default_lr("fo-vector")
                 cells.append(Cell("reference", ds, "fo-vector", "pld", math.inf, seed,
@@ -489,6 +489,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--out", default="docs/figures/reproduction_pooled.jsonl", help="JSON lines, appended")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="grid seeds")
+    p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS),
+                   help="grid epsilons (inf for no noise)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
@@ -502,8 +504,8 @@ def main(argv=None) -> int:
             execute(sweep_cells(args.datasets, args.methods, read_rows(path)), path, args.workers,
                     args.secret_seed)
     elif args.phase == "grid":
-        execute(grid_cells(args.datasets, args.methods, args.seeds), path, args.workers,
-                args.secret_seed)
+        execute(grid_cells(args.datasets, args.methods, args.seeds, args.epsilons), path,
+                args.workers, args.secret_seed)
     summary = summarize(read_rows(path))
     summary["this_invocation_wall_seconds"] = time.perf_counter() - start
     if args.plot:
