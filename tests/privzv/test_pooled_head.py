@@ -162,3 +162,25 @@ def test_window_closes_at_device_m_minus_1_at_each_block_end_and_epoch_end():
     assert ends == [3, 7, 9, 13, 17, 19]
     with pytest.raises(PrivzvError, match="head window"):
         HeadUpdate(clip=1.0, batch_size=4, window=-1)
+
+
+def test_calibrate_and_account_take_the_head_window(capsys):
+    import json
+
+    from privzv.cli import main
+
+    common = ["--delta", "1e-5", "--steps", "1800", "--dataset-size", "1437", "--batch-size",
+              "32", "--clip", "0.1", "--head-clip", "1", "--devices", "4", "--head-window", "4"]
+    assert main(["calibrate", "--epsilon", "1", *common, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    release = Release(clip=0.1, batch_size=32,
+                      head=HeadUpdate(clip=1.0, batch_size=32 * 4 * 4, window=4))
+    schedule = Schedule(steps=1800, dataset_size=1437, devices=4)
+    want = accounting.calibrate(1.0, DELTA, release, schedule)
+    assert got["sigma"] == pytest.approx(want.sigma) and got["head_sigma"] == pytest.approx(
+        want.head_sigma)
+    assert got["compositions"] == threats.pooled_compositions(release, schedule)
+    assert main(["account", "--sigma", repr(got["sigma"]), *common, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["epsilon"] == pytest.approx(1.0, rel=1e-9)
+    assert main(["calibrate", "--epsilon", "1", *common, "--threat", "eavesdropper"]) == 2
+    assert "pooled DP head" in capsys.readouterr().err
