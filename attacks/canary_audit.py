@@ -122,11 +122,15 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
 
 def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
         epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0,
-        secret_seed: int | None = None) -> dict:
+        secret_seed: int | None = None, server_kind: str = "sum") -> dict:
     """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below.
 
     ``seed`` is public (data, canaries, model init); the parties' noise comes from ``secret_seed``
-    (None: the OS's entropy; give one only for a reproducible study).
+    (None: the OS's entropy; give one only for a reproducible study). ``server_kind`` "sum": a
+    summing server (no head; the score's sign reads the label); "mlp": an MLP head that trains
+    as a DP mechanism of its own (the whole run, head included; the same score, now without the
+    summing server's alignment of embedding and class). ``epsilon_upper`` is the run's ledger's
+    epsilon after the last round (every release, the head's included).
     """
     import torch
 
@@ -149,13 +153,14 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     y[torch.as_tensor(ids)] = torch.as_tensor(np.where(bit == 1, a, b))
     ds.y_train = y
     cfg = TrainConfig(dataset=dataset, method=method, epsilon=epsilon, delta=delta,
-                      clip=CLIP.get(method, 10.0), epochs=epochs, server_kind="sum",
-                      embed_dim=k, evals=1, seed=seed)
+                      clip=CLIP.get(method, 10.0), epochs=epochs,
+                      embed_dim=k, evals=1, seed=seed, server_kind=server_kind)
     cfg.validate()
     rounds = training_run.rounds_for(cfg, n)
     plan = privacy.plan(cfg, methods.get(method), n, rounds)
+    ledger = privacy.ledger(cfg, plan)
     sched = training_run.build(cfg, ds, release=plan.release if plan.private else None,
-                               secret_seed=secret_seed)
+                               ledger=ledger, secret_seed=secret_seed)
     sched.run(rounds, lambda r: False, lambda r: None)
     view = wire_view(sched.recorder.transcripts["device0"])
     g = view.gradient_rows()
@@ -166,8 +171,11 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
         if i is not None:
             scores[i] += g[row, b[i]] - g[row, a[i]]
     bound = eps_lower_bound(scores, bit, delta)
-    upper = plan.result["epsilon"] if plan.result else math.inf
+    upper = ledger.epsilon_spent() if ledger is not None else math.inf
+    head = plan.release.head if plan.private else None
     return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
-            "sigma": plan.sigma, "epsilon_upper": upper, "accountant": cfg.accountant,
+            "sigma": plan.sigma, "head_sigma": head and head.sigma,
+            "head_window": head and head.window, "server_kind": server_kind,
+            "rounds": sched.round, "epsilon_upper": upper, "accountant": cfg.accountant,
             "threat": cfg.threat, "epochs": epochs, "seed": seed,
             "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}

@@ -74,6 +74,9 @@ def build_parser() -> Parser:
     can.add_argument("--epochs", type=number("--epochs", low=0, low_open=True, high=MAX_EPOCHS),
                      default=3.0)
     can.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
+    can.add_argument("--server-kind", type=_choice("--server-kind", ("sum", "mlp")), default="sum",
+                     help="sum: a summing server (no head); mlp: a DP-trained MLP head (the "
+                          "whole run, head included)")
     can.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
@@ -204,7 +207,7 @@ def _canary_audit(args) -> int:
 
     torch.set_num_threads(1)
     out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
-                           args.epochs, args.seed, args.secret_seed)
+                           args.epochs, args.seed, args.secret_seed, args.server_kind)
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
         f"{o['correct']}/{o['guesses']} guesses right\n"

@@ -83,6 +83,8 @@ class Cell:
     lr_device: float
     lr_server: float | None   # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
     freeze: str | None = None
+    head_clip: float | None = None    # None: the config's default C_h
+    head_share: float | None = None   # None: the config's default; 1: the whole budget on the head
 
     @property
     def variant(self) -> str:
@@ -98,14 +100,18 @@ class Cell:
     def key(self) -> str:
         eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:g}"
         lr_s = "default" if self.lr_server is None else f"{self.lr_server:g}"
+        head = "".join(f"|{k}={v:g}" for k, v in (("Ch", self.head_clip), ("share", self.head_share))
+                       if v is not None)
         return (f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
-                f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}")
+                f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}{head}")
 
     def config(self):
         from privzv.training.config import TrainConfig
 
         s = SETTINGS[self.dataset]
-        return TrainConfig(dataset=self.dataset, method=self.method, devices=s["devices"],
+        head = {k: v for k, v in (("head_clip", self.head_clip), ("head_share", self.head_share))
+                if v is not None}
+        return TrainConfig(**head, dataset=self.dataset, method=self.method, devices=s["devices"],
                            epochs=s["epochs"], batch_size=s["batch_size"], epsilon=self.epsilon,
                            delta=DELTA, threat="device", accountant=self.accountant, clip=self.clip,
                            lr_device=self.lr_device, lr_server=self.lr_server, freeze=self.freeze,
@@ -118,14 +124,14 @@ def hparams(dataset: str, method: str) -> dict:
     return HPARAMS[(dataset, method)]
 
 
-def grid_cells(datasets, methods) -> list[Cell]:
+def grid_cells(datasets, methods, seeds=SEEDS, epsilons=EPSILONS) -> list[Cell]:
     cells = []
     for ds in datasets:
-        for seed in SEEDS:
+        for seed in seeds:
             for m in methods:
-                cells += [_grid_cell(ds, m, e, seed) for e in EPSILONS]
+                cells += [_grid_cell(ds, m, e, seed) for e in epsilons]
             if "dpzv" in methods:
-                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in EPSILONS]
+                cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in epsilons]
             if "fo-vector" in methods:
                 lr_d, lr_s = default_lr("fo-vector")
                 cells.append(Cell("reference", ds, "fo-vector", "pld", math.inf, seed,
@@ -134,11 +140,17 @@ def grid_cells(datasets, methods) -> list[Cell]:
 
 
 def _grid_cell(ds: str, method: str, epsilon: float, seed: int, freeze: str | None = None) -> Cell:
-    """A grid cell with ``HPARAMS``; a private one leaves the server rate to the DP head's default."""
+    """A grid cell with ``HPARAMS``; a private one leaves the server rate to the DP head's default
+    and takes its C_h from ``HPARAMS`` (the default head design, pooled windows, applies), and the
+    frozen-devices control spends the whole budget on the head (head_share 1: no downlink)."""
     h = dict(hparams(ds, method))
-    if math.isfinite(epsilon):
+    private = math.isfinite(epsilon)
+    head_clip = h.pop("head_clip", None)
+    if private and method != "vafl":   # vafl's head is not a DP mechanism: its tuned rate stays
         h["lr_server"] = None
-    return Cell("grid", ds, method, "pld", epsilon, seed, **h, freeze=freeze)
+    return Cell("grid", ds, method, "pld", epsilon, seed, **h, freeze=freeze,
+                head_clip=head_clip if private else None,
+                head_share=1.0 if private and freeze == "devices" else None)
 
 
 def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
@@ -388,7 +400,7 @@ PROTECTS = {
     "fo-vector": "labels vs the receiving device: vector downlink noise + DP head update",
     "zoo-vfl": "labels vs the receiving device: scalar downlink noise + DP zeroth-order head update",
     "czofo": "labels vs the receiving device: per-record loss differences + DP head update",
-    "frozen devices": "control: no device training; the DP head alone (head noise only)",
+    "frozen devices": "control: no device training, no downlink; the DP head alone with the whole budget",
     "fo-vector (non-private ref.)": "nothing (epsilon inf, no noise; fo-vector's default rates, not tuned)",
 }
 REFERENCE = "fo-vector (non-private ref.)"
@@ -475,7 +487,10 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=("sweep", "grid", "report"), default="grid")
     p.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--out", default="docs/figures/reproduction_wholerun.jsonl", help="JSON lines, appended")
+    p.add_argument("--out", default="docs/figures/reproduction_pooled.jsonl", help="JSON lines, appended")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="grid seeds")
+    p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS),
+                   help="grid epsilons (inf for no noise)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
@@ -489,7 +504,8 @@ def main(argv=None) -> int:
             execute(sweep_cells(args.datasets, args.methods, read_rows(path)), path, args.workers,
                     args.secret_seed)
     elif args.phase == "grid":
-        execute(grid_cells(args.datasets, args.methods), path, args.workers, args.secret_seed)
+        execute(grid_cells(args.datasets, args.methods, args.seeds, args.epsilons), path,
+                args.workers, args.secret_seed)
     summary = summarize(read_rows(path))
     summary["this_invocation_wall_seconds"] = time.perf_counter() - start
     if args.plot:

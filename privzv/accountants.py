@@ -231,11 +231,13 @@ def _rdp_epsilon_unlogged(z, k, q, neighbors, delta):
     import dp_accounting as dpa
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
+    if q is None and not float(k).is_integer():   # an effective count (a pooled DP head):
+        z, k = z / math.sqrt(k), 1                  # k Gaussians at z = one at z / sqrt(k)
     if q is None or neighbors == "add-remove":
         event = dpa.GaussianDpEvent(z) if q is None else dpa.PoissonSampledDpEvent(
             q, dpa.GaussianDpEvent(z))
         accountant = rdp.RdpAccountant()
-        accountant.compose(event, k)
+        accountant.compose(event, int(k))
         return float(accountant.get_epsilon(delta))
     orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
     return float(rdp.compute_epsilon(orders, k * replace_one_rdp(q, z, orders), delta)[0])

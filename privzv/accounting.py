@@ -86,6 +86,10 @@ def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
         "secret-subsampling": f"secret-subsampling threat: record in {k} super-batches, "
                               f"server keeps it with {amp}",
     }[schedule.threat]
+    if release.head is not None and release.head.window:   # privzv.threats: a pooled head
+        return (f"device threat: record in one pooled head window (q={release.head.window}) per "
+                f"epoch, in c of its batches; effective count K = sum (1-w) c + w c^2 = {k:g} "
+                f"(head share w={release.head_weight:g}), no amplification")
     if release.head is not None:
         text += (f"; each round is the downlink release and the DP head update "
                  f"(head share {release.head_share:g} of 1/z^2), composed as one Gaussian")

@@ -119,6 +119,10 @@ def add_round_options(p) -> None:
                                        high_open=True),
                    help="fraction of the round's 1/z^2 spent on the head (default 0.5: one noise "
                         "multiplier for both mechanisms)")
+    p.add_argument("--head-window", type=cliutil.number("--head-window", low=0, integer=True),
+                   default=0, help="q >= 1: one pooled head step per q batches of each device "
+                   "(divisor q M B; threat device, round-robin only; as privzv train's default "
+                   "4); 0 (default): a head step every round")
     p.add_argument("--device-steps", type=_device_steps, metavar="N0,N1,...",
                    help="each device's number of rounds (summing to --steps, one per device); "
                         "default round-robin")
@@ -154,8 +158,10 @@ def _release_and_schedule(args):
         raise PrivzvError(f"--device-steps {','.join(map(str, n))}: must give --devices "
                           f"{args.devices} counts summing to --steps {args.steps}")
     head_clip = getattr(args, "head_clip", None)
-    head = None if head_clip is None else HeadUpdate(clip=head_clip, batch_size=b,
-                                                     neighbors=args.neighbors)
+    q = getattr(args, "head_window", 0)
+    head = None if head_clip is None else HeadUpdate(
+        clip=head_clip, batch_size=b * (q * args.devices if q else 1), neighbors=args.neighbors,
+        window=q)
     release = Release(clip=args.clip, batch_size=b, neighbors=args.neighbors, head=head,
                       head_share=getattr(args, "head_share", 0.5))
     sigma = getattr(args, "sigma", None)

@@ -10,6 +10,11 @@ threat (:mod:`privzv.threats`):
   device knows, not the server's secret subsample), amplified with p = B/B';
 - ``eavesdropper``: all releases so far, Poisson amplified with q = B/D.
 
+With a pooled DP head (``HeadUpdate.window`` >= 1, threat ``device``) the ledger also counts,
+per record, its batches in the open head window (c) and the sum of c^2 over closed windows, and
+composes K_i = (1 - w) k_i + w sum c^2 (:mod:`privzv.threats`); the open window counts as if it
+were released now, so the budget check before a release covers the head step it may close.
+
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
 ledger's epsilon equals :func:`privzv.accounting.account` for that schedule.
 """
@@ -20,7 +25,7 @@ import math
 
 import numpy as np
 
-from privzv import accounting
+from privzv import accounting, threats
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 from privzv.threats import Exposure
@@ -54,16 +59,30 @@ class PrivacyLedger:
         self.releases = 0
         self._epsilons: dict[int, float] = {}
         self._ok_up_to, self._bad_from = 0, math.inf
+        self._pooled = threats.pooled(release)
+        if self._pooled:   # per record: batches in the open window, windows, sum of c^2
+            d = schedule.dataset_size
+            self._window = np.zeros(d, dtype=np.int64)
+            self._windows = np.zeros(d, dtype=np.int64)
+            self._squares = np.zeros(d, dtype=np.int64)
+            self._load = 0.0   # the worst record's K so far
 
     # ----------------------------------------------------------------- exposure and epsilon
     def _counts_all_releases(self) -> bool:
         """eavesdropper: every release counts; seed: its formula only sees T (releases so far)."""
         return self.schedule.threat == "eavesdropper" or self.accountant == "seed"
 
-    def _compositions(self) -> int:
+    def _compositions(self):
         if self._counts_all_releases():
             return self.releases
-        return self._worst
+        return self._load if self._pooled else self._worst
+
+    def _loads(self, ids: np.ndarray, extra: int) -> np.ndarray:
+        """K_i of records ``ids`` with ``extra`` more releases of each in the open window."""
+        k = self._counts[:, ids].sum(axis=0) + extra
+        c = self._window[ids] + extra
+        w = self.release.head_weight
+        return (1.0 - w) * k + w * (self._squares[ids] + c * c)
 
     def _epsilon(self, k: int) -> float:
         """Epsilon of k compositions under the ledger's threat and accountant (cached)."""
@@ -122,9 +141,11 @@ class PrivacyLedger:
                               "bound assumes each record at most once)")
         return ids
 
-    def _compositions_after(self, device: int, ids: np.ndarray) -> int:
+    def _compositions_after(self, device: int, ids: np.ndarray):
         if self._counts_all_releases():
             return self.releases + 1
+        if self._pooled:
+            return max(self._load, float(self._loads(ids, 1).max())) if ids.size else self._load
         if not ids.size:
             return self._worst
         return max(self._worst, int(self._counts[:, ids].sum(axis=0).max()) + 1)
@@ -149,7 +170,21 @@ class PrivacyLedger:
         self._counts[device, ids] += 1
         if ids.size:
             self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
+        if self._pooled:
+            self._windows[ids] += self._window[ids] == 0
+            self._window[ids] += 1
+            if ids.size:
+                self._load = max(self._load, float(self._loads(ids, 0).max()))
+            self._close_window()
         self.releases += 1
+
+    def _close_window(self) -> None:
+        """After the release numbered ``self.releases``: close the head window if it ends."""
+        per_epoch = -(-self.schedule.dataset_size // self.release.batch_size)
+        if threats.window_closes(self.releases, self.schedule.devices, per_epoch,
+                                 self.release.head.window):
+            self._squares += self._window * self._window
+            self._window[:] = 0
 
     # ----------------------------------------------------------------- summary
     def mechanisms(self) -> list[dict]:
@@ -157,14 +192,28 @@ class PrivacyLedger:
         record so far (``count``; every release under ``eavesdropper``), its sigma, L2
         sensitivity and noise multiplier: the downlink release, then the DP head update (made
         in the same rounds from the same records) when the release has one."""
-        k, release = self._compositions(), self.release
+        k, release = self.rounds(), self.release
         z_down, z_head = release.split(release.noise_multiplier)
-        rows = [{"mechanism": "downlink", "count": k, "sigma": release.sigma,
+        rows = [{"mechanism": "downlink", "count": 0 if release.withholds else k,
+                 "sigma": release.sigma,
                  "sensitivity": release.sensitivity, "noise_multiplier": z_down}]
         if release.head is not None:
-            rows.append({"mechanism": "head", "count": k, "sigma": release.head.sigma,
+            rows.append({"mechanism": "head", "count": self.head_steps(),
+                         "sigma": release.head.sigma, "window": release.head.window,
                          "sensitivity": release.head.sensitivity, "noise_multiplier": z_head})
         return rows
+
+    def rounds(self) -> int:
+        """Downlink releases that contain the worst record (all releases under eavesdropper or
+        the seed)."""
+        return self.releases if self._counts_all_releases() else self._worst
+
+    def head_steps(self) -> int:
+        """DP head steps that contain the worst record: its rounds, or with a pooled head its
+        windows (the open one included)."""
+        if self._pooled and not self._counts_all_releases():
+            return int(self._windows.max(initial=0))
+        return self.rounds()
 
     def summary(self) -> dict:
         """epsilon spent, the budget and each mechanism (:meth:`mechanisms`), JSON-ready."""
@@ -189,6 +238,8 @@ class PrivacyLedger:
             "releases": self.releases,
             "counts": self._counts.tolist(),
             "mechanisms": self.mechanisms(),
+            **({"window_counts": self._window.tolist(), "windows": self._windows.tolist(),
+                "window_squares": self._squares.tolist()} if self._pooled else {}),
         }
 
     @classmethod
@@ -220,6 +271,17 @@ class PrivacyLedger:
             raise PrivzvError(f"ledger state: a record is in {worst} releases, more than "
                               f"releases={releases}")
         ledger._counts, ledger._worst, ledger.releases = counts, worst, releases
+        if ledger._pooled:
+            shape = (1, schedule.dataset_size)
+            for key, name in (("window_counts", "_window"), ("windows", "_windows"),
+                              ("window_squares", "_squares")):
+                if key not in state:
+                    raise PrivzvError(f"ledger state: missing {key} (a pooled DP head)")
+                setattr(ledger, name, _counts([state[key]], shape)[0])
+            if (ledger._windows > counts.sum(axis=0)).any() or (ledger._window > counts.sum(axis=0)).any():
+                raise PrivzvError("ledger state: a record is in more head windows than releases")
+            every = np.arange(schedule.dataset_size)
+            ledger._load = float(ledger._loads(every, 0).max(initial=0.0))
         return ledger
 
 

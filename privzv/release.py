@@ -32,19 +32,28 @@ def _neighbor_factor(neighbors: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class HeadUpdate:
-    """The server head's DP-SGD step, made in the same round as the downlink release.
+    """The server head's DP-SGD step.
 
-    Per-example gradients of the head's loss are clipped to L2 norm ``clip``, summed over the
-    round's batch and divided by the expected batch size ``batch_size`` (a fixed divisor, also
-    under Poisson sampling); Gaussian noise of std ``sigma`` is added to each coordinate of that
-    mean (Abadi et al. 2016, "Deep Learning with Differential Privacy", Alg. 1). Sensitivity of
-    the clipped mean: 2C_h/B (replace-one) or C_h/B (add-remove).
+    Per-example gradients of the head's loss are clipped to L2 norm ``clip``, summed and divided
+    by the fixed divisor ``batch_size`` (also under Poisson sampling); Gaussian noise of std
+    ``sigma`` is added to each coordinate of that mean (Abadi et al. 2016, "Deep Learning with
+    Differential Privacy", Alg. 1). Sensitivity of one clipped row: 2C_h/divisor (replace-one)
+    or C_h/divisor (add-remove).
+
+    ``window`` = 0: one step per round on the round's batch (divisor B), made in the same round
+    as the downlink release. ``window`` = q >= 1: one step per pooled window of the shared walk
+    (:func:`privzv.threats.window_closes`: q batches of every device, windows restarting at each
+    epoch; divisor q M B), summing the clipped rows of every round in the window. A record in c
+    of the window's batches moves the sum by c times a row's reach, so the window is one
+    Gaussian mechanism of noise multiplier sigma / (c * sensitivity) for it
+    (:mod:`privzv.threats`).
     """
 
     clip: float
     batch_size: int
     neighbors: str = "replace-one"
     sigma: float | None = None
+    window: int = 0
 
     def __post_init__(self):
         _positive("head clip", self.clip)
@@ -53,9 +62,14 @@ class HeadUpdate:
         _choice("neighbors", self.neighbors, NEIGHBORS)
         if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
             raise PrivzvError(f"head sigma={self.sigma!r}: must be a finite number >= 0")
+        if not (isinstance(self.window, int) and not isinstance(self.window, bool)
+                and self.window >= 0):
+            raise PrivzvError(f"head window={self.window!r}: must be an integer >= 0 (0: a step "
+                              "every round)")
 
     @property
     def sensitivity(self) -> float:
+        """L2 reach of one clipped row on the released mean: 2C_h or C_h over the divisor."""
         return _neighbor_factor(self.neighbors) * self.clip / self.batch_size
 
 
@@ -79,7 +93,10 @@ class Release:
     holds also under Poisson sampling, which includes or drops a record from both at once).
     ``noise_multiplier`` is that round-level z; ``head_share`` is the fraction of the round's
     1/z^2 spent on the head: z_h = z / sqrt(share), z_d = z / sqrt(1 - share) (0.5: one noise
-    multiplier for both, z_d = z_h = sqrt(2) z).
+    multiplier for both, z_d = z_h = sqrt(2) z). ``head_share`` = 1 (with a head): the whole
+    budget on the head and NO downlink release: the server sends zeros in its place
+    (``withholds``; the frozen-devices control), the round is the head's mechanism alone, z = z_h,
+    and ``sigma`` is the std of a downlink value computed at z but never sent.
     """
 
     clip: float
@@ -101,8 +118,8 @@ class Release:
             raise PrivzvError(f"sigma={self.sigma!r}: must be a finite number >= 0")
         _choice("aggregate", self.aggregate, AGGREGATES)
         _choice("neighbors", self.neighbors, NEIGHBORS)
-        if not (isinstance(self.head_share, (int, float)) and 0 < self.head_share < 1):
-            raise PrivzvError(f"head_share={self.head_share!r}: must be a number with 0 < share < 1")
+        if not (isinstance(self.head_share, (int, float)) and 0 < self.head_share <= 1):
+            raise PrivzvError(f"head_share={self.head_share!r}: must be a number with 0 < share <= 1")
         if self.head is not None and self.head.neighbors != self.neighbors:
             raise PrivzvError(f"head neighbors={self.head.neighbors!r}: must equal the release's "
                               f"{self.neighbors!r}")
@@ -117,7 +134,27 @@ class Release:
         """(z_downlink, z_head) of a round-level noise multiplier z (z_head None without a head)."""
         if self.head is None:
             return z, None
+        if self.withholds:
+            return z, z
         return z / math.sqrt(1.0 - self.head_share), z / math.sqrt(self.head_share)
+
+    @property
+    def withholds(self) -> bool:
+        """Whether no downlink is released (a head with ``head_share`` 1: zeros are sent)."""
+        return self.head is not None and self.head_share == 1
+
+    @property
+    def head_weight(self) -> float:
+        """The head's fraction of the round's 1/z^2: from the two sigmas when both are set
+        (z^2 / z_h^2), else ``head_share``; 0 without a head."""
+        if self.head is None:
+            return 0.0
+        if self.withholds:
+            return 1.0
+        if self.sigma is None or self.head.sigma is None or not self.sigma or not self.head.sigma:
+            return self.head_share
+        z = self.noise_multiplier
+        return (z * self.head.sensitivity / self.head.sigma) ** 2
 
     @property
     def noise_multiplier(self) -> float:
@@ -128,6 +165,8 @@ class Release:
         z = self.sigma / self.sensitivity
         if self.head is None:
             return z
+        if self.withholds:   # the head's mechanism alone
+            return z if self.head.sigma is None else self.head.sigma / self.head.sensitivity
         z_head = self.split(z * math.sqrt(1.0 - self.head_share))[1]   # head's z at the split
         if self.head.sigma is not None:
             z_head = self.head.sigma / self.head.sensitivity
@@ -145,7 +184,8 @@ class Release:
     def with_sigma(self, sigma: float) -> "Release":
         """This release with downlink noise std ``sigma`` (the head's std follows the split)."""
         return self.with_noise_multiplier(
-            float(sigma) / self.sensitivity * math.sqrt(1.0 - (self.head_share if self.head else 0.0)))
+            float(sigma) / self.sensitivity
+            * math.sqrt(1.0 - (self.head_share if self.head and not self.withholds else 0.0)))
 
 
 @dataclasses.dataclass(frozen=True)

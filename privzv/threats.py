@@ -28,6 +28,24 @@ given). The ledger counts the same number from the batches actually sent.
 - ``secret-subsampling``: the device sends embeddings for a super-batch of B' records (it knows
   them); the server keeps each with probability p = B/B' and tells nobody: k above with b = B',
   each round amplified with p.
+
+A pooled DP head (``HeadUpdate.window`` = q >= 1) makes one head step per window of the walk:
+under round-robin activation release n is walk index j = n // M of device n mod M, and a window
+is q consecutive walk indices of one epoch (the epoch's last window shorter), all M devices
+(:func:`window_closes`). A record is in one batch per epoch, so it is in one window per epoch,
+in c = #{m : j < n_m} of its batches. Without amplification every mechanism is Gaussian, and a
+Gaussian of noise multiplier z' on a record composes to mu^2 = sum 1/z'^2 (Dong, Roth & Su
+2022, Cor. 3.3), so with w = the head's share of the round's 1/z^2 (z_d^-2 = (1-w) z^-2, z_h^-2
+= w z^-2 for the head's per-row sensitivity) record i has mu_i^2 = K_i / z^2 with
+
+    K_i = sum over its windows of (1 - w) c + w c^2
+
+(downlink rounds count once each, a window's head step c^2 times). The worst record is in the
+first batch of every epoch: K = sum_e f(#{m : e s < n_m}) with f(c) = (1 - w) c + w c^2, the
+``compositions`` of its Exposure (not an integer: an effective count of Gaussian releases at
+noise multiplier z). Only ``device`` under round-robin is accounted this way; other threats and
+activation orders are refused (:func:`check`). The ledger counts the same K from the batches
+it records, whatever the order.
 """
 from __future__ import annotations
 
@@ -39,9 +57,10 @@ from privzv.release import Release, Schedule
 
 @dataclasses.dataclass(frozen=True)
 class Exposure:
-    """Releases composed per record (``compositions``) and the hiding sampling rate (or None)."""
+    """Releases composed per record (``compositions``; an effective, fractional count for a
+    pooled head, see the module docstring) and the hiding sampling rate (or None)."""
 
-    compositions: int
+    compositions: int | float
     sampling_rate: float | None
 
 
@@ -60,6 +79,12 @@ def check(release: Release, schedule: Schedule) -> None:
     (under add-remove the number of rows changes); only ``device`` (no amplification) holds.
     """
     b, d = release.batch_size, schedule.dataset_size
+    if pooled(release) and (schedule.threat != "device" or schedule.device_steps is not None):
+        raise PrivzvError(f"head window={release.head.window}: a pooled DP head is accounted only "
+                          "under threat 'device' with round-robin activation (no --device-steps, "
+                          f"no activation probabilities); got threat {schedule.threat!r}"
+                          + ("" if schedule.device_steps is None else " and given device steps")
+                          + "; use head window 0 (a head step every round)")
     if release.aggregate == "per-sample" and schedule.threat != "device":
         raise PrivzvError(f"threat={schedule.threat!r}: a per-sample release is accounted only "
                           "under threat 'device' (subsampling amplification is derived for the "
@@ -80,10 +105,42 @@ def worst_record_rounds(schedule: Schedule, batch: int) -> int:
     return sum(_ceil_div(n, per_epoch) for n in schedule.steps_per_device())
 
 
+def pooled(release: Release) -> bool:
+    """Whether the release's DP head pools windows (``HeadUpdate.window`` >= 1)."""
+    return release.head is not None and release.head.window > 0
+
+
+def window_closes(index: int, devices: int, per_epoch: int, window: int) -> bool:
+    """Whether release number ``index`` (0-based, served releases in order) ends a pooled head
+    window: it is device M-1's (index mod M = M-1) walk index j = index // M, and j is the last
+    of q = ``window`` consecutive walk indices of its epoch (s = ``per_epoch`` batches), or the
+    epoch's last."""
+    j, m = divmod(index, devices)
+    pos = j % per_epoch
+    return m == devices - 1 and (pos % window == window - 1 or pos == per_epoch - 1)
+
+
+def window_load(c, weight: float):
+    """f(c) = (1 - w) c + w c^2: a window in c of a record's batches, in units of 1/z^2."""
+    return (1.0 - weight) * c + weight * c * c
+
+
+def pooled_compositions(release: Release, schedule: Schedule) -> float:
+    """K = sum_e f(#{m : e s < n_m}): the worst record's effective count under a pooled head
+    (module docstring)."""
+    per_epoch = _ceil_div(schedule.dataset_size, release.batch_size)
+    n = schedule.steps_per_device()
+    epochs = _ceil_div(max(n), per_epoch)
+    return float(sum(window_load(sum(e * per_epoch < n_m for n_m in n), release.head_weight)
+                     for e in range(epochs)))
+
+
 def exposure(release: Release, schedule: Schedule) -> Exposure:
     """The Exposure of one record under ``schedule.threat`` (see the module docstring)."""
     check(release, schedule)
     d, b = schedule.dataset_size, release.batch_size
+    if pooled(release):
+        return Exposure(pooled_compositions(release, schedule), None)
     if schedule.threat == "device":
         return Exposure(worst_record_rounds(schedule, b), None)
     if schedule.threat == "eavesdropper":
@@ -94,4 +151,7 @@ def exposure(release: Release, schedule: Schedule) -> Exposure:
 
 def releases_per_record(release: Release, schedule: Schedule) -> int:
     """Rounds that contain the worst record under the threat (module docstring)."""
+    if pooled(release):
+        check(release, schedule)
+        return worst_record_rounds(schedule, release.batch_size)
     return exposure(release, schedule).compositions

@@ -19,7 +19,7 @@ from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 ENGINES = ("inprocess", "flower")
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share")
+               "head_clip", "head_share", "head_window")
 
 
 def build_parser() -> cliutil.Parser:
@@ -45,8 +45,12 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
     p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),
                    help="C_h of the server head's DP update (private runs), default 0.1")
-    p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True, high_open=True),
-                   help="share of each round's privacy (1/z^2) on the head update, default 0.5")
+    p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True),
+                   help="share of each round's privacy (1/z^2) on the head update, default 0.5; "
+                        "1: no downlink at all (only with --freeze devices)")
+    p.add_argument("--head-window", type=n("--head-window", low=0, integer=True),
+                   help="DP head: one step per q batches of each device, pooled (0: every round; "
+                        "default 4 under threat device with round-robin activation, else 0)")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")

@@ -19,7 +19,7 @@ CHECKPOINT_EVERY = 200   # default rounds between a run's checkpoints (not a con
 SERVER_UPDATES = ("fo", "zo")
 # Upper bounds on sizes that would otherwise exhaust memory or time (docs/cli.md, "Caps").
 CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
-        "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "epochs": 100_000.0,
+        "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "head_window": 1_000_000, "epochs": 100_000.0,
         "clip": 1e6, "head_clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
         "seed": 2**63 - 1}
 CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
@@ -43,6 +43,7 @@ class TrainConfig:
     clip: float = 10.0               # C
     head_clip: float = 0.1           # C_h: per-example clip of the server head's DP update (docs/training.md)
     head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
+    head_window: int | None = None   # DP head: one step per q batches of each device (0: every round; None: methods.head.window)
     no_clip: bool = False            # ablation (needs no noise)
     lam: float = 1e-3                # ZO smoothing lambda
     lr_device: float | None = None   # None: the method's default
@@ -119,6 +120,8 @@ class TrainConfig:
         _int_at_least("seed", self.seed, 0)
         if self.super_batch is not None:
             _int_at_least("super_batch", self.super_batch, 1)
+        if self.head_window is not None:
+            _int_at_least("head_window", self.head_window, 0)
         for name, cap in CAPS.items():
             value = getattr(self, name)
             if _finite(value) and value > cap:
@@ -126,8 +129,11 @@ class TrainConfig:
                                   " (cap against exhausting memory or time, docs/cli.md)")
         for name in ("epochs", "clip", "lam", "head_clip"):
             _positive(name, getattr(self, name))
-        if not (_finite(self.head_share) and 0 < self.head_share < 1):
-            raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1)")
+        if not (_finite(self.head_share) and 0 < self.head_share <= 1):
+            raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1]")
+        if self.head_share == 1 and self.freeze != "devices":
+            raise PrivzvError("--head-share 1: sends no downlink (the whole budget on the head), "
+                              "so the devices cannot train; only with --freeze devices")
         for name in ("lr_device", "lr_server", "sigma"):
             value = getattr(self, name)
             if value is not None and not (_finite(value) and value >= 0):
@@ -159,12 +165,12 @@ class TrainConfig:
 _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (int,), "epochs": (int, float),
           "batch_size": (int,), "epsilon": (int, float), "delta": (int, float), "threat": (str,),
           "accountant": (str,), "neighbors": (str,), "super_batch": (int,), "sigma": (int, float),
-          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
+          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "head_window": (int,), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
           "seed": (int,), "secure_noise": (bool,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "lr_device", "lr_server", "activation", "freeze"}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "head_window", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def read_json(path: str | Path, flag: str):

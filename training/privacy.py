@@ -28,12 +28,13 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     Sigma: ``config.sigma`` if given, else 0 for ``--epsilon inf``, else
     ``privzv.accounting.calibrate`` for (epsilon, delta, threat, accountant). The schedule carries
     each device's step count from the activation order the run will follow
-    (``privzv.training.sampling.Activation``), so the count per record is exact. The release
+    (``privzv.training.sampling.Activation``; None for round-robin, which a pooled DP head needs),
+    so the count per record is exact. The release
     includes the head's DP update when the head trains (``methods.head``); its sigma follows.
     """
     schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
                         threat=config.threat, super_batch=config.super_batch,
-                        device_steps=device_steps(config, rounds))
+                        device_steps=None if config.activation is None else device_steps(config, rounds))
     release = method_cls.release(config)
     if not config.private:
         return Plan(release, schedule, 0.0, None)
@@ -87,18 +88,19 @@ def ledger(config, p: Plan):
 
 def mechanisms(p: Plan, ledger) -> list[dict] | None:
     """Each DP mechanism of a private run's rounds: name, noise std, sensitivity, noise multiplier
-    and ``count``, the releases composed for the worst record so far (the ledger's k; the
-    downlink and the head update are made in the same rounds, so they share it)."""
+    and ``count``, its releases that contain the worst record so far (the ledger's k; for a
+    pooled head, its windows; ``privzv.ledger.PrivacyLedger.head_steps``)."""
     if not p.private or ledger is None:
         return None
-    k = ledger.compositions()
     release = p.release
     rows = [{"mechanism": "downlink", "sigma": release.sigma, "sensitivity": release.sensitivity,
-             "noise_multiplier": release.sigma / release.sensitivity, "count": k}]
+             "noise_multiplier": release.sigma / release.sensitivity,
+             "count": 0 if release.withholds else ledger.rounds()}]
     if release.head is not None:
         head = release.head
         rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,
-                     "noise_multiplier": head.sigma / head.sensitivity, "count": k,
+                     "noise_multiplier": head.sigma / head.sensitivity,
+                     "count": ledger.head_steps(), "window": head.window,
                      "clip": head.clip, "share": release.head_share})
     return rows
 

@@ -53,7 +53,9 @@ PRIVATE, SECRETS = "private", "secrets.json"
 
 # Paths into Scheduler.state_dict() that only the private area holds ("*": every list item).
 # A new secret (e.g. a sampler the server keeps) is one more path here.
-SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"))
+SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"),
+                # a pooled DP head's open window (training/methods/head.py), where present
+                ("method", "server", "head_pool"), ("method", "optimizer", "head_pool"))
 # Transcript entries that are their party's secret (its sampling decisions), as (party,
 # direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
 SECRET_ENTRIES = {("server", "local", "keep")}
@@ -144,7 +146,8 @@ def split_state(state: dict) -> tuple[dict, dict]:
     secret = {}
     for path in SECRET_STATE:
         for keys, parent in _parents(public, path[:-1], ()):
-            secret["/".join(map(str, keys + (path[-1],)))] = parent.pop(path[-1])
+            if isinstance(parent, dict) and path[-1] in parent:
+                secret["/".join(map(str, keys + (path[-1],)))] = parent.pop(path[-1])
     return public, secret
 
 
@@ -174,7 +177,10 @@ def _parents(tree, path: tuple, keys: tuple) -> Iterator[tuple[tuple, dict]]:
         yield keys, tree
         return
     head, rest = path[0], path[1:]
-    items = enumerate(tree) if head == "*" else [(head, tree[head])]
+    if head == "*":
+        items = enumerate(tree)
+    else:   # a path that this state does not have is skipped
+        items = [(head, tree[head])] if isinstance(tree, dict) and head in tree else []
     for k, child in items:
         yield from _parents(child, rest, keys + (k,))
 

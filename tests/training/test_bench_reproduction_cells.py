@@ -16,13 +16,18 @@ _spec.loader.exec_module(bench)
 
 
 def test_private_cells_drop_the_tuned_server_rate_and_keep_clip_and_device_rate():
+    """... and take the tuned C_h; the frozen control spends the whole budget on the head."""
     cells = bench.grid_cells(["digits"], list(bench.METHODS))
     for c in cells:
         if c.phase != "grid":
             continue
         h = HPARAMS[("digits", c.method)]
         assert (c.clip, c.lr_device) == (h["clip"], h["lr_device"])
-        assert c.lr_server == (h["lr_server"] if math.isinf(c.epsilon) else None)
+        keeps = math.isinf(c.epsilon) or c.method == "vafl"   # vafl's head is not DP
+        assert c.lr_server == (h["lr_server"] if keeps else None)
+        private = math.isfinite(c.epsilon)
+        assert c.head_clip == (h.get("head_clip") if private else None)
+        assert c.head_share == (1.0 if private and c.freeze == "devices" else None)
         assert c.accountant == "pld"
     assert len({c.key for c in cells}) == len(cells)
 

@@ -3,6 +3,7 @@ sensitivity, noise, and which runs make it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -114,7 +115,9 @@ def test_the_zo_head_derivative_is_clipped_per_example_with_sensitivity_2ch_over
 def test_a_private_run_whose_head_trains_makes_a_dp_head_update(method, tiny_config):
     config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6)
     p = privacy.plan(config, methods.get(method), records=96, rounds=24)
-    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8, sigma=p.release.head.sigma)
+    q = 0 if method == "zoo-vfl" else head.WINDOW   # pooled by default where it is accounted
+    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8 * (q * config.devices or 1),
+                                        sigma=p.release.head.sigma, window=q)
     assert p.release.head_share == 0.6 and p.release.head.sigma > 0
     z_down, z_head = p.release.split(p.result["noise_multiplier"])
     assert p.release.head.sigma == pytest.approx(z_head * p.release.head.sensitivity)
@@ -144,7 +147,7 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
         z_h = p.release.head.sigma / p.release.head.sensitivity
         assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(min(0.1, 1 / z_h))
     before = [q.clone() for q in sched.server.head.parameters()]
-    for _ in range(5):
+    for _ in range(2 * head.WINDOW + 1):   # past the first pooled window (q M = 8 rounds)
         assert sched.step()
     after = list(sched.server.head.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
@@ -166,3 +169,107 @@ def test_under_secret_subsampling_the_head_steps_with_noise_even_when_nothing_is
         empty += int(not mask.any())
         assert any(not torch.equal(a, b) for a, b in zip(before, sched.server.head.parameters()))
     assert empty >= 3
+
+
+def _pooled_step(module, q=2, devices=2, sigma=0.0, clip=1e-2):
+    dp = HeadUpdate(clip=clip, batch_size=B * devices * q, sigma=sigma, window=q)
+    return head.FirstOrderHead(module, 0.1, 0.0, dp, SeededNoise(0, "p"), walk=(devices, 10))
+
+
+def test_a_pooled_head_releases_one_noisy_clipped_sum_per_window_and_does_not_move_inside():
+    """q=2, M=2: releases 0-3 form one window; the head moves only after the 4th, by
+    lr * (sum of the 4 batches' clipped rows) / (q M B) (sigma 0)."""
+    module, rows, labels = _setup()
+    step = _pooled_step(module)
+    start = [p.detach().clone() for p in module.parameters()]
+    per = head.per_example_gradients(module, rows, labels)
+    clipped = per * torch.clamp(1e-2 / per.norm(dim=1), max=1.0)[:, None]
+    for call in range(4):
+        step.step(rows, labels)
+        moved = any(not torch.equal(a, b) for a, b in zip(start, module.parameters()))
+        assert moved == (call == 3)
+    flat = torch.cat([(a - b).reshape(-1) for a, b in zip(start, module.parameters())])
+    assert torch.allclose(flat, 0.1 * 4 * clipped.sum(0) / (B * 2 * 2), atol=1e-7)
+    assert float(step.pool.abs().sum()) == 0.0 and step.calls == 4
+
+
+def test_a_record_in_c_batches_of_a_window_moves_the_pooled_sum_by_at_most_c_times_2ch():
+    """The sensitivity the ledger charges: c * 2 C_h / (q M B) for a record in c batches."""
+    module, rows, labels = _setup()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(50.0)
+    other = [r.clone() for r in rows]
+    for r in other:
+        r[0] = -r[0] * 7 + 3          # record 0's embeddings replaced ...
+    other_labels = labels.clone()
+    other_labels[0] = (labels[0] + 1) % 3   # ... and its label
+    pools = {}
+    for c in (1, 2):
+        for name, (r, y) in {"same": (rows, labels), "other": (other, other_labels)}.items():
+            step = _pooled_step(module, q=3, devices=1)
+            for _ in range(c):
+                step.step(r, y)
+            pools[c, name] = step.pool.clone()
+    dp = HeadUpdate(clip=1e-2, batch_size=B * 3, window=3)
+    move = {c: float((pools[c, "same"] - pools[c, "other"]).norm()) / dp.batch_size
+            for c in (1, 2)}
+    assert 0.25 * dp.sensitivity < move[1] <= dp.sensitivity * (1 + 1e-6)
+    assert move[2] == pytest.approx(2 * move[1], rel=1e-5)   # c batches: c times the reach
+    assert move[2] <= 2 * dp.sensitivity * (1 + 1e-6)
+
+
+def test_the_pooled_noise_has_std_sigma_and_the_open_window_is_a_secret_of_the_checkpoint():
+    from privzv.training import run_folder
+
+    module, rows, labels = _setup()
+    base, noisy = _pooled_step(module, q=1, devices=1), _pooled_step(module, q=1, devices=1,
+                                                                     sigma=2.0)
+    draws = torch.stack([noisy.pooled_gradient(rows, labels) - base.pooled_gradient(rows, labels)
+                         for _ in range(200)])
+    assert abs(float(draws.std()) - 2.0) < 0.1
+    step = _pooled_step(module)
+    step.step(rows, labels)
+    state = {"method": {"server": step.state_dict()}}
+    public, secret = run_folder.split_state(state)
+    assert "head_pool" not in public["method"]["server"] and "method/server/head_pool" in secret
+    again = _pooled_step(module)
+    again.load_state_dict(run_folder.merge_state(public, secret)["method"]["server"])
+    assert torch.equal(again.pool, step.pool) and again.calls == 1
+
+
+def test_a_zeroth_order_head_refuses_a_pooled_window(tiny_config):
+    from privzv.errors import PrivzvError
+
+    with pytest.raises(PrivzvError, match="head-window"):
+        head.head_update(tiny_config(method="zoo-vfl", epsilon=1.0, head_window=2))
+    assert head.head_update(tiny_config(method="zoo-vfl", epsilon=1.0)).window == 0
+    assert head.head_update(tiny_config(epsilon=1.0, threat="eavesdropper")).window == 0
+    assert head.head_update(tiny_config(epsilon=1.0, activation=[0.5, 0.5])).window == 0
+
+
+def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(tiny_config,
+                                                                               tiny_scheduler):
+    """The frozen-devices control: zeros go down, the ledger composes the head alone."""
+    from privzv import accounting, gdp
+    from privzv.errors import PrivzvError
+    from privzv.ledger import PrivacyLedger
+
+    kw = dict(epsilon=1.0, freeze="devices", head_share=1.0, transcripts=True)
+    p = privacy.plan(tiny_config(**kw), methods.get("dpzv"), records=96, rounds=24)
+    assert p.release.withholds and p.release.head_weight == 1.0
+    z_h = p.release.head.sigma / p.release.head.sensitivity
+    assert p.release.noise_multiplier == pytest.approx(z_h)
+    k = accounting.exposure(p.release, p.schedule).compositions   # head windows, c^2 each
+    assert math.sqrt(k) / z_h == pytest.approx(gdp.mu_from_epsilon(1.0, 1e-5), rel=1e-6)
+    ledger = PrivacyLedger(p.release, p.schedule, 1e-5, 1.0)
+    sched = tiny_scheduler(release=p.release, ledger=ledger, **kw)
+    for _ in range(24):
+        assert sched.step()
+    downs = sched.recorder.transcripts["device0"].select("received", "delta")
+    assert downs and all(float(abs(e.fields["delta"]).sum()) == 0.0 for e in downs)
+    down, head_row = ledger.mechanisms()
+    assert down["count"] == 0 and head_row["count"] > 0
+    assert ledger.epsilon_spent() <= 1.0
+    with pytest.raises(PrivzvError, match="head-share 1"):
+        tiny_config(epsilon=1.0, head_share=1.0).validate()

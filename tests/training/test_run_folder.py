@@ -99,21 +99,31 @@ def _released(out):
 
 
 def _head_size(out):
-    """Parameters of the server head (its DP step draws that many noise values per round)."""
+    """Parameters of the server head and when its DP step draws that many noise values: after
+    the releases that end a pooled window (``privzv.threats.window_closes``)."""
+    from privzv import threats
+
     head = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["server"]["head"]
-    return sum(v.numel() for v in head.values())
+    ledger = json.loads((out / "ledger.json").read_text())
+    release, schedule = ledger["release"], ledger["schedule"]
+    walk = (schedule["devices"], -(-schedule["dataset_size"] // release["batch_size"]),
+            release["head"]["window"])
+    assert walk[2] > 0   # the default head pools windows
+    return sum(v.numel() for v in head.values()), lambda n: threats.window_closes(n, *walk)
 
 
-def _denoised(released, root, head_size):
+def _denoised(released, root, head):
     """Released minus the server stream's draws in the order the server makes them each round:
-    the downlink's noise, then the DP head step's ``head_size`` values."""
+    the downlink's noise, then, at a window's end, the DP head step's values."""
     noise = SeededNoise(root, "server")
+    size, closes = head
 
-    def downlink_draw():
+    def downlink_draw(n):
         z = float(noise.gaussian((), SIGMA))
-        noise.gaussian((head_size,), 1.0)
+        if closes(n):
+            noise.gaussian((size,), 1.0)
         return z
-    return released - np.array([downlink_draw() for _ in released])
+    return released - np.array([downlink_draw(n) for n in range(len(released))])
 
 
 def test_no_public_value_rebuilds_the_noise(private_run):

@@ -65,6 +65,8 @@ class Method(abc.ABC):
         self.config = config
         self.sigma = float(sigma if release is None else release.sigma or 0.0)
         self.head_dp = None if release is None or not self.sigma else release.head
+        # head_share 1 (the frozen-devices control): no downlink is released, zeros go instead
+        self.withholds = self.head_dp is not None and release.withholds
         self.train_devices = config.freeze != "devices"
         self.train_server = config.freeze != "server"
         self.round = 0  # set by the scheduler before each round
@@ -106,5 +108,7 @@ class Method(abc.ABC):
         """Restore what ``extra_state`` returned."""
 
     def message(self, sender: str, receiver: str, kind: str, **tensors: torch.Tensor) -> Message:
-        """A Message of this round."""
+        """A Message of this round (a withheld downlink: zeros of the same shapes)."""
+        if self.withholds and sender == "server":
+            tensors = {k: torch.zeros_like(v) for k, v in tensors.items()}
         return Message(self.round, sender, receiver, kind, tensors)

@@ -8,7 +8,12 @@ accounted with the downlink in one ledger (the round's noise multiplier combines
   Differential Privacy", Alg. 1). Per-example gradients of the head's loss on the round's
   records (``torch.func``: ``vmap(grad(functional_call))``), each clipped to L2 norm C_h, summed,
   divided by the fixed divisor B, N(0, sigma_h^2) added to every coordinate from the server's
-  generator; then the optimiser (SGD with momentum) steps on that noisy gradient.
+  generator; then the optimiser (SGD with momentum) steps on that noisy gradient. With a pooled
+  window (``--head-window q``, the default for a first-order head under threat ``device`` with
+  round-robin activation) the clipped rows of every round are summed and one noisy step is made
+  per window (:func:`privzv.threats.window_closes`), divided by q M B; the head does not move
+  inside a window. The pooled sum is secret until its window's noise is added (it is kept in
+  the run folder's private area).
 - zeroth order (:class:`ZerothOrderHead`, dpzv ``server_update: zo`` and zoo-vfl): the two-point
   step of papers/000 eq. (3) along a direction v drawn from the server's generator. Private:
   the per-example directional derivatives d_i = (l_i(theta + lam v) - l_i(theta - lam v)) / (2 lam)
@@ -30,10 +35,15 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from privzv import threats
+from privzv.errors import PrivzvError
 from privzv.release import HeadUpdate, Release
 from privzv.training import zo
 
 MAX_LR = 0.1   # default first-order DP head rate: min(MAX_LR, 1 / z_h) (issue 7's prototype)
+# default pooled window of a private first-order head, in batches of each device (q; a window
+# is q M rounds under round-robin), tuned on seed 100 (docs/results.md)
+WINDOW = 4
 
 
 def losses(head: nn.Module, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
@@ -55,11 +65,33 @@ def trains_head(config) -> bool:
     return config.freeze != "server" and config.server_kind != "sum"
 
 
+def zeroth_order(config) -> bool:
+    """Whether the run's head takes zeroth-order steps (zoo-vfl, dpzv --server-update zo)."""
+    return config.method == "zoo-vfl" or (config.method == "dpzv" and config.server_update == "zo")
+
+
+def window(config) -> int:
+    """The head's pooled window q (0: a DP step every round): ``--head-window``, else WINDOW for
+    a first-order head under threat ``device`` with round-robin activation (where it is
+    accounted, privzv.threats), else 0."""
+    if config.head_window is not None:
+        if config.head_window and zeroth_order(config):
+            raise PrivzvError(f"--head-window {config.head_window}: a zeroth-order head "
+                              f"({config.method}) steps every round; use --head-window 0")
+        return config.head_window
+    pooled = config.threat == "device" and config.activation is None and not zeroth_order(config)
+    return WINDOW if pooled else 0
+
+
 def head_update(config) -> HeadUpdate | None:
-    """The head's DP update of a private run whose head trains (sigma unset), else None."""
+    """The head's DP update of a private run whose head trains (sigma unset), else None: per
+    round (divisor B) or pooled over windows of q batches of each device (divisor q M B)."""
     if not (config.private and trains_head(config)):
         return None
-    return HeadUpdate(clip=config.head_clip, batch_size=config.batch_size, neighbors=config.neighbors)
+    q = window(config)
+    divisor = config.batch_size * (q * config.devices if q else 1)
+    return HeadUpdate(clip=config.head_clip, batch_size=divisor, neighbors=config.neighbors,
+                      window=q)
 
 
 def with_head(release: Release, config) -> Release:
@@ -77,7 +109,9 @@ def default_lr(dp: HeadUpdate | None, plain: float) -> float:
 def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "FirstOrderHead":
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     rate = default_lr(dp, plain_lr) if config.lr_server is None else float(config.lr_server)
-    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise)
+    per_epoch = -(-len(server.labels) // config.batch_size)
+    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise,
+                          walk=(config.devices, per_epoch))
 
 
 def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
@@ -96,21 +130,40 @@ def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
 
 class FirstOrderHead:
     """SGD with momentum on the head: on the batch-mean loss, or DP-SGD when ``dp`` is given
-    (a ``HeadUpdate`` with its sigma; noise from ``noise``, the server's generator)."""
+    (a ``HeadUpdate`` with its sigma; noise from ``noise``, the server's generator). A pooled
+    ``dp`` (window q >= 1) needs ``walk`` = (devices M, batches per epoch s) to find its windows'
+    ends; its step calls count the served releases, as the ledger does."""
 
     def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate | None = None,
-                 noise=None):
-        self.module, self.dp, self.noise = head, dp, noise
+                 noise=None, walk: tuple[int, int] | None = None):
+        self.module, self.dp, self.noise, self.walk = head, dp, noise, walk
         self.params = [p for p in head.parameters() if p.requires_grad]
         self.optimizer = torch.optim.SGD(self.params, lr=lr, momentum=momentum) if self.params else None
+        self.pooled = dp is not None and dp.window > 0
+        self.pool = torch.zeros(sum(p.numel() for p in self.params))   # the open window's sum
+        self.calls = 0
+
+    def clipped_sum(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        """sum_i clip_{C_h}(g_i), flat [P] (zeros for an empty batch)."""
+        if not len(labels):
+            return torch.zeros_like(self.pool)
+        return zo.clip_rows(per_example_gradients(self.module, rows, labels), self.dp.clip).sum(0)
 
     def private_gradient(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         """sum_i clip_{C_h}(g_i) / B + N(0, sigma_h^2 I): the released gradient, flat [P]."""
-        size = sum(p.numel() for p in self.params)
-        total = torch.zeros(size)
-        if len(labels):
-            total = zo.clip_rows(per_example_gradients(self.module, rows, labels), self.dp.clip).sum(0)
-        return self.noise.add_gaussian(total / self.dp.batch_size, self.dp.sigma)
+        return self.noise.add_gaussian(self.clipped_sum(rows, labels) / self.dp.batch_size,
+                                       self.dp.sigma)
+
+    def pooled_gradient(self, rows: Sequence[torch.Tensor], labels: torch.Tensor):
+        """Add the round's clipped rows to the window's sum; at the window's end, the released
+        gradient (sum / (q M B) + N(0, sigma_h^2 I)) and an empty window, else None."""
+        self.pool += self.clipped_sum(rows, labels)
+        index, self.calls = self.calls, self.calls + 1
+        if not threats.window_closes(index, *self.walk, self.dp.window):
+            return None
+        flat = self.noise.add_gaussian(self.pool / self.dp.batch_size, self.dp.sigma)
+        self.pool.zero_()
+        return flat
 
     def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
         if self.optimizer is None:
@@ -119,16 +172,29 @@ class FirstOrderHead:
             if len(labels):
                 first_order_step(self.optimizer, losses(self.module, rows, labels).mean())
             return
-        flat = self.private_gradient(rows, labels)
+        flat = (self.pooled_gradient(rows, labels) if self.pooled
+                else self.private_gradient(rows, labels))
+        if flat is None:
+            return
         for p, g in zip(self.params, flat.split([p.numel() for p in self.params])):
             p.grad = g.view_as(p).to(p.dtype)
         self.optimizer.step()
 
     def state_dict(self) -> dict | None:
-        return self.optimizer.state_dict() if self.optimizer else None
+        """The optimiser's state; a pooled head adds ``head_pool`` (its open window's sum, a
+        secret: ``privzv.training.run_folder.SECRET_STATE``, and its step count)."""
+        state = self.optimizer.state_dict() if self.optimizer else None
+        if self.pooled:
+            state = {**state, "head_pool": {"sum": self.pool.clone(),
+                                            "calls": torch.tensor(self.calls)}}
+        return state
 
     def load_state_dict(self, state: dict | None) -> None:
         if self.optimizer is not None and state is not None:
+            state = dict(state)
+            pool = state.pop("head_pool", None)
+            if self.pooled:
+                self.pool, self.calls = pool["sum"].clone(), int(pool["calls"])
             self.optimizer.load_state_dict(state)
 
 
