@@ -93,14 +93,17 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
-# PLD value discretisation: see pld_discretization. Below PLD_DISCRETIZATION_RANGE[0] the
-# connect-the-dots construction (second differences of hockey-stick values over the grid step)
-# loses its precision to round-off: at step 1e-6 the epsilon of 1e7 releases rises by 0.8%.
+# PLD value discretisation: see pld_discretization. Below a floor the connect-the-dots
+# construction (second differences of hockey-stick values over the grid step) loses its
+# precision to round-off and epsilon rises again (measured at q = 256/60000, T = 1e6 to 1e8:
+# noise from a step of 1e-6 down with privzv.vector_pld's cancellation-free deltas, from 3e-6
+# with dp-accounting's own). The floor is 1.5e-6 for q <= PLD_SMALL_Q, else 5e-6.
 # A single release's grid is not built above PLD_MAX_POINTS points, and no composition of more
 # than PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
 # evaluation to well under a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
-PLD_DISCRETIZATION_RANGE = (3e-6, 1.0)
+PLD_DISCRETIZATION_RANGE = (1.5e-6, 1.0)
+PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSED_POINTS = 4_000_000
 # dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
@@ -160,6 +163,8 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     a = 1.0 / z
     span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
     discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
+    if exposure.sampling_rate > PLD_SMALL_Q:
+        discretization = max(discretization, PLD_FLOOR_LARGE_Q)
     if not span / discretization <= PLD_MAX_POINTS:
         raise CannotAnswer(f"one release's privacy-loss grid would need about "
                            f"{span / discretization:.3g} points at discretisation "

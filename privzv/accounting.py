@@ -254,7 +254,7 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     One-sided: the returned Result's epsilon is the accountant's value at the returned sigma,
     re-evaluated, and is <= the target. seed, gdp-clt and unsampled pld and best are solved in
     closed form; the others by :func:`privzv.calibration.smallest_feasible`
-    (relative precision 6e-4 in epsilon, i.e. about 1e-4 in sigma; pld: a coarse solve at
+    (relative precision 2e-4 in epsilon; pld: a coarse solve at
     COARSE_FACTOR times the discretisation of :func:`evaluate` first).
     """
     _check(delta, accountant)

@@ -41,10 +41,10 @@ def test_the_array_built_pld_is_dp_accountings(sd, q, replace_one, disc):
         # connect-the-dots masses are second differences of deltas over (e^disc - 1): a
         # rounding difference of 1e-16 in a delta moves a mass by about 1e-16 / disc
         np.testing.assert_allclose(b._probs, a._probs, rtol=0, atol=1e-15 / disc)
-        assert b._infinity_mass == a._infinity_mass
+        assert b._infinity_mass == pytest.approx(a._infinity_mass, rel=1e-9)
     for delta in (1e-3, 1e-5, 1e-10):
         assert ours.get_epsilon_for_delta(delta) == pytest.approx(
-            theirs.get_epsilon_for_delta(delta), rel=1e-12, abs=1e-15)
+            theirs.get_epsilon_for_delta(delta), rel=1e-10, abs=1e-15)
 
 
 @pytest.mark.parametrize("sd, q, replace_one, disc", SETTINGS)
@@ -114,3 +114,35 @@ def test_two_stage_composition_is_an_upper_bound_close_to_the_direct_one(z, k):
         assert theirs * (1 - 1e-12) <= ours <= theirs * (1 + 1e-3)
     assert staged._pmf_remove._discretization == pytest.approx(
         disc * math.isqrt(math.isqrt(k)))
+
+
+@pytest.mark.parametrize("adjacency", ["REMOVE", "ADD", "REPLACE"])
+def test_hockey_stick_values_keep_their_precision_at_small_q(adjacency):
+    """delta(eps) against a 40-digit mpmath evaluation at the same cut x(eps): the
+    cancellation-free form is within 3e-17 (dp-accounting's subtraction of whole CDFs: up to
+    1.5e-16 here), which is what a grid step of 1e-6 needs (masses are second differences of
+    these values over the step)."""
+    import mpmath
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
+
+    mpmath.mp.dps = 40
+    adj, sd = AdjacencyType[adjacency], 50.0
+    ours = vector_pld.ArrayGaussianPrivacyLoss(sd, sampling_prob=Q, adjacency_type=adj)
+    theirs = GaussianPrivacyLoss(sd, sampling_prob=Q, adjacency_type=adj)
+    eps = np.array([-2e-5, 1e-6, 1e-5, 3e-5, 1e-4, 4e-4])
+    cuts = ours.inverse_privacy_losses(eps)
+    np.testing.assert_allclose(cuts, [theirs.inverse_privacy_loss(e) for e in eps], rtol=1e-12)
+
+    def cdf(t):
+        return mpmath.ncdf(mpmath.mpf(t) / sd)
+
+    def exact(e, x):
+        x = mpmath.mpf(x)
+        upper = cdf(x) if adj == AdjacencyType.ADD else (1 - Q) * cdf(x) + Q * cdf(x + 1)
+        lower = cdf(x) if adj == AdjacencyType.REMOVE else (1 - Q) * cdf(x) + Q * cdf(x - 1)
+        return float(upper - mpmath.e ** mpmath.mpf(e) * lower)
+
+    truth = np.array([exact(e, x) for e, x in zip(eps, cuts)])
+    ours_error = np.max(np.abs(ours.get_delta_for_epsilon(eps) - truth))
+    theirs_error = np.max(np.abs(theirs.get_delta_for_epsilon(eps) - truth))
+    assert ours_error <= 3e-17 and ours_error < theirs_error / 3
