@@ -191,7 +191,11 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
     except vector_pld.GridTooLarge as exc:
         raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
                            f"discretisation {discretization:.3g}") from None
-    eps = float(vector_pld.epsilon_for_delta(composed, delta))
+    slack = vector_pld.round_off_slack(composed)
+    if slack > 0.1 * delta:
+        raise CannotAnswer(f"the FFT round-off of the composed PLD (~{slack:.2g}) is not small "
+                           f"against delta {delta:g}")
+    eps = float(vector_pld.epsilon_for_delta(composed, delta - slack))
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
     return eps

@@ -67,10 +67,34 @@ def test_pld_declines_below_its_reliable_delta_and_rdp_answers_saying_so():
     exp = Exposure(1000, 256 / 60000)
     with pytest.raises(accountants.CannotAnswer, match="below"):
         accountants.pld_epsilon(2.0, exp, "add-remove", 1e-13, 1e-4)
-    at_limit = [accountants.pld_epsilon(z, exp, "add-remove", 1e-12, 1e-4)
-                for z in np.linspace(1.5, 3.0, 4)]
-    assert np.all(np.diff(at_limit) < 0)
+    # near the limit pld answers only where its round-off guard allows (next test), and
+    # monotonically in sigma
+    near_limit = [accountants.pld_epsilon(z, exp, "add-remove", 1e-10, 1e-4)
+                  for z in np.linspace(1.5, 3.0, 4)]
+    assert np.all(np.diff(near_limit) < 0)
 
+
+
+def test_pld_declines_where_fft_round_off_reaches_delta_and_rdp_answers():
+    """At delta 1e-12 and z = 0.642 (T = 1000) the composed PLD's round-off (~2e-12: the grid
+    size times its largest negative mass) is as large as delta; its epsilon there moved by 0.8%
+    between discretisations, so pld declines and rdp answers. At 1e-5 the slack is negligible."""
+    exp = Exposure(1000, 256 / 60000)
+    with pytest.raises(accountants.CannotAnswer, match="round-off"):
+        accountants.pld_epsilon(0.6421, exp, "add-remove", 1e-12, 8e-4)
+    release = Release(clip=1.0, batch_size=256, neighbors="add-remove")
+    r = account(release.with_noise_multiplier(0.6421),
+                Schedule(steps=1000, dataset_size=60000, threat="eavesdropper"), 1e-12)
+    assert r.accountant == "rdp" and "round-off" in r.fallback and r.rigorous
+    from privzv import vector_pld
+
+    single = vector_pld.gaussian_pld(0.6421, sampling_prob=256 / 60000, replace_one=False,
+                                     discretization=8e-4, log_mass_truncation_bound=-50.0)
+    composed = vector_pld.self_compose(single, 1000, 1e-17, 10 ** 7)
+    slack = vector_pld.round_off_slack(composed)
+    assert 1e-13 < slack < 1e-10
+    assert vector_pld.epsilon_for_delta(composed, 1e-5 - slack) == pytest.approx(
+        vector_pld.epsilon_for_delta(composed, 1e-5), rel=1e-6)
 
 def test_an_unusable_pld_grid_hands_over_to_rdp():
     release = Release(clip=1.0, batch_size=256, neighbors="add-remove", sigma=1e-12)
