@@ -8,8 +8,13 @@ privacy loss one grid point at a time in a Python loop (``inverse_privacy_loss``
 about 90% of a PLD evaluation at small noise multipliers (4e5 points: seconds).
 :class:`ArrayGaussianPrivacyLoss` is the same class with that inverse written over arrays; the
 formulas are dp-accounting's own (``privacy_loss_mechanism.py``: ``_inverse_privacy_loss_add``,
-``_remove``, ``_replace`` and ``common.asinh_exp``), term by term, so the PLD is dp-accounting's
-up to floating-point rounding (``tests/privzv/test_gaussian_pld.py`` compares the two).
+``_remove``, ``_replace`` and ``common.asinh_exp``), term by term, and its hockey-stick values
+cancel the sampled pair's shared part in closed form (more precise than dp-accounting's, see
+``_sampled_hockey_stick``), so the PLD is dp-accounting's up to floating-point rounding
+(``tests/privzv/test_vector_pld.py`` compares the two). Also here: dp-accounting's epsilon walk
+(:func:`epsilon_for_delta`) and FFT self-composition over arrays, a two-stage composition for
+many releases (:func:`self_compose`, :func:`coarsen`) and an FFT round-off estimate
+(:func:`round_off_slack`).
 
 The privacy loss of the pair (Balle & Wang 2018 for the Gaussian; dp-accounting's docstrings for
 the sampled pairs), with sensitivity s, noise sigma and sampling rate q:
@@ -37,7 +42,8 @@ STAGED_FROM = 10_000
 
 class ArrayGaussianPrivacyLoss(GaussianPrivacyLoss):
     """dp-accounting's GaussianPrivacyLoss whose ``get_delta_for_epsilon`` inverts the privacy
-    loss over the whole array of epsilons at once (same formulas, no Python loop)."""
+    loss over the whole array of epsilons at once (same formulas, no Python loop) and evaluates
+    the hockey-stick values without the cancellation of the shared (1-q) N(0, sigma^2) part."""
 
     def inverse_privacy_losses(self, eps: np.ndarray) -> np.ndarray:
         """``inverse_privacy_loss`` of each entry of ``eps`` (which must lie where
