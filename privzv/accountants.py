@@ -149,10 +149,10 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
     (module docstring for the pair), self-composed k times (in two stages for large k,
     :func:`privzv.vector_pld.self_compose`), with the truncated tail masses (which a pessimistic
-    PLD adds to delta) kept below delta / 1e4, and epsilon read at delta minus the FFT round-off
-    of the composition (:func:`privzv.vector_pld.round_off_slack`). An upper bound at any
+    PLD adds to delta) kept below delta / 1e4, and epsilon read allowing for the FFT round-off
+    of the composition (:func:`privzv.vector_pld.epsilon_with_round_off`). An upper bound at any
     discretisation. Raises CannotAnswer when a grid would be too large or overflows, where that
-    round-off exceeds delta / 2, and for delta < PLD_MIN_DELTA.
+    round-off reaches delta, and for delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
@@ -193,11 +193,10 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
     except vector_pld.GridTooLarge as exc:
         raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
                            f"discretisation {discretization:.3g}") from None
-    slack = vector_pld.round_off_slack(composed)
-    if slack > 0.5 * delta:
-        raise CannotAnswer(f"the FFT round-off of the composed PLD (~{slack:.2g}) is not small "
-                           f"against delta {delta:g}")
-    eps = float(vector_pld.epsilon_for_delta(composed, delta - slack))
+    try:
+        eps = float(vector_pld.epsilon_with_round_off(composed, delta))
+    except vector_pld.RoundOffTooLarge as exc:
+        raise CannotAnswer(str(exc)) from None
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
     return eps

@@ -334,14 +334,42 @@ def self_compose(distribution: pld.PrivacyLossDistribution, times: int, tail: fl
                                        compose(distribution._pmf_add))
 
 
-def round_off_slack(distribution: pld.PrivacyLossDistribution) -> float:
-    """An estimate of how far FFT round-off can move a composed PLD's delta: the grid size
-    times the largest negative mass (true masses are >= 0, so a negative one is pure round-off
-    and shows its level; FFT round-off is spread evenly over the grid). Reading epsilon at
-    delta minus this keeps the answer an upper bound where round-off matters (delta near
-    1e-12 with 1e5 points and more), and is ~0 elsewhere."""
+def round_off_slack(distribution: pld.PrivacyLossDistribution, above: float = -math.inf) -> float:
+    """An estimate of how far FFT round-off can move a composed PLD's delta(eps) for eps >=
+    ``above``: the number of grid points with a loss above ``above`` times the largest negative
+    mass (true masses are >= 0, so a negative one is pure round-off and shows its level; FFT
+    round-off is spread evenly over the grid), the larger over the remove and add PMFs."""
     # pylint: disable=protected-access
     pmfs = [distribution._pmf_remove] + ([] if distribution._symmetric
                                          else [distribution._pmf_add])
-    return max(len(p._probs) * max(0.0, -float(np.min(p._probs))) if
-               isinstance(p, pld_pmf.DensePLDPmf) and len(p._probs) else 0.0 for p in pmfs)
+    slack = 0.0
+    for p in pmfs:
+        if not isinstance(p, pld_pmf.DensePLDPmf) or not len(p._probs):
+            continue
+        first = math.floor(above / p._discretization) - p._lower_loss if math.isfinite(
+            above) else 0
+        count = len(p._probs) - min(max(first, 0), len(p._probs))
+        slack = max(slack, count * max(0.0, -float(np.min(p._probs))))
+    return slack
+
+
+def epsilon_with_round_off(distribution: pld.PrivacyLossDistribution, delta: float) -> float:
+    """The smaller of two epsilons that stay upper bounds under the FFT round-off estimate of
+    :func:`round_off_slack`: epsilon at delta minus the whole grid's slack (when that is at most
+    delta / 2), and epsilon at delta / 2 when the points above it carry at most delta / 2 of
+    slack. RoundOffTooLarge when neither holds."""
+    candidates = []
+    whole = round_off_slack(distribution)
+    if whole <= 0.5 * delta:
+        candidates.append(epsilon_for_delta(distribution, delta - whole))
+    half = epsilon_for_delta(distribution, 0.5 * delta)
+    if round_off_slack(distribution, above=half) <= 0.5 * delta:
+        candidates.append(half)
+    if not candidates:
+        raise RoundOffTooLarge(f"the FFT round-off of the composed PLD (~{whole:.2g}) is not "
+                               f"small against delta {delta:g}")
+    return min(candidates)
+
+
+class RoundOffTooLarge(Exception):
+    """The composed PLD's FFT round-off reaches delta."""

@@ -41,7 +41,8 @@ def test_tf_privacy_huge_dataset_case_is_answered_by_pld_far_below_rdp():
     """TF-Privacy Test2: n = 1e8, batch 1024, z = 0.1, 10 epochs, delta 1e-7: eps 5907982.31
     (RDP, optimal order 1.25; the classic conversion). dp-accounting's RDP gives about 7.8e3;
     issue 9 measured 4.89e7 from the old pld. best must be at most both, and agree with
-    dp-accounting's own pessimistic PLD composed directly (discretisation 1e-2): about 1.2e3."""
+    dp-accounting's own pessimistic PLD composed directly (discretisation 1e-2): about 1.2e3
+    (privzv: 1.22e3, allowing for round-off)."""
     import dp_accounting  # noqa: F401 - the PLD below
     from dp_accounting.pld import privacy_loss_distribution as pld
 
@@ -57,7 +58,9 @@ def test_tf_privacy_huge_dataset_case_is_answered_by_pld_far_below_rdp():
     direct = pld.PrivacyLossDistribution(
         single._pmf_remove.to_dense_pmf().self_compose(k, 1e-16),
         single._pmf_add.to_dense_pmf().self_compose(k, 1e-16)).get_epsilon_for_delta(delta)
-    assert r.epsilon == pytest.approx(direct, rel=1e-3) and r.epsilon < rdp.epsilon / 5
+    # privzv allows for the FFT round-off of its composition (accountants.pld_epsilon), which
+    # here costs about 2%; dp-accounting's direct reading does not
+    assert direct * (1 - 1e-3) <= r.epsilon <= direct * 1.03 and r.epsilon < rdp.epsilon / 5
 
 
 def test_opacus_gdp_accountant_bracket():
