@@ -93,19 +93,23 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
-# PLD value discretisation: see pld_discretization; a privacy-loss grid estimated to need more
-# points than PLD_MAX_POINTS is not built (the next rigorous accountant answers instead): this
-# bounds the time of one evaluation to about a second.
+# PLD value discretisation: see pld_discretization. Below a floor the connect-the-dots
+# construction (second differences of hockey-stick values over the grid step) loses its
+# precision to round-off and epsilon rises again (measured at q = 256/60000, T = 1e6 to 1e8:
+# noise from a step of 1e-6 down with privzv.vector_pld's cancellation-free deltas, from 3e-6
+# with dp-accounting's own). The floor is 1.5e-6 for q <= PLD_SMALL_Q, else 5e-6.
+# A single release's grid is not built above PLD_MAX_POINTS points, and no composition of more
+# than PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
+# evaluation to well under a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
-PLD_DISCRETIZATION_RANGE = (1e-7, 1.0)
+PLD_DISCRETIZATION_RANGE = (1.5e-6, 1.0)
+PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
-PLD_MAX_COMPOSITIONS = 1_000_000
+PLD_MAX_COMPOSED_POINTS = 4_000_000
 # dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
 # epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
 # shows it): below this delta, pld does not answer and rdp (log-space, exact) does.
 PLD_MIN_DELTA = 1e-12
-_FIRST_POWER = 16
-_STAGED_FROM = 100_000
 
 
 class CannotAnswer(Exception):
@@ -136,22 +140,22 @@ def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
 
 def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                 discretization: float) -> float:
-    """Pessimistic PLD epsilon (dp-accounting ``privacy_loss_distribution``) of the exposure.
+    """Pessimistic PLD epsilon of the exposure (dp-accounting's ``privacy_loss_distribution``,
+    built and read over arrays by :mod:`privzv.vector_pld`).
 
     Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
     (mu = sqrt(k)/z; Dong, Roth & Su 2022, Cor. 3.3) and its (epsilon, delta) curve is the
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
     With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
-    (module docstring for the pair), self-composed k times, with the truncated tail masses (which
-    a pessimistic PLD adds to delta) kept below delta / 1e4. An upper bound at any
-    discretisation. Raises CannotAnswer when the grid would be too large or overflows, for
-    delta < PLD_MIN_DELTA and for more than PLD_MAX_COMPOSITIONS releases.
+    (module docstring for the pair), self-composed k times (in two stages for large k,
+    :func:`privzv.vector_pld.self_compose`), with the truncated tail masses (which a pessimistic
+    PLD adds to delta) kept below delta / 1e4, and epsilon read allowing for the FFT round-off
+    of the composition (:func:`privzv.vector_pld.epsilon_with_round_off`). An upper bound at any
+    discretisation. Raises CannotAnswer when a grid would be too large or overflows, where that
+    round-off reaches delta, and for delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
-    if exposure.compositions > PLD_MAX_COMPOSITIONS:
-        raise CannotAnswer(f"k={exposure.compositions} compositions: above "
-                           f"{PLD_MAX_COMPOSITIONS:.0e}, a PLD evaluation takes seconds")
     if delta < PLD_MIN_DELTA:
         raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD's FFT "
                            "round-off dominates")
@@ -161,12 +165,12 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     a = 1.0 / z
     span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
     discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
-    # the composed grid: about mu^2/2 + 10 mu wide, mu the GDP (CLT) estimate of the whole run
-    mu = min(clt_mu(z, exposure), 1e6)
-    points = max(span, 0.5 * mu * mu + 10.0 * mu) / discretization
-    if not points <= PLD_MAX_POINTS:
-        raise CannotAnswer(f"the privacy-loss grid would need about {points:.3g} points at "
-                           f"discretisation {discretization:.3g}")
+    if exposure.sampling_rate > PLD_SMALL_Q:
+        discretization = max(discretization, PLD_FLOOR_LARGE_Q)
+    if not span / discretization <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"one release's privacy-loss grid would need about "
+                           f"{span / discretization:.3g} points at discretisation "
+                           f"{discretization:.3g}")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
                             float(delta), float(discretization), log_truncation)
@@ -176,26 +180,23 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
 
 @functools.lru_cache(maxsize=4096)
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
-    import dp_accounting as dpa
-    from dp_accounting.pld import privacy_loss_distribution as pld
+    from privzv import vector_pld
 
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if neighbors == "replace-one"
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    single = pld.from_gaussian_mechanism(
-        standard_deviation=2.0 * z if neighbors == "replace-one" else z,
-        value_discretization_interval=discretization, log_mass_truncation_bound=log_truncation,
-        sampling_prob=q, neighboring_relation=relation, pessimistic_estimate=True)
-    # For large k compose a small power first: dp-accounting's sparse self_compose evaluates
-    # size**k as a Python integer (seconds for k ~ 1e7); a power >= _FIRST_POWER is dense
-    # whenever the single release has >= 2 grid points (ensured by pld_epsilon).
+    # dp-accounting's from_gaussian_mechanism (pessimistic, connect-the-dots), built over arrays
+    replace_one = neighbors == "replace-one"
+    single = vector_pld.gaussian_pld(2.0 * z if replace_one else z, sampling_prob=q,
+                                     replace_one=replace_one, discretization=discretization,
+                                     log_mass_truncation_bound=log_truncation)
     tail = min(1e-15, 1e-4 * delta) / 3.0
-    first = _FIRST_POWER if k > _STAGED_FROM else 1
-    composed = single.self_compose(first, tail_mass_truncation=tail) if first > 1 else single
-    composed = composed.self_compose(k // first, tail_mass_truncation=tail)
-    if k % first:
-        composed = composed.compose(single.self_compose(k % first, tail_mass_truncation=tail),
-                                    tail_mass_truncation=tail)
-    eps = float(composed.get_epsilon_for_delta(delta))
+    try:
+        composed = vector_pld.self_compose(single, k, tail, PLD_MAX_COMPOSED_POINTS)
+    except vector_pld.GridTooLarge as exc:
+        raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
+                           f"discretisation {discretization:.3g}") from None
+    try:
+        eps = float(vector_pld.epsilon_with_round_off(composed, delta))
+    except vector_pld.RoundOffTooLarge as exc:
+        raise CannotAnswer(str(exc)) from None
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
     return eps

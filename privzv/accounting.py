@@ -17,7 +17,7 @@ from privzv.errors import PrivzvError
 from privzv.release import THREATS, Release, Schedule
 from privzv.threats import Exposure, exposure, releases_per_record
 
-__all__ = ["ACCOUNTANTS", "Result", "Bound", "account", "calibrate", "account_all",
+__all__ = ["ACCOUNTANTS", "Result", "Unanswered", "Bound", "account", "calibrate", "account_all",
            "calibrate_all", "account_exposure", "calibrate_exposure", "evaluate",
            "checked_exposure", "releases_per_record"]
 
@@ -74,6 +74,11 @@ def _check(delta: float, accountant: str) -> None:
         raise PrivzvError(f"delta={delta!r}: must be a number with 0 < delta < 1")
     if accountant not in ACCOUNTANTS:
         raise PrivzvError(f"accountant={accountant!r}: allowed are {', '.join(ACCOUNTANTS)}")
+
+
+def _check_epsilon(epsilon: float) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise PrivzvError(f"epsilon={epsilon!r}: must be a finite number > 0")
 
 
 def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
@@ -253,7 +258,7 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     One-sided: the returned Result's epsilon is the accountant's value at the returned sigma,
     re-evaluated, and is <= the target. seed, gdp-clt and unsampled pld and best are solved in
     closed form; the others by :func:`privzv.calibration.smallest_feasible`
-    (relative precision 6e-4 in epsilon, i.e. about 1e-4 in sigma; pld: a coarse solve at
+    (relative precision 2e-4 in epsilon; pld: a coarse solve at
     COARSE_FACTOR times the discretisation of :func:`evaluate` first).
     """
     _check(delta, accountant)
@@ -266,8 +271,7 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
     """:func:`calibrate` for a given Exposure (``schedule`` names the threat; the seed reads
     it)."""
     _check(delta, accountant)
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise PrivzvError(f"epsilon={epsilon!r}: must be a finite number > 0")
+    _check_epsilon(epsilon)
     b, d, t = release.batch_size, schedule.dataset_size, schedule.steps
 
     def bound(z, coarseness=1.0):
@@ -301,24 +305,61 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
     return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
 
-def _side_by_side(release: Release, schedule: Schedule, run) -> list[Result]:
+@dataclasses.dataclass(frozen=True)
+class Unanswered:
+    """A row of :func:`account_all` / :func:`calibrate_all` that has no finite answer (an epsilon
+    beyond the floating-point range, an unreachable target): ``reason`` says why. The other
+    rows still answer."""
+
+    threat: str
+    requested: str
+    neighbors: str
+    delta: float
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "accountant": None, "answered": False}
+
+
+def _side_by_side(release: Release, schedule: Schedule, delta: float,
+                  run) -> list[Result | Unanswered]:
     """``run(release, schedule, accountant)`` for seed once, then every threat x rigorous/CLT
-    accountant (secret-subsampling only when the schedule has a super_batch)."""
-    results = [run(release, schedule, "seed")]
-    for threat in THREATS:
-        if threat == "secret-subsampling" and schedule.super_batch is None:
-            continue
-        sched = dataclasses.replace(schedule, threat=threat)
-        results.extend(run(release, sched, name) for name in ("pld", "rdp", "gdp-clt"))
+    accountant (secret-subsampling only when the schedule has a super_batch). A row whose
+    accountant has no finite answer becomes an :class:`Unanswered` saying why (the callers
+    check the input first, so bad input still raises PrivzvError)."""
+    rows = [("seed", schedule)] + [
+        (name, dataclasses.replace(schedule, threat=threat)) for threat in THREATS
+        if threat != "secret-subsampling" or schedule.super_batch is not None
+        for name in ("pld", "rdp", "gdp-clt")]
+    results = []
+    for name, sched in rows:
+        try:
+            result = run(release, sched, name)
+            if not all(math.isfinite(v) for v in (result.sigma, result.noise_multiplier,
+                                                   result.epsilon)):
+                raise PrivzvError("epsilon or sigma exceeds the floating-point range")
+        except PrivzvError as exc:
+            kind = "rigorous answer" if name in accountants.RIGOROUS else "answer"
+            result = Unanswered(sched.threat, name, release.neighbors, delta,
+                                f"no {kind}: {exc}")
+        results.append(result)
     return results
 
 
-def account_all(release: Release, schedule: Schedule, delta: float) -> list[Result]:
-    """:func:`account` for the seed and for every threat x accountant, side by side."""
-    return _side_by_side(release, schedule, lambda r, s, a: account(r, s, delta, a))
+def account_all(release: Release, schedule: Schedule,
+                delta: float) -> list[Result | Unanswered]:
+    """:func:`account` for the seed and for every threat x accountant, side by side; a row
+    without a finite answer is an :class:`Unanswered`."""
+    checked_exposure(release, schedule, delta, "best")   # bad input fails here, not per row
+    return _side_by_side(release, schedule, delta, lambda r, s, a: account(r, s, delta, a))
 
 
 def calibrate_all(epsilon: float, delta: float, release: Release,
-                  schedule: Schedule) -> list[Result]:
-    """:func:`calibrate` for the seed and for every threat x accountant, side by side."""
-    return _side_by_side(release, schedule, lambda r, s, a: calibrate(epsilon, delta, r, s, a))
+                  schedule: Schedule) -> list[Result | Unanswered]:
+    """:func:`calibrate` for the seed and for every threat x accountant, side by side; a row
+    without a finite answer is an :class:`Unanswered`."""
+    _check(delta, "best")   # bad input fails here, not per row
+    _check_epsilon(epsilon)
+    exposure(release, schedule)
+    return _side_by_side(release, schedule, delta,
+                         lambda r, s, a: calibrate(epsilon, delta, r, s, a))

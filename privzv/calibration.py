@@ -23,7 +23,7 @@ Z_RANGE = (1e-4, 1e6)
 def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: float,
                       model_mu: Callable[[float], float],
                       model_inverse: Callable[[float], float], *, start: float | None = None,
-                      eps_rtol: float = 6e-4, z_rtol: float = 1e-6) -> tuple[float, float]:
+                      eps_rtol: float = 2e-4, z_rtol: float = 1e-6) -> tuple[float, float]:
     """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
     or z within z_rtol (relative) of an infeasible z.
 

@@ -124,6 +124,37 @@ def strict(value, default: Callable | None = None):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def read_json(path: str | os.PathLike, name: str, *, max_bytes: int | None = None):
+    """The strict JSON in ``path`` (no NaN/Infinity token: privzv never writes one); at most
+    ``max_bytes`` when given. Anything else is a one-line PrivzvError that starts with ``name``:
+    no such file, a directory, unreadable, too large, not UTF-8, not JSON (with the parser's
+    reason and line)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise PrivzvError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise PrivzvError(f"{name}: is a directory, not a JSON file") from None
+    except OSError as exc:
+        raise PrivzvError(f"{name}: cannot be read ({exc.strerror})") from None
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise PrivzvError(f"{name}: larger than {max_bytes} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise PrivzvError(f"{name}: not a UTF-8 text file") from None
+    except json.JSONDecodeError as exc:
+        raise PrivzvError(f"{name}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise PrivzvError(f"{name}: not JSON ({reason})") from None
+
+
+def _no_constant(token: str):
+    raise ValueError(f"{token} is not a JSON number (use null for an infinite epsilon)")
+
+
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
              quiet: bool = False):
     """A tqdm bar on a terminal; silent under --json (``quiet``) or when stderr is piped."""

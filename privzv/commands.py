@@ -196,15 +196,17 @@ def _account(args) -> int:
 
 
 def _emit(args, results, compare: str) -> int:
-    for r in results:   # strict JSON: no Infinity or NaN (an unbounded seed epsilon, say)
-        if not all(math.isfinite(v) for v in (r.sigma, r.noise_multiplier, r.epsilon)):
-            raise PrivzvError(f"{r.accountant}: epsilon or sigma exceeds the floating-point "
-                              "range for these inputs (no finite answer); give more noise")
+    """Print the answer(s). A single answer must be finite (strict JSON: no Infinity or NaN);
+    under --all a row without a finite answer is already an Unanswered saying why."""
     if args.all:
         out = {"results": [r.to_dict() for r in results]}
         cliutil.emit(out, args.json, lambda o: _table(o["results"], compare))
-    else:
-        cliutil.emit(results[0].to_dict(), args.json, _single)
+        return 0
+    r = results[0]
+    if not all(math.isfinite(v) for v in (r.sigma, r.noise_multiplier, r.epsilon)):
+        raise PrivzvError(f"{r.accountant}: epsilon or sigma exceeds the floating-point "
+                          "range for these inputs (no finite answer); give more noise")
+    cliutil.emit(r.to_dict(), args.json, _single)
     return 0
 
 
@@ -227,23 +229,28 @@ def _single(r: dict) -> str:
 def _table(rows: list[dict], compare: str) -> str:
     """A small table; the last column is sigma (calibrate) or epsilon (account) over the seed's.
     With a DP head, a "head sigma" column follows the (downlink) sigma."""
-    seed = next(r[compare] for r in rows if r["accountant"] == "seed")
-    with_head = rows[0]["head_sigma"] is not None
+    seed = next((r[compare] for r in rows if r["accountant"] == "seed"), None)
+    with_head = any(r.get("head_sigma") is not None for r in rows)
     head = (f"{'threat':<19}{'accountant':<11}{'guarantee':<13}{'sigma':>11}"
             + (f"{'head sigma':>11}" if with_head else "")
             + f"{'noise mult.':>12}{'epsilon':>11}{'k':>8}{'q':>10}{f'{compare} / seed':>16}")
     lines = [head, "-" * len(head)]
     for r in rows:
+        if r["accountant"] is None:   # an Unanswered row
+            threat = "(any: ignored)" if r["requested"] == "seed" else r["threat"]
+            lines.append(f"{threat:<19}{r['requested']:<11}{r['reason']}")
+            continue
         guarantee = ("NOT RIGOROUS" if r["accountant"] == "seed" else
                      "upper bound" if r["rigorous"] else "approximate")
         threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
         name = r["accountant"] if r["requested"] in (None, r["accountant"]) else (
             f"{r['requested']}>{r['accountant']}")   # a fallback: requested > answered
         q = "-" if r["sampling_rate"] is None else f"{r['sampling_rate']:.4g}"
+        ratio = "-" if seed is None else f"{r[compare] / seed:.3g}x"
         lines.append(f"{threat:<19}{name:<11}{guarantee:<13}{r['sigma']:>11.5g}"
                      + (f"{r['head_sigma']:>11.5g}" if with_head else "")
                      + f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
-                     f"{r['compositions']:>8}{q:>10}{r[compare] / seed:>15.3g}x")
+                     f"{r['compositions']:>8}{q:>10}{ratio:>16}")
     lines.append(f"delta {rows[0]['delta']:.3g}, neighbors {rows[0]['neighbors']}. The seed row is "
                  "the DPZV paper's formula (Theorem VI.5), not a privacy guarantee; compare it "
                  "with the rigorous rows. a>b: accountant a could not answer, b did.")

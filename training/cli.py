@@ -40,7 +40,8 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--delta", type=n("--delta", low=0, high=1, low_open=True, high_open=True),
                    help="default 1e-5")
     p.add_argument("--threat", choices=THREATS)
-    p.add_argument("--accountant", choices=ACCOUNTANTS)
+    p.add_argument("--accountant", choices=ACCOUNTANTS, help="default best (the smaller rigorous "
+                   "bound of pld and rdp, as for calibrate and account)")
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
     p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),

@@ -8,10 +8,10 @@ apply, and tuned values for the embedded datasets (docs/training.md) elsewhere.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
+from privzv.cliutil import read_json
 from privzv.errors import PrivzvError
 
 FREEZE = ("devices", "server")
@@ -36,7 +36,7 @@ class TrainConfig:
     epsilon: float = math.inf        # inf: no noise (unless sigma is given)
     delta: float = 1e-5
     threat: str = "device"
-    accountant: str = "pld"
+    accountant: str = "best"
     neighbors: str = "replace-one"
     super_batch: int | None = None   # B' of threat "secret-subsampling"
     sigma: float | None = None       # give the noise std directly instead of calibrating it
@@ -94,7 +94,7 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "TrainConfig":
-        d = read_json(path, "--config")
+        d = read_json(path, f"--config {str(path)!r}", max_bytes=CONFIG_BYTES)
         if not isinstance(d, dict):
             raise PrivzvError(f"--config {str(path)!r}: must hold a JSON object")
         return cls.from_dict(d)
@@ -171,35 +171,6 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
           "seed": (int,), "secure_noise": (bool,)}
 _OPTIONAL = {"data_dir", "super_batch", "sigma", "head_window", "lr_device", "lr_server", "activation", "freeze"}
-
-
-def read_json(path: str | Path, flag: str):
-    """The strict JSON (no NaN/Infinity) in ``path``, at most CONFIG_BYTES; errors name ``flag``."""
-    name = f"{flag} {str(path)!r}"
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise PrivzvError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise PrivzvError(f"{name}: is a directory, not a JSON file") from None
-    except OSError as exc:
-        raise PrivzvError(f"{name}: cannot be read ({exc.strerror})") from None
-    if len(raw) > CONFIG_BYTES:
-        raise PrivzvError(f"{name}: larger than {CONFIG_BYTES} bytes")
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except UnicodeDecodeError:
-        raise PrivzvError(f"{name}: not a UTF-8 text file") from None
-    except json.JSONDecodeError as exc:
-        raise PrivzvError(f"{name}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise PrivzvError(f"{name}: not JSON ({reason})") from None
-
-
-def _no_constant(token: str):
-    raise ValueError(f"{token} is not a JSON number (use null for an infinite epsilon)")
 
 
 def _finite(value) -> bool:

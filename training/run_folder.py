@@ -42,6 +42,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from privzv.cliutil import read_json
 from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
 
@@ -111,15 +112,6 @@ def _torch_save(path: Path, obj, *, private: bool = False) -> None:
     import torch
 
     atomic_write(path, lambda fh: torch.save(obj, fh), private=private)
-
-
-def _read_json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PrivzvError(f"{what}: missing") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise PrivzvError(f"{what}: corrupt ({str(exc).splitlines()[0][:80]})") from None
 
 
 def _torch_load(path: Path, what: str):
@@ -337,7 +329,7 @@ class RunFolder:
                                              "source": "given" if given else "os-entropy"}, private=True)
 
     def read_secrets(self) -> dict:
-        s = _read_json(self.private / SECRETS, f"{PRIVATE}/{SECRETS}")
+        s = read_json(self.private / SECRETS, f"{PRIVATE}/{SECRETS}")
         _expect(isinstance(s, dict) and s.get("run_id") == self.run_id
                 and isinstance(s.get("secret_seed"), int), f"{PRIVATE}/{SECRETS}: does not belong to "
                 f"run {self.run_id} (or is corrupt)")
@@ -348,7 +340,7 @@ class RunFolder:
 
     def read_config(self) -> dict:
         """The saved config.json (format checked); sets ``run_id``."""
-        saved = _read_json(self.path / CONFIG, CONFIG)
+        saved = read_json(self.path / CONFIG, CONFIG)
         _expect(isinstance(saved, dict) and saved.get("format") == FORMAT,
                 f"{CONFIG}: format {saved.get('format') if isinstance(saved, dict) else None!r}, "
                 f"expected {FORMAT}")
@@ -425,7 +417,7 @@ class RunFolder:
             if key == "schedule" and isinstance(got, dict):
                 got = {k: got.get(k) for k in want}
             _expect(got == want, f"{JOURNAL}: ledger {key} {got!r} differs from {CONFIG}'s {want!r}")
-        saved = _read_json(self.path / LEDGER, LEDGER)
+        saved = read_json(self.path / LEDGER, LEDGER)
         _expect(isinstance(saved, dict) and isinstance(saved.get("releases"), int)
                 and not isinstance(saved.get("releases"), bool),
                 f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
@@ -623,7 +615,7 @@ def public_config(run_dir, flag: str = "--run") -> dict:
                           "public files")
     if not (run / CONFIG).is_file():
         raise PrivzvError(f"{flag} {str(run)!r}: not a training run (no {CONFIG})")
-    saved = _read_json(run / CONFIG, f"{flag} {str(run)!r}: {CONFIG}")
+    saved = read_json(run / CONFIG, f"{flag} {str(run)!r}: {CONFIG}")
     _expect(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
             f"{flag} {str(run)!r}: {CONFIG} is not a run's config")
     return saved

@@ -64,6 +64,58 @@ def test_all_lists_every_threat_and_shows_the_gap(capsys):
     assert code == 0 and "NOT RIGOROUS" in out and "sigma / seed" in out
 
 
+
+def test_all_answers_the_rows_it_can_and_says_why_not_for_the_others(capsys):
+    """At sigma 1e-6 the gdp-clt eavesdropper epsilon overflows; that row says why
+    (no Infinity token, exit code 0) and every other row still prints its epsilon."""
+    argv = ["account", "--sigma", "1e-6", "--delta", "1e-5", "--steps", "1000",
+            "--dataset-size", "60000", "--batch-size", "256", "--clip", "1", "--all"]
+    obj = run_json(capsys, *argv)
+    missing = [r for r in obj["results"] if r["accountant"] is None]
+    answered = [r for r in obj["results"] if r["accountant"] is not None]
+    assert [(r["threat"], r["requested"]) for r in missing] == [("eavesdropper", "gdp-clt")]
+    assert missing[0]["reason"].startswith("no answer: ") and not missing[0]["answered"]
+    assert "floating-point range" in missing[0]["reason"]
+    assert len(answered) == 6 and all(r["epsilon"] > 1e5 for r in answered)
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and not err and "no answer: " in out and "device" in out
+    # an unreachable target: calibrate says so in its rows and answers the others
+    obj = run_json(capsys, "calibrate", "--epsilon", "1e-9", "--delta", "1e-12", *RELEASE[2:],
+                   "--all")
+    reasons = {(r["threat"], r["requested"]): r["reason"] for r in obj["results"]
+               if r["accountant"] is None}
+    assert reasons and all("unreachable" in why for why in reasons.values())
+    assert any(r["accountant"] is not None for r in obj["results"])
+    # bad input is still exit code 2
+    code, _, err = run(capsys, *argv[:4], "2", *argv[5:])
+    assert code == 2 and "--delta '2'" in err
+
+
+def test_the_one_strict_json_reader_names_the_file_and_the_problem(tmp_path):
+    """cliutil.read_json serves --config and the run folder: one line naming the file."""
+    from privzv.cliutil import read_json
+    from privzv.errors import PrivzvError
+
+    good = tmp_path / "good.json"
+    good.write_text('{"a": [1, 2.5, null]}')
+    assert read_json(good, "x") == {"a": [1, 2.5, None]}
+    cases = [(tmp_path / "absent.json", None, "no such file"),
+             (tmp_path, None, "is a directory"),
+             (good, 5, "larger than 5 bytes")]
+    for name, content, why in [("nan.json", '{"a": NaN}', "NaN is not a JSON number"),
+                               ("inf.json", "[Infinity]", "Infinity is not a JSON number"),
+                               ("bad.json", "{not json", "not JSON (Expecting"),
+                               ("bin.json", b"\xff\xfe", "not a UTF-8 text file")]:
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        cases.append((path, None, why))
+    for path, limit, why in cases:
+        with pytest.raises(PrivzvError) as info:
+            read_json(path, f"--thing {path.name}", max_bytes=limit)
+        message = str(info.value)
+        assert message.startswith(f"--thing {path.name}: ") and why in message
+        assert len(message.splitlines()) == 1
+
 BAD = [
     (["convert", "--epsilon", "1"], "exactly two"),
     (["convert", "--mu", "1", "--epsilon", "1", "--delta", "1e-5"], "exactly two"),

@@ -37,15 +37,30 @@ def test_rdp_peer_values(source, z, q, steps, delta, published):
     assert best.epsilon <= rdp.epsilon and best.rigorous
 
 
-def test_tf_privacy_huge_dataset_case_is_answered_by_rdp_not_a_useless_pld():
+def test_tf_privacy_huge_dataset_case_is_answered_by_pld_far_below_rdp():
     """TF-Privacy Test2: n = 1e8, batch 1024, z = 0.1, 10 epochs, delta 1e-7: eps 5907982.31
-    (RDP, optimal order 1.25; the classic conversion). Tiny z makes the PLD grid unusable
-    (issue 9 measured 4.89e7 from it); best must answer with rdp, at most the published value
-    (dp-accounting's orders reach down to 1.1 and its conversion is tighter: about 7.8e3)."""
-    n, batch = 100_000_000, 1024
-    r = privzv.epsilon(0.1, 1e-7, sample_rate=batch / n, steps=math.ceil(10 * n / batch))
-    assert r.accountant == "rdp" and r.rigorous
-    assert r.epsilon <= 5907982.31138195 and "pld:" in r.fallback
+    (RDP, optimal order 1.25; the classic conversion). dp-accounting's RDP gives about 7.8e3;
+    issue 9 measured 4.89e7 from the old pld. best must be at most both, and agree with
+    dp-accounting's own pessimistic PLD composed directly (discretisation 1e-2): about 1.2e3
+    (privzv: 1.22e3, allowing for round-off)."""
+    import dp_accounting  # noqa: F401 - the PLD below
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    n, batch, delta = 100_000_000, 1024, 1e-7
+    q, k = batch / n, math.ceil(10 * n / batch)
+    r = privzv.epsilon(0.1, delta, sample_rate=q, steps=k)
+    rdp = privzv.epsilon(0.1, delta, sample_rate=q, steps=k, accountant="rdp")
+    assert r.accountant == "pld" and r.rigorous and r.fallback is None
+    assert r.epsilon <= rdp.epsilon <= 5907982.31138195
+    single = pld.from_gaussian_mechanism(0.1, value_discretization_interval=1e-2,
+                                         sampling_prob=q,
+                                         log_mass_truncation_bound=math.log(delta) - 10)
+    direct = pld.PrivacyLossDistribution(
+        single._pmf_remove.to_dense_pmf().self_compose(k, 1e-16),
+        single._pmf_add.to_dense_pmf().self_compose(k, 1e-16)).get_epsilon_for_delta(delta)
+    # privzv allows for the FFT round-off of its composition (accountants.pld_epsilon), which
+    # here costs about 2%; dp-accounting's direct reading does not
+    assert direct * (1 - 1e-3) <= r.epsilon <= direct * 1.03 and r.epsilon < rdp.epsilon / 5
 
 
 def test_opacus_gdp_accountant_bracket():

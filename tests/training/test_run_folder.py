@@ -321,6 +321,8 @@ def _set_config(key, value):
     ("counts zeroed", "ledger.json", _zero_counts, ["ledger.json", "differs"]),
     ("budget raised", "ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
     ("releases not a number", "ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
+    ("NaN token", "ledger.json", _set("epsilon_budget", float("nan")),
+     ["ledger.json", "not JSON", "NaN"]),   # the run folder reads strict JSON, as --config does
     ("sigma lowered", "config.json", _set("sigma", 0.001), ["sigma"]),
     ("sigma zero", "config.json", _set("sigma", 0.0), ["sigma"]),
     ("budget raised in config", "config.json", _set_config("epsilon", 1e6), ["epsilon"]),

@@ -83,6 +83,16 @@ def test_an_eavesdropper_run_uses_poisson_batches_drawn_by_the_server(tmp_path):
                                  transcripts=True)
     summary = run.train(config, tmp_path, secret_seed=9)
     assert summary["rounds"] == summary["rounds_planned"] and summary["epsilon_spent"] <= 1.0
+    # the default accountant is best (as for calibrate/account), and the ledger keeps it: its
+    # epsilon is account()'s under best for the same Poisson-amplified schedule
+    state = json.loads((tmp_path / "ledger.json").read_text())
+    assert config.accountant == state["accountant"] == "best"
+    ledger = PrivacyLedger.from_state_dict(state)
+    schedule = Schedule(steps=summary["rounds"], dataset_size=1437, devices=2,
+                        threat="eavesdropper")
+    accounted = accounting.account(ledger.release, schedule, config.delta)
+    assert accounted.requested == "best" and accounted.sampling_rate == pytest.approx(32 / 1437)
+    assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9)
     sizes = np.array([len(e.fields["ids"]) for m in range(2)
                       for e in transcript.load(tmp_path, f"device{m}").select("local", "batch")])
     records = 1437

@@ -1,0 +1,148 @@
+"""privzv.vector_pld: dp-accounting's PLD built, composed and read over arrays must be
+dp-accounting's PLD (same grid, same masses, same epsilon), and the two-stage composition must
+stay an upper bound of the one-stage one."""
+import math
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting.pld import privacy_loss_distribution as pld
+
+from privzv import vector_pld
+
+Q = 256 / 60000
+# (noise std, sampling rate, replace-one, discretisation)
+SETTINGS = [(1.0, 0.01, False, 1e-3), (1.2, Q, True, 1e-4), (0.6, Q, False, 1e-4),
+            (3.0, 0.5, True, 1e-3), (2.0, 1.0, False, 1e-3), (0.1, 0.01, False, 1e-2),
+            (50.0, Q, False, 1e-5)]
+
+
+def _both(sd, q, replace_one, disc, truncation=-50.0):
+    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace_one
+                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    theirs = pld.from_gaussian_mechanism(sd, value_discretization_interval=disc,
+                                         sampling_prob=q, neighboring_relation=relation,
+                                         log_mass_truncation_bound=truncation)
+    ours = vector_pld.gaussian_pld(sd, sampling_prob=q, replace_one=replace_one,
+                                   discretization=disc, log_mass_truncation_bound=truncation)
+    return theirs, ours
+
+
+def _pmfs(distribution):
+    return [distribution._pmf_remove, distribution._pmf_add]
+
+
+@pytest.mark.parametrize("sd, q, replace_one, disc", SETTINGS)
+def test_the_array_built_pld_is_dp_accountings(sd, q, replace_one, disc):
+    theirs, ours = _both(sd, q, replace_one, disc)
+    for a, b in zip(_pmfs(theirs), _pmfs(ours)):
+        a, b = a.to_dense_pmf(), b.to_dense_pmf()
+        assert (a._lower_loss, len(a._probs)) == (b._lower_loss, len(b._probs))
+        # connect-the-dots masses are second differences of deltas over (e^disc - 1): a
+        # rounding difference of 1e-16 in a delta moves a mass by about 1e-16 / disc
+        np.testing.assert_allclose(b._probs, a._probs, rtol=0, atol=1e-15 / disc)
+        assert b._infinity_mass == pytest.approx(a._infinity_mass, rel=1e-9)
+    for delta in (1e-3, 1e-5, 1e-10):
+        assert ours.get_epsilon_for_delta(delta) == pytest.approx(
+            theirs.get_epsilon_for_delta(delta), rel=1e-10, abs=1e-15)
+
+
+@pytest.mark.parametrize("sd, q, replace_one, disc", SETTINGS)
+def test_epsilon_for_delta_is_dp_accountings_walk(sd, q, replace_one, disc):
+    """Corner cases included: delta 0.9 (epsilon 0), deltas below the infinity mass (inf)."""
+    _, ours = _both(sd, q, replace_one, disc)
+    composed = pld.PrivacyLossDistribution(*(p.to_dense_pmf().self_compose(50) for p in
+                                             _pmfs(ours)))
+    for distribution in (ours, composed):
+        for delta in (0.9, 0.1, 1e-5, 1e-10, 1e-14, 1e-30):
+            theirs = distribution.get_epsilon_for_delta(delta)
+            got = vector_pld.epsilon_for_delta(distribution, delta)
+            assert got == theirs or got == pytest.approx(theirs, rel=1e-9)
+
+
+@pytest.mark.parametrize("times", [2, 17, 1000])
+def test_self_compose_without_stages_is_dp_accountings_fft(times):
+    _, ours = _both(1.2, Q, True, 1e-4)
+    pmf = ours._pmf_remove.to_dense_pmf()
+    theirs = pmf.self_compose(times, tail_mass_truncation=1e-16)
+    got = vector_pld._self_compose(pmf, times, 1e-16, 10 ** 9)
+    assert got._lower_loss == theirs._lower_loss and got._infinity_mass == theirs._infinity_mass
+    np.testing.assert_array_equal(got._probs, theirs._probs)
+    with pytest.raises(vector_pld.GridTooLarge):
+        vector_pld._self_compose(pmf, times, 1e-16, len(pmf._probs) - 1)
+
+
+def _delta(pmf, eps):
+    losses = (pmf._lower_loss + np.arange(len(pmf._probs))) * pmf._discretization
+    above = losses[None, :] > eps[:, None]
+    return pmf._infinity_mass + np.sum(
+        np.where(above, -np.expm1(eps[:, None] - losses[None, :]) * pmf._probs, 0.0), axis=1)
+
+
+@pytest.mark.parametrize("factor", [2, 7, 31])
+def test_coarsening_keeps_both_masses_and_dominates(factor):
+    """The split keeps the upper mass sum p and the lower mass sum p e^-l, and every
+    hockey-stick divergence grows (the old pair is a post-processing of the new one)."""
+    _, ours = _both(1.0, 0.05, False, 1e-3)
+    for pmf in _pmfs(ours):
+        fine = pmf.to_dense_pmf()
+        coarse = vector_pld.coarsen(fine, factor)
+        assert coarse._discretization == pytest.approx(factor * fine._discretization)
+        for p in (fine, coarse):
+            p.losses = (p._lower_loss + np.arange(len(p._probs))) * p._discretization
+        assert coarse._probs.sum() == pytest.approx(fine._probs.sum(), rel=1e-13)
+        assert np.sum(coarse._probs * np.exp(-coarse.losses)) == pytest.approx(
+            np.sum(fine._probs * np.exp(-fine.losses)), rel=1e-12)
+        assert coarse._probs.min() >= 0.0
+        eps = np.linspace(fine.losses[0] - 0.01, fine.losses[-1] + 0.01, 400)
+        assert np.all(_delta(coarse, eps) >= _delta(fine, eps) - 1e-15)
+        assert np.any(_delta(coarse, eps) > _delta(fine, eps) + 1e-9)   # it did change
+
+
+@pytest.mark.parametrize("z, k", [(10.0, 20_000), (20.0, 300_001)])
+def test_two_stage_composition_is_an_upper_bound_close_to_the_direct_one(z, k):
+    """Composition keeps dominance, so the staged PLD's epsilon is at least the one-stage PLD's
+    at the same fine grid, and within 1e-3 of it (here both grids are cheap)."""
+    disc = 2e-5
+    _, single = _both(z, Q, False, disc)
+    tail = 1e-16
+    staged = vector_pld.self_compose(single, k, tail, 10 ** 8)
+    direct = pld.PrivacyLossDistribution(*(p.to_dense_pmf().self_compose(k, tail) for p in
+                                           _pmfs(single)))
+    for delta in (1e-3, 1e-5, 1e-9):
+        ours, theirs = (vector_pld.epsilon_for_delta(d, delta) for d in (staged, direct))
+        assert theirs * (1 - 1e-12) <= ours <= theirs * (1 + 1e-3)
+    assert staged._pmf_remove._discretization == pytest.approx(
+        disc * math.isqrt(math.isqrt(k)))
+
+
+@pytest.mark.parametrize("adjacency", ["REMOVE", "ADD", "REPLACE"])
+def test_hockey_stick_values_keep_their_precision_at_small_q(adjacency):
+    """delta(eps) against a 40-digit mpmath evaluation at the same cut x(eps): the
+    cancellation-free form is within 3e-17 (dp-accounting's subtraction of whole CDFs: up to
+    1.5e-16 here), which is what a grid step of 1e-6 needs (masses are second differences of
+    these values over the step)."""
+    import mpmath
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
+
+    mpmath.mp.dps = 40
+    adj, sd = AdjacencyType[adjacency], 50.0
+    ours = vector_pld.ArrayGaussianPrivacyLoss(sd, sampling_prob=Q, adjacency_type=adj)
+    theirs = GaussianPrivacyLoss(sd, sampling_prob=Q, adjacency_type=adj)
+    eps = np.array([-2e-5, 1e-6, 1e-5, 3e-5, 1e-4, 4e-4])
+    cuts = ours.inverse_privacy_losses(eps)
+    np.testing.assert_allclose(cuts, [theirs.inverse_privacy_loss(e) for e in eps], rtol=1e-12)
+
+    def cdf(t):
+        return mpmath.ncdf(mpmath.mpf(t) / sd)
+
+    def exact(e, x):
+        x = mpmath.mpf(x)
+        upper = cdf(x) if adj == AdjacencyType.ADD else (1 - Q) * cdf(x) + Q * cdf(x + 1)
+        lower = cdf(x) if adj == AdjacencyType.REMOVE else (1 - Q) * cdf(x) + Q * cdf(x - 1)
+        return float(upper - mpmath.e ** mpmath.mpf(e) * lower)
+
+    truth = np.array([exact(e, x) for e, x in zip(eps, cuts)])
+    ours_error = np.max(np.abs(ours.get_delta_for_epsilon(eps) - truth))
+    theirs_error = np.max(np.abs(theirs.get_delta_for_epsilon(eps) - truth))
+    assert ours_error <= 3e-17 and ours_error < theirs_error / 3
