@@ -32,7 +32,8 @@ def test_small_study_end_to_end(tmp_path):
     assert {r["method"] for r in lr} == {"dpzv", "fo-vector"} and all(r["epsilon"] == 1.0 for r in lr)
     assert all(r["metrics"]["eps_lb"] <= r["metrics"]["eps_upper"] for r in lr)
     assert {"probe-malicious", "probe-saturating", "probe-duplicate-id"} <= {r["attack"] for r in rows}
-    assert {"membership", "feature-inversion", "direct-label-summed"} <= {r["attack"] for r in rows}
+    assert {"membership", "feature-inversion", "direct-label-summed", "model-completion-semi",
+            "model-completion-active"} <= {r["attack"] for r in rows}
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
 
 
