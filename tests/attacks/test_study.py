@@ -99,3 +99,21 @@ def test_plots_name_each_epsilon_fix_the_accuracy_axis_and_promise_only_drawn_in
     titles = [figs[n]._suptitle.get_text() if figs[n]._suptitle else figs[n].axes[0].get_title()
               for n in figs]
     assert all("95%" not in t for t in titles) and any("no interval" in t for t in titles)
+
+
+def test_study_table_prints_each_cell_and_marks_missing_ones():
+    from privzv.attacks import study_table
+
+    def cell(attack, method, eps, success, acc):
+        return {"attack": attack, "method": method, "epsilon": eps,
+                "success": {"mean": success}, "test_accuracy": {"mean": acc}}
+
+    results = {"methods": {"dpzv": "", "vafl": ""},
+               "table": [cell("direct-label", "dpzv", 1.0, 0.01, 0.2),
+                         cell("direct-label", "vafl", 1.0, 0.9, 0.93),
+                         cell("optimal-lr", "vafl", None, 0.5, 0.95)]}
+    lines = study_table.markdown(results, ["direct-label", "optimal-lr"]).splitlines()
+    assert lines[0] == ("| epsilon | test acc. (%) dpzv / vafl | direct-label dpzv / vafl | "
+                        "optimal-lr dpzv / vafl |")
+    assert lines[2] == "| 1 | 20.0 / 93.0 | 0.010 / 0.900 | - / - |"
+    assert lines[3] == "| inf | - / 95.0 | - / - | - / 0.500 |"
