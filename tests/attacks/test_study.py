@@ -117,3 +117,24 @@ def test_study_table_prints_each_cell_and_marks_missing_ones():
                         "optimal-lr dpzv / vafl |")
     assert lines[2] == "| 1 | 20.0 / 93.0 | 0.010 / 0.900 | - / - |"
     assert lines[3] == "| inf | - / 95.0 | - / - | - / 0.500 |"
+
+
+def test_a_diverged_run_is_recorded_not_averaged_and_never_picked(tmp_path, monkeypatch):
+    from privzv.attacks import study_sweep
+    from privzv.training import run
+    from privzv.training.divergence import Diverged
+
+    def diverge(*args, **kwargs):
+        raise Diverged("training diverged by round 9 (non-finite parameters in device1)")
+
+    monkeypatch.setattr(run, "train", diverge)
+    cfg = study.StudyConfig(dataset="breast-cancer", seeds=1, epsilons=(1.0,), methods=("dpzv",))
+    rows = study.one_run(cfg, "dpzv", 1.0, 0, tmp_path / "runs" / "dpzv-eps1-seed0")
+    assert rows == [{"method": "dpzv", "noise": study_settings.METHODS["dpzv"], "epsilon": 1.0,
+                     "seed": 0, "run": "dpzv-eps1-seed0", "attack": "training",
+                     "diverged": "training diverged by round 9 (non-finite parameters in device1)"}]
+    assert study.summarize(rows) == []
+    assert study_sweep.run_one("breast-cancer", "dpzv", 1.0, 0.03)["test_accuracy"] is None
+    sweep_rows = [{"clip": 0.1, "lr_device": 0.03, "test_accuracy": None},
+                  {"clip": 1.0, "lr_device": 0.03, "test_accuracy": 0.2}]
+    assert study_sweep.best(sweep_rows)["clip"] == 1.0
