@@ -57,8 +57,8 @@ def malicious_run(config, dataset, attacker: int, *, sigma: float = 0.0, boost: 
                   secret_seed: int = 0):
     """Train ``config`` (a TrainConfig) on ``dataset`` with device ``attacker``'s optimiser
     amplified; ``sigma`` the run's noise std (0: none). Returns (the attacker's bottom model,
-    the joint model's test accuracy)."""
-    from privzv.training import methods, privacy, run
+    the joint model's test accuracy); raises ``Diverged`` when the malicious run diverged."""
+    from privzv.training import divergence, methods, privacy, run
 
     cfg = dataclasses.replace(config, transcripts=False,
                               sigma=float(sigma) if config.private else None)
@@ -68,5 +68,6 @@ def malicious_run(config, dataset, attacker: int, *, sigma: float = 0.0, boost: 
                       secret_seed=secret_seed)
     amplify(sched.method, attacker, boost)
     sched.run(rounds, eval_at=lambda r: False, on_eval=lambda r: None)
-    accuracy = sched.evaluate(dataset.x_test, dataset.y_test).test_accuracy
-    return sched.devices[attacker].model.eval(), accuracy
+    evaluation = sched.evaluate(dataset.x_test, dataset.y_test)
+    divergence.check(sched, evaluation)     # the scaled-up steps can diverge: Diverged, no result
+    return sched.devices[attacker].model.eval(), evaluation.test_accuracy

@@ -94,3 +94,10 @@ def test_registry_runs_both_completions_on_a_finished_run(tmp_path):
     m = active["metrics"]
     assert m["boost"] == ac.BOOST and m["advantage"] > 0.3 and 0 < m["passive_accuracy"] < 1
     assert semi["metrics"]["advantage"] > 0.3 and 0 < semi["metrics"]["supervised_accuracy"] < 1
+
+
+def test_a_diverged_malicious_run_is_an_error_not_a_result(digits):
+    from privzv.training.divergence import Diverged
+
+    with pytest.raises(Diverged, match="diverged"):
+        ac.malicious_run(_config("fo-vector"), digits, 0, boost=1e12, secret_seed=1)
