@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from privzv.attacks import (feature_inference, inversion, label_inference, membership,
-                            model_completion, party_models)
+from privzv.attacks import (active_completion, feature_inference, inversion, label_inference,
+                            membership, model_completion, party_models, semi_supervised)
 from privzv.attacks.transcript_view import record_embeddings, wire_view
 from privzv.errors import PrivzvError
 
@@ -27,12 +27,14 @@ ATTACKS = {
     "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
     "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
     "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
+    "model-completion-semi": "device fine-tunes its bottom model + a head, MixMatch-style (Fu et al.)",
+    "model-completion-active": "device amplifies its own updates in training, then completes (Fu et al.)",
     "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
     "feature-device": "device infers another device's features from its downlink + own features",
     "membership": "server scores train vs test records by the trained model's loss (Yeom et al.)",
     "feature-inversion": "server inverts inference-time embeddings through the device model (He et al.)",
 }
-NEEDS_MODELS = ("membership", "feature-inversion")
+NEEDS_MODELS = ("membership", "feature-inversion", "model-completion-semi")
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 
 
@@ -53,7 +55,8 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             models=party_models.for_run(run, cfg, dataset), **options)
+                             models=party_models.for_run(run, cfg, dataset), public=saved,
+                             **options)
     out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
                server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
                epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
@@ -61,7 +64,8 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
 
 def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
-                       models: party_models.RunModels | None = None, **options) -> dict:
+                       models: party_models.RunModels | None = None, public: dict | None = None,
+                       **options) -> dict:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
@@ -69,7 +73,10 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
     ``models``: the run's trained models (``party_models.RunModels``). Model completion uses
     the attacker device's own clean bottom-model outputs when given (``source``
     "bottom-model"), else the last embedding of each record in its transcript (``source``
-    "uplink": noised under VAFL). ``membership`` needs them (the server's view at inference).
+    "uplink": noised under VAFL). ``membership``, ``feature-inversion`` and
+    ``model-completion-semi`` need them. ``public``: the run's public config (``config.json``:
+    ``config`` and ``sigma``), which ``model-completion-active`` trains again with the attacker's
+    malicious optimiser (``privzv.attacks.active_completion``).
     """
     _check_name(name)
     unknown = sorted(set(options) - set(DEFAULTS))
@@ -92,6 +99,8 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
                                             loss(dataset.x_test, dataset.y_test), seed)
         return {"attack": name, "party": "server", "seed": seed, "options": opt,
                 "metrics": metrics, "nonfinite_values": 0}
+    if name in ("model-completion-semi", "model-completion-active"):
+        return _completion(name, models, public, dataset, seed, opt)
     if name == "feature-inversion":       # what the server receives at inference: clean outputs
         metrics = inversion.model_inversion(models.device(v), models.outputs(v), x[v], y,
                                             aux=opt["aux"], seed=seed)
@@ -137,6 +146,39 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
                 regressor=opt["regressor"])
     return {"attack": name, "party": party, "seed": seed, "options": opt, "metrics": metrics,
             "nonfinite_values": view.nonfinite}
+
+
+def _completion(name: str, models, public, dataset, seed: int, opt: dict) -> dict:
+    """Fu et al.'s semi-supervised and active model completion by device ``opt["attacker"]``.
+
+    Semi-supervised: the attacker's trained bottom model, fine-tuned (baseline beside the prior:
+    the supervised completion on the same model, ``supervised_accuracy``). Active: the run trained
+    again with the attacker's optimiser amplified (baseline: passive completion on the honest
+    run's bottom model, ``passive_accuracy``, when the run has its checkpoint)."""
+    a, per_class = opt["attacker"], opt["known_per_class"]
+    x, y = dataset.x_train[a], dataset.y_train.numpy()
+    if name == "model-completion-semi":
+        metrics = semi_supervised.semi_supervised_completion(models.device(a), x, y, per_class, seed)
+        metrics["supervised_accuracy"] = model_completion.model_completion(
+            models.outputs(a), y, per_class, seed)["accuracy"]
+    else:
+        from privzv.training import seeds
+        from privzv.training.config import TrainConfig
+
+        if public is None:
+            raise PrivzvError(f"attack {name!r}: needs the run's public config (config.json)")
+        cfg = TrainConfig.from_dict(public["config"])
+        model, accuracy = active_completion.malicious_run(
+            cfg, dataset, a, sigma=public.get("sigma") or 0.0,
+            secret_seed=seeds.derive(seed, "active-completion"))
+        metrics = model_completion.model_completion(party_models.outputs(model, x), y, per_class,
+                                                    seed, raw_features=x.numpy())
+        metrics.update(boost=active_completion.BOOST, malicious_test_accuracy=accuracy)
+        if models is not None:
+            metrics["passive_accuracy"] = model_completion.model_completion(
+                models.outputs(a), y, per_class, seed)["accuracy"]
+    return {"attack": name, "party": f"device{a}", "seed": seed, "options": opt,
+            "metrics": metrics, "nonfinite_values": 0}
 
 
 @functools.lru_cache(maxsize=2)

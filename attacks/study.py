@@ -117,12 +117,19 @@ def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: P
 
     dataset = data.load(cfg.dataset, TrainConfig().devices, seed=seed)
     tcfg = train_config(cfg, method, epsilon, seed, dataset.num_classes)
+    from privzv.training.divergence import Diverged
+
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    summary = run.train(tcfg, run_dir, secret_seed=run_secret_seed(cfg, "run", method, epsilon, seed))
     base = {"method": method, "noise": METHODS[method] if math.isfinite(epsilon) else "none",
-            "epsilon": None if math.isinf(epsilon) else epsilon, "seed": seed,
-            "sigma": summary["sigma"], "test_accuracy": summary["test_accuracy"],
-            "epsilon_spent": summary["epsilon_spent"], "run": run_dir.name}
+            "epsilon": None if math.isinf(epsilon) else epsilon, "seed": seed, "run": run_dir.name}
+    try:
+        summary = run.train(tcfg, run_dir,
+                            secret_seed=run_secret_seed(cfg, "run", method, epsilon, seed))
+    except Diverged as exc:     # recorded, not averaged: the cell's seeds count says how many ran
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return [{**base, "attack": "training", "diverged": str(exc)}]
+    base.update(sigma=summary["sigma"], test_accuracy=summary["test_accuracy"],
+                epsilon_spent=summary["epsilon_spent"])
     rows = []
     for name in registry.ATTACKS:
         try:

@@ -38,20 +38,26 @@ def run_one(dataset: str, method: str, clip: float, lr_device: float) -> dict:
 
     from privzv.attacks.study import StudyConfig, train_config
     from privzv.training import data, run
+    from privzv.training.divergence import Diverged
 
     torch.set_num_threads(1)
     cfg = StudyConfig(dataset=dataset)
     classes = data.load(dataset, 4, seed=SEED).num_classes
     tcfg = dataclasses.replace(train_config(cfg, method, EPSILON, SEED, classes, clip=clip,
                                             lr_device=lr_device, lr_server=None), transcripts=False)
+    row = {"method": method, "clip": clip, "lr_device": lr_device, "config": tcfg.to_dict()}
     with tempfile.TemporaryDirectory(prefix="study-sweep-") as tmp:
-        summary = run.train(tcfg, Path(tmp))
-    return {"method": method, "clip": clip, "lr_device": lr_device, "sigma": summary["sigma"],
-            "test_accuracy": summary["test_accuracy"], "config": tcfg.to_dict()}
+        try:
+            summary = run.train(tcfg, Path(tmp))
+        except Diverged as exc:           # a run that diverged is a result of the sweep: no pick
+            return {**row, "sigma": None, "test_accuracy": None, "diverged": str(exc)}
+    return {**row, "sigma": summary["sigma"], "test_accuracy": summary["test_accuracy"]}
 
 
 def best(rows: list[dict]) -> dict:
-    ordered = sorted(rows, key=lambda r: (r["clip"], r["lr_device"]))
+    """The most accurate run that did not diverge; ties: the smaller C, then the smaller rate."""
+    ordered = sorted((r for r in rows if r["test_accuracy"] is not None),
+                     key=lambda r: (r["clip"], r["lr_device"]))
     return max(ordered, key=lambda r: r["test_accuracy"])
 
 

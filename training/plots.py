@@ -1,12 +1,26 @@
-"""The run's plots: test accuracy vs rounds and vs bytes exchanged (PNG and SVG)."""
+"""The run's plots: test accuracy vs rounds and vs bytes exchanged (PNG and SVG).
+
+The accuracy axis always runs from 0 to 100%, so that chance-level wobble (e.g. 7-10% on a
+ten-class task) is not stretched to look like learning; ``chance`` (%) is drawn as a dashed line.
+"""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 
-def write(out: Path, rows: list[dict], config) -> None:
-    """accuracy_vs_rounds.{png,svg} and accuracy_vs_bytes.{png,svg} from the metrics rows."""
+def chance(labels) -> float:
+    """The accuracy (%) of always guessing the most frequent label in ``labels``."""
+    import numpy as np
+
+    counts = np.bincount(np.asarray(labels).ravel())
+    return 100.0 * counts.max() / counts.sum()
+
+
+def write(out: Path, rows: list[dict], config, chance: float | None = None) -> None:
+    """accuracy_vs_rounds.{png,svg} and accuracy_vs_bytes.{png,svg} from the metrics rows.
+
+    ``chance``: the accuracy (%) of guessing, marked on both plots when given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,8 +38,11 @@ def write(out: Path, rows: list[dict], config) -> None:
     for name, (x, xlabel) in xs.items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.plot(x, acc, marker="o", label=label)
+        if chance is not None:
+            ax.axhline(chance, color="grey", linestyle="--", label=f"chance ({chance:.3g}%)")
+        ax.set_ylim(0, 100)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("test accuracy (%)")
+        ax.set_ylabel("test accuracy (%, full scale)")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

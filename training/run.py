@@ -337,7 +337,7 @@ class _Loop:
         summary = _summary(self.config, self.p, sched, sched.ledger, rows[-1], self.rounds)
         from privzv.training import plots
 
-        plots.write(self.folder.path, rows, self.config)
+        plots.write(self.folder.path, rows, self.config, chance=plots.chance(self.dataset.y_test))
         self.folder.finish(summary)
         return summary
 

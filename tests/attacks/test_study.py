@@ -32,7 +32,8 @@ def test_small_study_end_to_end(tmp_path):
     assert {r["method"] for r in lr} == {"dpzv", "fo-vector"} and all(r["epsilon"] == 1.0 for r in lr)
     assert all(r["metrics"]["eps_lb"] <= r["metrics"]["eps_upper"] for r in lr)
     assert {"probe-malicious", "probe-saturating", "probe-duplicate-id"} <= {r["attack"] for r in rows}
-    assert {"membership", "feature-inversion", "direct-label-summed"} <= {r["attack"] for r in rows}
+    assert {"membership", "feature-inversion", "direct-label-summed", "model-completion-semi",
+            "model-completion-active"} <= {r["attack"] for r in rows}
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
 
 
@@ -98,3 +99,42 @@ def test_plots_name_each_epsilon_fix_the_accuracy_axis_and_promise_only_drawn_in
     titles = [figs[n]._suptitle.get_text() if figs[n]._suptitle else figs[n].axes[0].get_title()
               for n in figs]
     assert all("95%" not in t for t in titles) and any("no interval" in t for t in titles)
+
+
+def test_study_table_prints_each_cell_and_marks_missing_ones():
+    from privzv.attacks import study_table
+
+    def cell(attack, method, eps, success, acc):
+        return {"attack": attack, "method": method, "epsilon": eps,
+                "success": {"mean": success}, "test_accuracy": {"mean": acc}}
+
+    results = {"methods": {"dpzv": "", "vafl": ""},
+               "table": [cell("direct-label", "dpzv", 1.0, 0.01, 0.2),
+                         cell("direct-label", "vafl", 1.0, 0.9, 0.93),
+                         cell("optimal-lr", "vafl", None, 0.5, 0.95)]}
+    lines = study_table.markdown(results, ["direct-label", "optimal-lr"]).splitlines()
+    assert lines[0] == ("| epsilon | test acc. (%) dpzv / vafl | direct-label dpzv / vafl | "
+                        "optimal-lr dpzv / vafl |")
+    assert lines[2] == "| 1 | 20.0 / 93.0 | 0.010 / 0.900 | - / - |"
+    assert lines[3] == "| inf | - / 95.0 | - / - | - / 0.500 |"
+
+
+def test_a_diverged_run_is_recorded_not_averaged_and_never_picked(tmp_path, monkeypatch):
+    from privzv.attacks import study_sweep
+    from privzv.training import run
+    from privzv.training.divergence import Diverged
+
+    def diverge(*args, **kwargs):
+        raise Diverged("training diverged by round 9 (non-finite parameters in device1)")
+
+    monkeypatch.setattr(run, "train", diverge)
+    cfg = study.StudyConfig(dataset="breast-cancer", seeds=1, epsilons=(1.0,), methods=("dpzv",))
+    rows = study.one_run(cfg, "dpzv", 1.0, 0, tmp_path / "runs" / "dpzv-eps1-seed0")
+    assert rows == [{"method": "dpzv", "noise": study_settings.METHODS["dpzv"], "epsilon": 1.0,
+                     "seed": 0, "run": "dpzv-eps1-seed0", "attack": "training",
+                     "diverged": "training diverged by round 9 (non-finite parameters in device1)"}]
+    assert study.summarize(rows) == []
+    assert study_sweep.run_one("breast-cancer", "dpzv", 1.0, 0.03)["test_accuracy"] is None
+    sweep_rows = [{"clip": 0.1, "lr_device": 0.03, "test_accuracy": None},
+                  {"clip": 1.0, "lr_device": 0.03, "test_accuracy": 0.2}]
+    assert study_sweep.best(sweep_rows)["clip"] == 1.0
