@@ -18,13 +18,13 @@ from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share")
+               "head_clip", "head_share", "embed_dim", "server_kind")
 
 
 def build_parser() -> cliutil.Parser:
     from privzv.accountants import ACCOUNTANTS
     from privzv.release import THREATS
-    from privzv.training import data, methods
+    from privzv.training import data, methods, models
 
     p = cliutil.Parser(prog="privzv train", description=__doc__.splitlines()[0])
     n = cliutil.number
@@ -47,6 +47,10 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True, high_open=True),
                    help="share of each round's privacy (1/z^2) on the head update, default 0.5")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
+    p.add_argument("--embed-dim", type=n("--embed-dim", low=1, integer=True),
+                   help="embedding size per device (the bottleneck), default 16")
+    p.add_argument("--server-kind", choices=models.SERVER_KINDS,
+                   help="server head: mlp (default) or sum (needs --embed-dim = classes)")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")
     p.add_argument("--lr-server", type=n("--lr-server", low=0), help="server learning rate")

@@ -51,6 +51,18 @@ def test_clip_and_lam_flags_reach_the_run(tmp_path, capsys):
     assert summary["sigma"] == pytest.approx(json.loads(capsys.readouterr().out)["sigma"] / 20, rel=1e-3)
 
 
+def test_bottleneck_flags_reach_the_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [*SMALL, "--embed-dim", "10", "--server-kind", "sum", "--no-transcripts"]
+    assert main(["train", *args, "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["embed_dim"], saved["server_kind"]) == (10, "sum")
+    assert main(["train", *SMALL, "--embed-dim", "2", "--server-kind", "sum",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "needs embed_dim == num_classes" in capsys.readouterr().err
+
+
 def test_a_private_run_prints_the_whole_runs_epsilon_with_each_mechanism(tmp_path, capsys):
     """Issue 7's acceptance: epsilon_spent <= 1 covers every release, the head's included."""
     out = tmp_path / "run"
