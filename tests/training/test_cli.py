@@ -45,9 +45,10 @@ def test_clip_and_lam_flags_reach_the_run(tmp_path, capsys):
     assert (saved["config"]["clip"], saved["config"]["lam"]) == (0.5, 0.01)
     assert saved["release"]["clip"] == 0.5
     # sigma is calibrated for sensitivity 2C/B, so it scales with C: C=0.5 gives a 20x smaller
-    # sigma than the default C=10 at the same budget
+    # sigma than C=10 at the same budget
     ref = tmp_path / "ref"
-    assert main(["train", *SMALL, "--epsilon", "3", "--no-transcripts", "--out", str(ref), "--json"]) == 0
+    assert main(["train", *SMALL, "--epsilon", "3", "--clip", "10", "--no-transcripts", "--out",
+                 str(ref), "--json"]) == 0
     assert summary["sigma"] == pytest.approx(json.loads(capsys.readouterr().out)["sigma"] / 20, rel=1e-3)
 
 
