@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from privzv.training import models, tuned
+from privzv.training import methods, models, tuned
 
 CLIP = 10.0                   # papers/001 App. H
 ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
@@ -45,12 +45,13 @@ def resolve(config, dataset):
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
     zo_device = config.method in ZO_DEVICE_METHODS
+    dp_head = config.private and not getattr(methods.get(config.method), "LABEL_DP", False)
     values, sources = {}, {}
     for name in FIELDS:
         given = getattr(config, name)
         if given is not None:
             values[name], sources[name] = given, {"value": given, "source": "given"}
-        elif name in entry and not (name == "lr_server" and config.private):
+        elif name in entry and not (name == "lr_server" and dp_head):
             value, source = entry[name], where
             if name == "lr_device" and zo_device:
                 mu = entry.get("device_momentum", TUNED_DEVICE_MOMENTUM)
@@ -65,11 +66,20 @@ def resolve(config, dataset):
             values[name] = value
             sources[name] = {"value": value, "source": f"{ZO_RATE:g} / sqrt(d), d = {d} device "
                                                        "parameters (training/defaults.py)"}
-        elif name == "lr_server" and config.private:
+        elif name == "lr_server" and dp_head:
             sources[name] = {"value": None, "source": "the DP head's default min(0.1, 1/z_h)"}
         else:
             sources[name] = {"value": None, "source": "the method's default"}
     return dataclasses.replace(config, **values), sources
+
+
+def with_clip(config):
+    """``config`` with C filled when open (tuned, else ``CLIP``): enough for planning a release
+    without the dataset (``privzv.training.privacy``)."""
+    if config.clip is not None:
+        return config
+    entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
+    return dataclasses.replace(config, clip=entry.get("clip", CLIP))
 
 
 def parameter_count(dataset, m: int, embed_dim: int) -> int:

@@ -126,7 +126,7 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
     config, chosen = defaults.resolve(config, dataset)
-    p = privacy.plan(config, method_cls, len(dataset.y_train), rounds)
+    p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
     ledger = privacy.ledger(config, p)
     if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
         raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
@@ -155,6 +155,17 @@ def _setup(config: TrainConfig):
         flag = "super_batch" if b != config.batch_size else "--batch-size"
         raise PrivzvError(f"{flag} {b}: must be <= {records} (training records of {config.dataset})")
     return dataset, method_cls, rounds_for(config, records)
+
+
+def label_dp(config: TrainConfig) -> bool:
+    """True for a method whose privacy is privatised labels (rr-prior), not a noised release."""
+    return getattr(methods.get(config.method), "LABEL_DP", False)
+
+
+def _release_config(config: TrainConfig) -> TrainConfig:
+    """The config the release planning sees: a label-DP method's epsilon is spent on its labels
+    (by the method itself), so it plans no noised release."""
+    return dataclasses.replace(config, epsilon=math.inf) if label_dp(config) else config
 
 
 def _saved_config(config: TrainConfig, p, rounds: int, checkpoint_every: int,
@@ -360,13 +371,20 @@ def _summary(config, p, sched, ledger, rows: list[dict], rounds) -> dict:
     chosen on the test split, so optimistic) and every evaluation (``curve``)."""
     last = rows[-1]
     best = max(rows, key=lambda r: r["test_accuracy"])
+    spent = ledger.epsilon_spent() if ledger is not None else None
+    protects = None
+    if label_dp(config):
+        from privzv.training.methods.rr_prior import PROTECTS
+
+        spent = config.epsilon if math.isfinite(config.epsilon) else None
+        protects = PROTECTS
     return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
             "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
             "rounds": sched.round, "rounds_planned": rounds,
             "bytes_up": sched.traffic.total_up, "bytes_down": sched.traffic.total_down,
-            "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
+            "epsilon_spent": spent,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
-            "delta": config.delta, "threat": config.threat, "accountant": config.accountant,
+            "delta": 0.0 if protects else config.delta, "protects": protects, "threat": config.threat, "accountant": config.accountant,
             "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
             "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
             "seed": config.seed, "best": {k: best[k] for k in CURVE_KEYS},
