@@ -4,8 +4,11 @@ Settings (``SETTINGS``): MNIST-1D (4 devices), digits (4 devices) and mnist-5k (
 with 2-dimensional device embeddings, so random (frozen) device models lose information. Rows, at
 whole-run epsilon (``device`` threat, ``pld``, delta 1e-5) in ``EPSILONS`` and seeds ``--seeds``:
 
-* ``dpzv``: C = 0.1, the size-normalised ZO device rate 0.0125/sqrt(d) (training.defaults) with
-  momentum 0.9, the DP head's default rate in private runs;
+* ``dpzv``: C = 0.1, the ZO device rate ``BENCH_ZO_RATE`` / sqrt(d) with momentum 0.9: the
+  size-normalised form (training.defaults) of the tuned digits rate (0.03 without momentum,
+  training/tuned.py -> 0.003 with momentum 0.9, at d = 610: 0.003 * sqrt(610) = 0.074), 6x the
+  trainer's stable default, because these runs are short (``SETTINGS`` epochs) and C = 0.1 bounds
+  each noise-free step by 0.074 * 0.1; the DP head's default rate in private runs;
 * ``frozen``: the same run with ``freeze="devices"`` (same seed: same split, same initial
   models, paired), the whole budget on its DP head;
 * ``fo-vector``: the downlink-noise first-order baseline, C = 0.1, device rate 5e-4 (the issue-3
@@ -19,7 +22,7 @@ whole-run epsilon (``device`` threat, ``pld``, delta 1e-5) in ``EPSILONS`` and s
 ``--part grid`` runs every missing cell (one process, results appended to ``--out`` as JSON lines,
 resumable) and prints the report; ``--part report`` only reads ``--out``; ``--plot DIR`` writes
 accuracy vs epsilon (with the frozen control's band: min..max over seeds) and accuracy vs bytes.
-``--part collapse`` re-measures the issue's diverging digits run (lr 0.03, no momentum, 40 epochs)
+``--part collapse`` re-measures the issue's diverging digits run (lr 0.03, no momentum, C = 10; 12 epochs)
 beside the new default (0.0125/sqrt(d), momentum 0.9) and the ZO step norms eta*|Delta|*sqrt(d)
 of three model sizes at both rates.
 
@@ -47,20 +50,21 @@ from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
 
 SETTINGS = {
-    "digits": dict(dataset="digits", devices=4, embed_dim=2, batch_size=32, epochs=4.0),
+    "digits": dict(dataset="digits", devices=4, embed_dim=2, batch_size=32, epochs=6.0),
     "mnist1d": dict(dataset="mnist1d", devices=4, embed_dim=2, batch_size=64, epochs=2.0),
     "mnist-5k": dict(dataset="mnist-5k", devices=7, embed_dim=2, batch_size=64, epochs=1.0),
 }
 EPSILONS = (1.0, 2.0, 5.0, 10.0, math.inf)
 ROWS = ("dpzv", "frozen", "fo-vector", "fo-plain", "rr-prior")
 TARGET_GAIN = 0.05
+BENCH_ZO_RATE = 0.074
 DELTA = 1e-5
 
 
 def zo_rate(setting: dict) -> float:
     ds = data.load(setting["dataset"], setting["devices"])
     d = max(defaults.parameter_count(ds, m, setting["embed_dim"]) for m in range(ds.devices))
-    return defaults.ZO_RATE / math.sqrt(d)
+    return BENCH_ZO_RATE / math.sqrt(d)
 
 
 def row_config(row: str, setting: dict, epsilon: float, seed: int, lr_zo: float) -> TrainConfig | None:
@@ -191,6 +195,32 @@ def _snr(name: str, mine: list[dict]) -> dict:
     return out
 
 
+def markdown(rep: dict) -> str:
+    """The report's tables (mean +- std [seeds] per row and epsilon; paired gains) as markdown."""
+    lines = []
+    names = {"dpzv": "dpzv", "frozen": "frozen devices (paired control)", "fo-vector": "fo-vector",
+             "fo-plain": "first-order VFL, no noise", "rr-prior": "rr-prior (labels only, label DP)"}
+    for name, table in rep["table"].items():
+        s = SETTINGS[name]
+        lines += [f"**{name}** ({s['devices']} devices, embed_dim {s['embed_dim']}, B = {s['batch_size']}, "
+                  f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]", "",
+                  "| row | eps=1 | eps=2 | eps=5 | eps=10 | eps=inf |", "|---|---|---|---|---|---|"]
+        for row in ROWS:
+            cells = []
+            for k in ("1", "2", "5", "10", "inf"):
+                c = table.get(row, {}).get(k)
+                cells.append("-" if c is None else f"{c['mean']:.3f} +- {c['std']:.3f} [{c['seeds']}]")
+            if any(c != "-" for c in cells):
+                lines.append(f"| {names[row]} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["| setting | eps | dpzv - frozen, per seed | >= 0.05 on every seed |", "|---|---|---|---|"]
+    for v in rep["paired_gain"]:
+        eps = "inf" if v["epsilon"] is None else f"{v['epsilon']:g}"
+        gains = ", ".join(f"{g:+.3f}" for g in v["gains"])
+        lines.append(f"| {v['setting']} | {eps} | {gains} | {'yes' if v['beats_by_0.05_every_seed'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(out: Path, folder: Path) -> None:
     import matplotlib
 
@@ -244,7 +274,7 @@ def collapse() -> dict:
     """The issue's diverging run and the new default on digits with 2-dim embeddings, and ZO step
     norms ||eta * Delta * u|| = eta |Delta| sqrt(d) over the first rounds for three model sizes."""
     result = {"runs": {}, "step_norms": []}
-    base = dict(dataset="digits", devices=4, embed_dim=2, epochs=40.0, evals=20, transcripts=False,
+    base = dict(dataset="digits", devices=4, embed_dim=2, epochs=12.0, evals=12, transcripts=False,
                 clip=10.0, seed=0)
     for label, changes in (("lr 0.03, momentum 0 (old default)", dict(lr_device=0.03, device_momentum=0.0)),
                            ("0.0125/sqrt(d), momentum 0.9 (new default)", dict())):
@@ -253,7 +283,7 @@ def collapse() -> dict:
             s = run.train(config, Path(tmp) / "r", secret_seed=1)
         result["runs"][label] = {"final": s["test_accuracy"], "best": s["best"]["test_accuracy"],
                                  "best_round": s["best"]["round"], "diverged": s["diverged"],
-                                 "lr_device": config.lr_device or zo_rate(base),
+                                 "lr_device": config.lr_device or defaults.ZO_RATE / math.sqrt(610),
                                  "curve": [(c["round"], c["test_accuracy"], c["test_loss"]) for c in s["curve"]]}
     for ds_name, devices, embed in (("digits", 4, 2), ("mnist1d", 4, 2), ("mnist-5k", 7, 2)):
         ds = data.load(ds_name, devices)
@@ -287,6 +317,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     p.add_argument("--out", default="docs/figures/bottleneck.jsonl")
     p.add_argument("--plot", help="folder for the figures")
+    p.add_argument("--markdown", help="write the report's tables to this file")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -297,7 +328,10 @@ def main(argv=None) -> int:
         grid(out, args.settings, args.seeds, args.epsilons, args.rows)
     if args.plot:
         plot(out, Path(args.plot))
-    print(json.dumps(report(out), indent=1))
+    rep = report(out)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(rep))
+    print(json.dumps(rep, indent=1))
     return 0
 
 

@@ -186,28 +186,27 @@ def _stratified_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 # ---------------------------------------------------------------- partitions
 
+def _runs(length: int, devices: int, things: str, unit: str, part: str) -> tuple[list[slice], str]:
+    """``length`` positions in ``devices`` contiguous runs (as even as possible), and their sizes."""
+    if devices > length:
+        raise PrivzvError(f"devices {devices}: {things} have {length} {unit}s, so at most {length} "
+                          f"devices (one {part} each)")
+    runs = np.array_split(np.arange(length), devices)
+    return [slice(r[0], r[-1] + 1) for r in runs], " or ".join(map(str, sorted({len(r) for r in runs})))
+
+
 def _row_bands(height: int, width: int, devices: int):
     """Split image rows into ``devices`` contiguous bands (as even as possible)."""
-    if devices > height:
-        raise PrivzvError(f"devices {devices}: images have {height} rows, so at most {height} "
-                          "devices (one row band each)")
-    bands = np.array_split(np.arange(height), devices)
-    sizes = sorted({len(b) for b in bands})
-    description = (f"rows of the {height}x{width} image in {devices} bands of "
-                   f"{' or '.join(map(str, sizes))} rows")
-    return [(slice(b[0], b[-1] + 1), slice(0, width)) for b in bands], description
+    bands, sizes = _runs(height, devices, "images", "row", "row band")
+    return ([(b, slice(0, width)) for b in bands],
+            f"rows of the {height}x{width} image in {devices} bands of {sizes} rows")
 
 
 def _segments(height: int, width: int, devices: int):
     """Split 1-D signals ([N, 1, 1, L]) into ``devices`` contiguous segments (as even as possible)."""
-    if devices > width:
-        raise PrivzvError(f"devices {devices}: signals have {width} values, so at most {width} "
-                          "devices (one segment each)")
-    parts = np.array_split(np.arange(width), devices)
-    sizes = sorted({len(p) for p in parts})
-    description = (f"the length-{width} signal in {devices} contiguous segments of "
-                   f"{' or '.join(map(str, sizes))} values")
-    return [(slice(0, height), slice(p[0], p[-1] + 1)) for p in parts], description
+    parts, sizes = _runs(width, devices, "signals", "value", "segment")
+    return ([(slice(0, height), p) for p in parts],
+            f"the length-{width} signal in {devices} contiguous segments of {sizes} values")
 
 
 def _patches(height: int, width: int, devices: int):
