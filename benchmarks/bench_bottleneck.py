@@ -311,23 +311,35 @@ def plot(out: Path, folder: Path) -> None:
 
 
 def collapse() -> dict:
-    """The issue's diverging run and the new default on digits with 2-dim embeddings, and ZO step
-    norms ||eta * Delta * u|| = eta |Delta| sqrt(d) over the first rounds for three model sizes."""
-    result = {"runs": {}, "step_norms": []}
+    """The issue's diverging run beside the new defaults on digits with 2-dim embeddings (C = 10,
+    no noise, 12 epochs, seed 0), then :func:`steps`."""
+    result = {"runs": {}}
     base = dict(dataset="digits", devices=4, embed_dim=2, epochs=12.0, evals=12, transcripts=False,
                 clip=10.0, seed=0)
     for label, changes in (("lr 0.03, momentum 0 (old default)", dict(lr_device=0.03, device_momentum=0.0)),
-                           ("0.0125/sqrt(d), momentum 0.9 (new default)", dict())):
+                           ("lr 0.003, momentum 0.9 (digits' tuned rate as the trainer converts it)",
+                            dict(lr_device=0.003)),
+                           ("0.0125/sqrt(d) = 5.06e-4, momentum 0.9 (default where nothing is tuned)",
+                            dict(lr_device=defaults.ZO_RATE / math.sqrt(610)))):
         config = TrainConfig(**base, **changes)
         with tempfile.TemporaryDirectory() as tmp:
             s = run.train(config, Path(tmp) / "r", secret_seed=1)
         result["runs"][label] = {"final": s["test_accuracy"], "best": s["best"]["test_accuracy"],
                                  "best_round": s["best"]["round"], "diverged": s["diverged"],
-                                 "lr_device": config.lr_device or defaults.ZO_RATE / math.sqrt(610),
+                                 "lr_device": config.lr_device, "device_momentum": config.device_momentum,
                                  "curve": [(c["round"], c["test_accuracy"], c["test_loss"]) for c in s["curve"]]}
+    result.update(steps())
+    return result
+
+
+def steps() -> dict:
+    """ZO step norms ||w' - w|| = eta |Delta| sqrt(d) of device 0 over 20 noise-free rounds (no
+    momentum, C = 10) at a fixed eta = 0.03 and at eta = ZO_RATE / sqrt(d), for three model sizes."""
+    result = {"step_norms": []}
     for ds_name, devices, embed in (("digits", 4, 2), ("mnist1d", 4, 2), ("mnist-5k", 7, 2)):
         ds = data.load(ds_name, devices)
-        for label, lr in (("fixed 0.03", 0.03), ("0.0125/sqrt(d)", None)):
+        d = defaults.parameter_count(ds, 0, embed)
+        for label, lr in (("fixed 0.03", 0.03), ("0.0125/sqrt(d)", defaults.ZO_RATE / math.sqrt(d))):
             config = TrainConfig(dataset=ds_name, devices=devices, embed_dim=embed, clip=10.0,
                                  lr_device=lr, device_momentum=0.0, transcripts=False, seed=0)
             sched = run.build(config, ds, secret_seed=1)
@@ -341,8 +353,7 @@ def collapse() -> dict:
                 sched.method.device_receive(device, down)
                 device.scratch.clear()
                 norms.append(float((device.flat.double() - before.double()).norm()))
-            d = device.flat.numel()
-            result["step_norms"].append({"dataset": ds_name, "d": d, "rate": label,
+            result["step_norms"].append({"dataset": ds_name, "d": device.flat.numel(), "rate": label,
                                          "lr_device": sched.method.lr_device,
                                          "mean_step_norm": statistics.fmean(norms), "max_step_norm": max(norms)})
     return result
@@ -350,7 +361,7 @@ def collapse() -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=("grid", "report", "collapse"), default="grid")
+    p.add_argument("--part", choices=("grid", "report", "collapse", "steps"), default="grid")
     p.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=list(SETTINGS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS))
@@ -361,8 +372,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
-    if args.part == "collapse":
-        print(json.dumps(collapse(), indent=1))
+    if args.part in ("collapse", "steps"):
+        print(json.dumps(collapse() if args.part == "collapse" else steps(), indent=1))
         return 0
     if args.part == "grid":
         grid(out, args.settings, args.seeds, args.epsilons, args.rows)
