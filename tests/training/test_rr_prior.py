@@ -85,6 +85,9 @@ def test_run_privatises_each_label_once_and_stage_one_trains_on_its_half_only():
         sched.step()
     assert method.second and torch.equal(server.labels[stage_one], first[stage_one])   # once
     assert (server.labels[~stage_one] != ds.y_train[~stage_one]).any()
+    # the public checkpoint state holds the privatised labels, nothing that predicts the draws
+    state = method.extra_state()
+    assert torch.equal(state["labels"], server.labels) and not {"rng", "true_labels"} & set(state)
 
 
 def test_infinite_epsilon_keeps_the_labels_and_a_run_states_what_it_protects(tmp_path):

@@ -93,7 +93,6 @@ class RRPrior(common.FirstOrderMethod):
         self.stage_one[torch.as_tensor(perm[: n // 2])] = True
         self.switch = run.rounds_for(self.config, n) // 2
         self.true_labels = server.labels.clone()
-        self.rng = np.random.default_rng(server.noise.seed())   # secret: the server's generator
         self.known = self.stage_one.clone()
         with torch.no_grad():   # K: the head's output size (not read from the labels)
             classes = server.head(server.table.gather(torch.arange(1))).shape[1]
@@ -108,7 +107,10 @@ class RRPrior(common.FirstOrderMethod):
         labels = self.true_labels.numpy()[mask]
         if math.isinf(self.config.epsilon):
             return labels
-        return randomise(prior / prior.sum(axis=1, keepdims=True), labels, self.config.epsilon, self.rng)
+        # each stage's draws from a fresh seed of the server's secret generator (its state is kept in
+        # the run's private area; nothing that predicts the draws goes into the public checkpoint)
+        rng = np.random.default_rng(self.server.noise.seed())
+        return randomise(prior / prior.sum(axis=1, keepdims=True), labels, self.config.epsilon, rng)
 
     def second_stage(self, server) -> None:
         """RRWithPrior for the records not yet privatised, the prior from the current model."""
@@ -143,15 +145,14 @@ class RRPrior(common.FirstOrderMethod):
         self.backpropagate(device, down["g"] / len(down["g"]))
 
     def extra_state(self) -> dict:
-        return {**super().extra_state(), "labels": self.server.labels, "second": self.second,
-                "rng": self.rng.bit_generator.state}
+        # the privatised labels are the mechanism's output (public under label DP)
+        return {**super().extra_state(), "labels": self.server.labels, "second": self.second}
 
     def load_extra_state(self, state: dict) -> None:
         super().load_extra_state(state)
         self.server.labels = state["labels"]
         self.second = bool(state["second"])
         self.known = torch.ones_like(self.known) if self.second else self.stage_one.clone()
-        self.rng.bit_generator.state = state["rng"]
 
 
 METHOD = RRPrior
