@@ -8,6 +8,7 @@ Bad input: one stderr line, exit 2.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -19,13 +20,13 @@ from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 ENGINES = ("inprocess", "flower")
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share", "head_window")
+               "head_clip", "head_share", "head_window", "embed_dim", "server_kind")
 
 
 def build_parser() -> cliutil.Parser:
     from privzv.accountants import ACCOUNTANTS
     from privzv.release import THREATS
-    from privzv.training import data, methods
+    from privzv.training import data, methods, models
 
     p = cliutil.Parser(prog="privzv train", description=__doc__.splitlines()[0])
     n = cliutil.number
@@ -43,7 +44,8 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--accountant", choices=ACCOUNTANTS, help="default best (the smaller rigorous "
                    "bound of pld and rdp, as for calibrate and account)")
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
-    p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release, default 10")
+    p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release; default: the tuned value "
+                   "(training/tuned.py), else 10")
     p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),
                    help="C_h of the server head's DP update (private runs), default 0.1")
     p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True),
@@ -53,9 +55,15 @@ def build_parser() -> cliutil.Parser:
                    help="DP head: one step per q batches of each device, pooled (0: every round; "
                         "default 4 under threat device with round-robin activation, else 0)")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
+    p.add_argument("--embed-dim", type=n("--embed-dim", low=1, integer=True),
+                   help="embedding size per device (the bottleneck), default 16")
+    p.add_argument("--server-kind", choices=models.SERVER_KINDS,
+                   help="server head: mlp (default) or sum (needs --embed-dim = classes)")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
-    p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")
-    p.add_argument("--lr-server", type=n("--lr-server", low=0), help="server learning rate")
+    p.add_argument("--lr-device", type=n("--lr-device", low=0),
+                   help="device learning rate; default: tuned, else the method's (DPZV: 0.0125/sqrt(d))")
+    p.add_argument("--lr-server", type=n("--lr-server", low=0),
+                   help="server learning rate; default: tuned, else the method's")
     p.add_argument("--seed", type=n("--seed", low=0, integer=True), help="default 0")
     p.add_argument("--config", help="JSON file of config fields (see docs/training.md)")
     p.add_argument("--no-transcripts", action="store_true", help="do not record transcripts")
@@ -107,8 +115,11 @@ def _check_resume_flags(args) -> None:
 def _human(s: dict) -> str:
     eps = "no noise" if s["epsilon_spent"] is None else f"epsilon spent {s['epsilon_spent']:.4g}"
     stop = f" (stopped: {s['stopped']})" if s["stopped"] else ""
+    best = s["best"]
+    warn = f"\nWARNING: {s['diverged']['reason']}" if s.get("diverged") else ""
     return (f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
-            f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop}\n"
+            f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop} (best {best['test_accuracy']:.4f}"
+            f" at round {best['round']}){warn}\n"
             f"bytes up {s['bytes_up']:,}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
             f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}" + _wire(s))
 
@@ -141,11 +152,12 @@ def _main(argv: Sequence[str]) -> int:
         config = config_from(args).validate()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
+        announce = None if args.json else (lambda line: print(line, file=sys.stderr))
         if args.engine == "flower":
             summary = _flower(args, config, out)
         else:
             summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
-                                checkpoint_every=every, progress=bar)
+                                checkpoint_every=every, progress=bar, announce=announce)
     summary["out"] = str(out)
     cliutil.emit(summary, args.json, _human)
     return 130 if summary["stopped"] == "interrupted" else 0

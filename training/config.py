@@ -2,8 +2,10 @@
 
 Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``, which is
 public: the secret seed of the parties' noise is not a field (``privzv.training.run_folder``).
-Defaults: papers/001 App. H (C=10, lambda=1e-3, server momentum 0.9, delta=1e-5) where they
-apply, and tuned values for the embedded datasets (docs/training.md) elsewhere.
+Defaults: papers/001 App. H (lambda=1e-3, server momentum 0.9, delta=1e-5) and papers/000 App. C
+(ZO device momentum 0.9). Fields left ``None`` (C, the learning rates) are filled per run by
+``privzv.training.defaults`` (tuned values where swept, else C=10 and a size-normalised ZO rate)
+and saved in the run's config.json.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class TrainConfig:
     neighbors: str = "replace-one"
     super_batch: int | None = None   # B' of threat "secret-subsampling"
     sigma: float | None = None       # give the noise std directly instead of calibrating it
-    clip: float = 10.0               # C
+    clip: float | None = None        # C; None: training.defaults (tuned, else 10)
     head_clip: float = 0.1           # C_h: per-example clip of the server head's DP update (docs/training.md)
     head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
     head_window: int | None = None   # DP head: one step per q batches of each device (0: every round; None: methods.head.window)
@@ -49,7 +51,7 @@ class TrainConfig:
     lr_device: float | None = None   # None: the method's default
     lr_server: float | None = None
     momentum: float = 0.9            # server (and first-order device) SGD momentum
-    device_momentum: float = 0.0     # ZO device momentum (keeps a buffer of d_m floats)
+    device_momentum: float = 0.9     # ZO device momentum, papers/000 App. C (a buffer of d_m floats)
     server_update: str = "fo"        # dpzv: first-order (fo) or zeroth-order (zo) server update
     embed_dim: int = 16
     server_kind: str = "mlp"
@@ -128,7 +130,8 @@ class TrainConfig:
                 raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be <= {cap:g}"
                                   " (cap against exhausting memory or time, docs/cli.md)")
         for name in ("epochs", "clip", "lam", "head_clip"):
-            _positive(name, getattr(self, name))
+            if getattr(self, name) is not None or name != "clip":
+                _positive(name, getattr(self, name))
         if not (_finite(self.head_share) and 0 < self.head_share <= 1):
             raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1]")
         if self.head_share == 1 and self.freeze != "devices":
@@ -170,7 +173,7 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
           "seed": (int,), "secure_noise": (bool,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "head_window", "lr_device", "lr_server", "activation", "freeze"}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "clip", "head_window", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def _finite(value) -> bool:

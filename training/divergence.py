@@ -1,5 +1,7 @@
-"""A run that diverged stops: non-finite test loss or parameters are a failure (exit code 1),
-never a result written as accuracy 0.0 with NaN in the outputs (docs/cli.md, "Exit codes")."""
+"""Divergence. A run that produced NaN/inf stops: non-finite test loss or parameters are a failure
+(exit code 1), never a result written as accuracy 0.0 with NaN in the outputs (docs/cli.md, "Exit
+codes"). A run that learned and then lost it (finite, :func:`collapse`) is reported in its summary
+(``diverged``) and printed as a warning."""
 from __future__ import annotations
 
 import math
@@ -24,3 +26,34 @@ def check(sched, evaluation) -> None:
             f"test loss {evaluation.test_loss}"
         raise Diverged(f"training diverged by round {sched.round} ({what}); lower the learning "
                        "rates (--lr-device, --lr-server) or --lam")
+
+
+# A finite run "collapsed" when its last evaluation gave back much of what it had gained: its
+# accuracy fell below best - max(DROP, DROP_SHARE * (best - chance)), or its test loss rose above
+# the untrained model's (round 0) after having been below it. Reported in the summary, not an error.
+DROP = 0.10
+DROP_SHARE = 0.5
+
+
+def collapse(rows: list[dict], chance: float) -> dict | None:
+    """``{"round", "best_round", "best_accuracy", "last_accuracy", "reason"}`` when the evaluations
+    ``rows`` (metrics.jsonl: round, test_accuracy, test_loss; round 0 first) show a run that learned
+    and then lost it (the thresholds above), else None. ``chance``: the majority-class accuracy."""
+    if len(rows) < 2:
+        return None
+    best = max(rows, key=lambda r: r["test_accuracy"])
+    last, first = rows[-1], rows[0]
+    floor = best["test_accuracy"] - max(DROP, DROP_SHARE * (best["test_accuracy"] - chance))
+    learned = min(r["test_loss"] for r in rows) < first["test_loss"]
+    reasons = []
+    if last["test_accuracy"] < floor:
+        reasons.append(f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
+                       f"to {last['test_accuracy']:.3f} (chance {chance:.3f})")
+    if learned and last["round"] > first["round"] and last["test_loss"] > first["test_loss"]:
+        reasons.append(f"test loss {last['test_loss']:.3g} is above the untrained model's "
+                       f"{first['test_loss']:.3g}")
+    if not reasons:
+        return None
+    return {"round": last["round"], "best_round": best["round"], "best_accuracy": best["test_accuracy"],
+            "last_accuracy": last["test_accuracy"],
+            "reason": "training diverged: " + "; ".join(reasons) + " (lower --lr-device / --lr-server)"}

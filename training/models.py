@@ -1,7 +1,8 @@
 """Party models (papers/000 App. C): device bottom models and the server's head.
 
 Devices: a small MLP for tabular data and digits; a two-layer CNN per MNIST row band; a four-layer
-CNN per CIFAR-10 patch. Server: two linear layers with a ReLU on the concatenated embeddings
+CNN per CIFAR-10 patch; a two-layer 1-D CNN per MNIST-1D segment (MNIST-1D is translated signals,
+where convolutions beat an MLP: Greydanus 2020, Table 1). Server: two linear layers with a ReLU on the concatenated embeddings
 (``kind="mlp"``), or the sum of the device outputs (``kind="sum"``, no parameters: the "model
 without split" of Fu et al. that the direct label-inference attack needs). All parameters fp32.
 """
@@ -18,6 +19,7 @@ from privzv.errors import PrivzvError
 SERVER_KINDS = ("mlp", "sum")
 MLP_HIDDEN = 32
 SERVER_HIDDEN = 64
+MNIST1D_WIDTH = 16
 
 
 def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
@@ -28,6 +30,8 @@ def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
     shape = tuple(dataset.x_train[m].shape[1:])
     if dataset.name in ("mnist", "mnist-5k"):
         net = _cnn(shape, (16, 32), convs_per_block=1, embed_dim=embed_dim)
+    elif dataset.name == "mnist1d":
+        net = _cnn1d(shape, MNIST1D_WIDTH, embed_dim)
     elif dataset.name == "cifar10":
         net = _cnn(shape, (32, 64), convs_per_block=2, embed_dim=embed_dim)
     else:
@@ -55,6 +59,15 @@ def _cnn(shape: tuple[int, ...], widths: tuple[int, ...], convs_per_block: int,
     with torch.no_grad():
         features = nn.Sequential(*layers)(torch.zeros(1, *shape)).shape[1]
     return nn.Sequential(*layers, nn.Linear(features, embed_dim))
+
+
+def _cnn1d(shape: tuple[int, ...], width: int, embed_dim: int) -> nn.Sequential:
+    """Two 1-D convolutions (kernel 3, same padding) with ReLUs on [B, C, L], then a linear
+    embedding of the flattened features."""
+    channels, length = shape
+    return nn.Sequential(nn.Conv1d(channels, width, 3, padding=1), nn.ReLU(),
+                         nn.Conv1d(width, width, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(width * length, embed_dim))
 
 
 class ConcatServer(nn.Module):

@@ -5,6 +5,7 @@ import dataclasses
 
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
+from privzv.training import defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     so the count per record is exact. The release
     includes the head's DP update when the head trains (``methods.head``); its sigma follows.
     """
+    config = defaults.with_clip(config)
     schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
                         threat=config.threat, super_batch=config.super_batch,
                         device_steps=None if config.activation is None else device_steps(config, rounds))
@@ -64,13 +66,13 @@ def noised_release(config, method_cls, sigma: float, release: Release | None) ->
     method's release at downlink std ``sigma`` (its head's std follows), None without noise."""
     if release is not None or not sigma:
         return release
-    base = method_cls.release(config)
+    base = method_cls.release(defaults.with_clip(config))
     return None if base is None else base.with_sigma(sigma)
 
 
 def resumed(config, method_cls, sigma: float, result: dict | None) -> Plan:
     """The plan of a resumed run: its saved sigma (never re-calibrated; the ledger continues)."""
-    release = method_cls.release(config)
+    release = method_cls.release(defaults.with_clip(config))
     if release is not None and sigma > 0:
         release = release.with_sigma(sigma)
     return Plan(release, None, sigma, result)

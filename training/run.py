@@ -23,7 +23,7 @@ import torch
 import privzv
 from privzv import cliutil
 from privzv.errors import PrivzvError
-from privzv.training import data, divergence, methods, models, noise, privacy, seeds
+from privzv.training import data, defaults, divergence, methods, models, noise, plots, privacy, seeds
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 from privzv.training.run_folder import CHECKPOINT, RunFolder, public_config
 from privzv.training.messages import SERVER, device_name
@@ -43,6 +43,7 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     built here and the transcripts kept are the server's; None runs them in this process.
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
+    config, _ = defaults.resolve(config, dataset)
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
     devices = []
@@ -98,7 +99,7 @@ def saved_config(out) -> TrainConfig:
 def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend: bool = False,
           secret_seed: int | None = None, overwrite: bool = False,
           checkpoint_every: int | None = None, progress: Callable | None = None,
-          engine: Callable | None = None) -> dict:
+          engine: Callable | None = None, announce: Callable[[str], None] | None = None) -> dict:
     """Run ``config`` in the run folder ``out``; returns the summary dict.
 
     A new run needs ``out`` absent, empty, or (``overwrite``) holding a run. ``secret_seed`` makes
@@ -108,7 +109,9 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     ``epochs`` lengthens it (re-checking the budget). Every ``checkpoint_every`` rounds the run is
     checkpointed (default ``CHECKPOINT_EVERY``, or the resumed run's own; saved in config.json).
     ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``). ``engine``: see
-    :func:`build` (a new run only).
+    :func:`build` (a new run only). Open C and rates are filled by ``privzv.training.defaults``
+    (saved in config.json with their sources under ``"defaults"``; ``announce(line)`` is told
+    them before training).
     """
     out = Path(out)
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
@@ -128,7 +131,8 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     config.validate()
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
-    p = privacy.plan(config, method_cls, len(dataset.y_train), rounds)
+    config, chosen = defaults.resolve(config, dataset)
+    p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
     ledger = privacy.ledger(config, p)
     if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
         raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
@@ -137,11 +141,13 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
         folder.write_secrets(secret, given=secret_seed is not None)
-        folder.write_config(_saved_config(config, p, rounds, checkpoint_every))
+        folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
         if ledger is not None:
             ledger = folder.start_ledger(ledger)
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                       secret_seed=secret, engine=engine)
+        if announce:
+            announce("values chosen for this run:\n" + defaults.describe(chosen))
         try:
             return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
         finally:
@@ -160,6 +166,17 @@ def _setup(config: TrainConfig):
     return dataset, method_cls, rounds_for(config, records)
 
 
+def label_dp(config: TrainConfig) -> bool:
+    """True for a method whose privacy is privatised labels (rr-prior), not a noised release."""
+    return getattr(methods.get(config.method), "LABEL_DP", False)
+
+
+def _release_config(config: TrainConfig) -> TrainConfig:
+    """The config the release planning sees: a label-DP method's epsilon is spent on its labels
+    (by the method itself), so it plans no noised release."""
+    return dataclasses.replace(config, epsilon=math.inf) if label_dp(config) else config
+
+
 def _saved_config(config: TrainConfig, p, rounds: int, checkpoint_every: int,
                   extensions: list | None = None) -> dict:
     return {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
@@ -176,6 +193,9 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
         if extend:
             raise PrivzvError("--extend: give the new --epochs")
         return saved
+    # values the new config leaves open keep the run's chosen ones (training.defaults)
+    given = dataclasses.replace(given, **{name: getattr(saved, name) for name in defaults.FIELDS
+                                          if getattr(given, name) is None})
     changed = [f.name for f in dataclasses.fields(TrainConfig)
                if getattr(given, f.name) != getattr(saved, f.name)]
     fixed = [name for name in changed if name not in RESUME_MUTABLE]
@@ -265,7 +285,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
     extensions = [*saved.get("extensions", []), {"round": ckpt["round"], "epochs": saved_config.epochs,
                                                   "rounds": saved["rounds"], "epsilon_planned": planned}]
     folder.write_config({**_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
-                         "calibration": saved.get("calibration")})
+                         "calibration": saved.get("calibration"), "defaults": saved.get("defaults")})
 
 
 def _ledger_expected(config: TrainConfig, p, records: int) -> dict:
@@ -334,10 +354,10 @@ class _Loop:
                 bar.close()
         self.checkpoint()
         rows = self.folder.metrics
-        summary = _summary(self.config, self.p, sched, sched.ledger, rows[-1], self.rounds)
-        from privzv.training import plots
-
-        plots.write(self.folder.path, rows, self.config, chance=plots.chance(self.dataset.y_test))
+        summary = _summary(self.config, self.p, sched, sched.ledger, rows, self.rounds)
+        guess = plots.chance(self.dataset.y_test) / 100.0
+        summary["diverged"] = divergence.collapse(rows, guess)
+        plots.write(self.folder.path, rows, self.config, chance=100.0 * guess)
         self.folder.finish(summary)
         return summary
 
@@ -346,14 +366,29 @@ def _release_dict(release) -> dict | None:
     return None if release is None else dataclasses.asdict(release)
 
 
-def _summary(config, p, sched, ledger, last: dict, rounds) -> dict:
+CURVE_KEYS = ("round", "epoch", "test_accuracy", "test_loss", "bytes_up", "bytes_down", "epsilon_spent")
+
+
+def _summary(config, p, sched, ledger, rows: list[dict], rounds) -> dict:
+    """The run's summary: the last evaluation, the best one (``best``: the highest test accuracy,
+    chosen on the test split, so optimistic) and every evaluation (``curve``)."""
+    last = rows[-1]
+    best = max(rows, key=lambda r: r["test_accuracy"])
+    spent = ledger.epsilon_spent() if ledger is not None else None
+    protects = None
+    if label_dp(config):
+        from privzv.training.methods.rr_prior import PROTECTS
+
+        spent = config.epsilon if math.isfinite(config.epsilon) else None
+        protects = PROTECTS
     return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
             "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
             "rounds": sched.round, "rounds_planned": rounds,
             "bytes_up": sched.traffic.total_up, "bytes_down": sched.traffic.total_down,
-            "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
+            "epsilon_spent": spent,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
-            "delta": config.delta, "threat": config.threat, "accountant": config.accountant,
+            "delta": 0.0 if protects else config.delta, "protects": protects, "threat": config.threat, "accountant": config.accountant,
             "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
             "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
-            "seed": config.seed}
+            "seed": config.seed, "best": {k: best[k] for k in CURVE_KEYS},
+            "curve": [{k: r[k] for k in CURVE_KEYS} for r in rows]}

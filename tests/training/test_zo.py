@@ -93,7 +93,7 @@ def test_zo_estimator_mean_is_twice_the_smoothed_gradient_on_a_quadratic():
 
 
 def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
-    sched = tiny_scheduler(lr_device=0.1)
+    sched = tiny_scheduler(lr_device=0.1, device_momentum=0.0)
     device, method = sched.devices[0], sched.method
     w0 = [p.detach().clone() for p in device.model.parameters()]
     up = method.device_send(device, torch.arange(8))

@@ -11,6 +11,7 @@ MODULES = {
     "fo-vector": "privzv.training.methods.fo_vector",
     "zoo-vfl": "privzv.training.methods.zoo_vfl",
     "czofo": "privzv.training.methods.czofo",
+    "rr-prior": "privzv.training.methods.rr_prior",
 }
 METHODS = tuple(MODULES)
 

@@ -1,0 +1,133 @@
+"""Defaults the trainer applies (tuned C and rates, the size-normalised ZO step, momentum), and
+what a run reports about itself: the best evaluation, the whole curve, divergence."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from privzv.training import data, defaults, divergence, run, tuned
+from privzv.training.config import TrainConfig
+from privzv.training.messages import SERVER, Message
+
+SMALL = dict(dataset="digits", devices=2, epochs=0.2, batch_size=64, evals=2, transcripts=False, seed=1)
+
+
+def test_tuned_values_are_applied_and_saved_with_their_source(tmp_path):
+    lines = []
+    config = TrainConfig(**SMALL, epsilon=3.0)
+    summary = run.train(config, tmp_path / "r", secret_seed=1, announce=lines.append)
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    entry = tuned.lookup("digits", "dpzv", "mlp")
+    assert saved["config"]["clip"] == entry["clip"] and saved["release"]["clip"] == entry["clip"]
+    # the sweep ran without ZO device momentum; the run's 0.9 keeps eta / (1 - mu)
+    assert saved["config"]["device_momentum"] == 0.9
+    assert saved["config"]["lr_device"] == pytest.approx(entry["lr_device"] * 0.1)
+    assert saved["config"]["lr_server"] is None       # private: the DP head's own default rate
+    assert "tuned.py" in saved["defaults"]["clip"]["source"]
+    assert "DP head" in saved["defaults"]["lr_server"]["source"]
+    assert "clip 0.1 (training/tuned.py" in lines[0] and summary["sigma"] > 0
+
+
+def test_given_values_win_and_resolution_is_idempotent():
+    ds = data.load("digits", 2)
+    config = TrainConfig(**SMALL, clip=0.7, lr_device=0.002, lr_server=0.01)
+    resolved, sources = defaults.resolve(config, ds)
+    assert (resolved.clip, resolved.lr_device, resolved.lr_server) == (0.7, 0.002, 0.01)
+    assert {s["source"] for s in sources.values()} == {"given"}
+    again, _ = defaults.resolve(defaults.resolve(TrainConfig(**SMALL), ds)[0], ds)
+    assert again == defaults.resolve(TrainConfig(**SMALL), ds)[0]
+
+
+def test_untuned_setting_gets_c_10_and_the_size_normalised_zo_rate(monkeypatch):
+    monkeypatch.setattr(tuned, "lookup", lambda *a: None)
+    ds = data.load("digits", 4)
+    resolved, sources = defaults.resolve(TrainConfig(dataset="digits", devices=4, embed_dim=2), ds)
+    d = 16 * 32 + 32 + 32 * 2 + 2          # the device MLP: 2x8 pixels -> 32 -> 2
+    assert resolved.clip == 10.0 and resolved.lr_device == pytest.approx(defaults.ZO_RATE / math.sqrt(d))
+    assert f"d = {d}" in sources["lr_device"]["source"]
+    fo, _ = defaults.resolve(TrainConfig(dataset="digits", devices=4, method="fo-vector"), ds)
+    assert fo.lr_device is None              # first-order devices keep their method's default
+
+
+@pytest.mark.parametrize("embed_dim", [2, 64])
+def test_default_zo_step_moves_the_weights_by_at_most_zo_rate_times_c(embed_dim, monkeypatch):
+    """eta = ZO_RATE / sqrt(d) and |Delta| <= C (no noise): ||w' - w|| = eta |Delta| sqrt(d) <=
+    ZO_RATE * C for any model size (the first momentum step is the plain step)."""
+    monkeypatch.setattr(tuned, "lookup", lambda *a: None)
+    ds = data.load("digits", 2)
+    config = TrainConfig(dataset="digits", devices=2, embed_dim=embed_dim, clip=1.0, seed=2)
+    sched = run.build(config, ds, secret_seed=3)
+    device, method = sched.devices[0], sched.method
+    before = device.flat.clone()
+    method.device_send(device, torch.arange(8))
+    method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([-1.0])}))
+    moved = float((device.flat.double() - before.double()).norm())
+    assert moved == pytest.approx(defaults.ZO_RATE * 1.0, rel=1e-3)
+
+
+# the issue's digits case: accuracy and test loss at some of the evaluations of run.train(
+# TrainConfig(dataset="digits", devices=4, epochs=40, embed_dim=2, evals=20, transcripts=False,
+# lr_device=0.03, device_momentum=0.0, clip=10.0, seed=0), out, secret_seed=1)
+ISSUE_CURVE = [(0, 0.167, 2.299), (720, 0.517, 3.42), (1080, 0.578, 2.487), (1800, 0.286, 2.458),
+               (3600, 0.192, 2.154), (5400, 0.183, 4.917), (7200, 0.211, 5.202)]
+
+
+def _rows(curve):
+    return [{"round": r, "test_accuracy": a, "test_loss": loss} for r, a, loss in curve]
+
+
+def test_collapse_reports_the_issues_digits_run_and_not_a_steady_one():
+    found = divergence.collapse(_rows(ISSUE_CURVE), chance=0.1)
+    assert found["best_round"] == 1080 and found["last_accuracy"] == 0.211
+    assert "fell from 0.578" in found["reason"] and "above the untrained model's" in found["reason"]
+    steady = [(0, 0.1, 2.3), (100, 0.6, 1.2), (200, 0.85, 0.6), (300, 0.82, 0.7)]
+    assert divergence.collapse(_rows(steady), chance=0.1) is None
+    # a fall of less than half the gain over chance is noise, not divergence
+    assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.35, 1.8)]), 0.1) is None
+    assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.25, 1.8)]), 0.1)
+    # loss above the untrained model's alone is enough
+    assert "loss" in divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.5, 2.5)]), 0.1)["reason"]
+
+
+def test_summary_has_the_best_evaluation_the_curve_and_the_divergence_verdict(tmp_path):
+    config = TrainConfig(**{**SMALL, "evals": 4})
+    summary = run.train(config, tmp_path / "r", secret_seed=1)
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [c["round"] for c in summary["curve"]] == [r["round"] for r in rows]
+    assert summary["best"]["test_accuracy"] == max(r["test_accuracy"] for r in rows)
+    assert summary["curve"][-1]["test_accuracy"] == summary["test_accuracy"]
+    assert summary["diverged"] == divergence.collapse(rows, run.chance(data.load("digits", 2)))
+    assert "best" in json.loads((tmp_path / "r" / "summary.json").read_text())
+
+
+def test_a_collapsed_run_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(divergence, "collapse", lambda rows, chance: {"reason": "training diverged: x"})
+    summary = run.train(TrainConfig(**SMALL), tmp_path / "r", secret_seed=1)
+    assert summary["diverged"] == {"reason": "training diverged: x"}
+
+
+def test_cli_prints_the_chosen_values_and_a_divergence_warning(tmp_path, capsys, monkeypatch):
+    from privzv.cli import main
+
+    monkeypatch.setattr(divergence, "collapse", lambda rows, chance: {"reason": "training diverged: x"})
+    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
+            "--no-transcripts", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "values chosen for this run:" in captured.err and "lr_device" in captured.err
+    assert "WARNING: training diverged: x" in captured.out and "best" in captured.out
+
+
+def test_resume_keeps_the_chosen_values(tmp_path):
+    config = TrainConfig(**{**SMALL, "epochs": 0.2})
+    run.train(config, tmp_path / "r", secret_seed=1)
+    longer = dataclasses.replace(config, epochs=0.4)
+    again = run.train(longer, tmp_path / "r", resume=True, extend=True)
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert saved["config"]["clip"] == tuned.lookup("digits", "dpzv", "mlp")["clip"]
+    assert saved["defaults"]["clip"]["source"].startswith("training/tuned.py")
+    assert again["rounds"] > 0

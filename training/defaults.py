@@ -1,0 +1,96 @@
+"""The values a run uses where its config leaves them open (``None``), and where each came from.
+
+Order, per field: the user's value (flag or ``--config``); else the tuned value of
+``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
+
+* ``clip`` C: 10 (papers/001 App. H).
+* ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
+  model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
+  sqrt(d), papers/000 eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
+  noise-free step moves them by at most ``ZO_RATE * C`` whatever the model size; a fixed eta lets
+  the step grow like sqrt(d) (docs/results.md, "Stable defaults": on digits with 2-dim
+  embeddings and C = 10 the old 0.03 diverges within 12 epochs, this rate does not).
+  ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
+  0.9 (papers/000 App. C).
+* every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
+  ``methods.head.default_lr``, min(0.1, 1/z_h) with a DP head).
+
+The tuned server rates were swept for a non-private head, so a private run (DP head) does not
+take them: its head keeps the DP head's default (docs/results.md, "Hyperparameters").
+
+The tuned tables were swept with ZO device momentum 0 (``TUNED_DEVICE_MOMENTUM`` unless an entry
+says ``device_momentum``); a tuned ZO device rate is converted to the run's momentum mu by keeping
+the heavy-ball step's steady-state size eta / (1 - mu) (Polyak 1964): eta_run = eta_tuned *
+(1 - mu_run) / (1 - mu_tuned).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from privzv.training import methods, models, tuned
+
+CLIP = 10.0                   # papers/001 App. H
+ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
+ZO_DEVICE_METHODS = ("dpzv",)   # methods whose device step is the seeded ZO step with device_momentum
+TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
+FIELDS = ("clip", "lr_device", "lr_server")
+
+
+def resolve(config, dataset):
+    """(config with ``FIELDS`` filled, {field: {"value", "source"}}) for a run of ``config`` on
+    ``dataset`` (a ``VerticalDataset``); fields the user gave are reported as ``"given"``.
+    Idempotent: a resolved config comes back unchanged, its sources all ``"given"``."""
+    entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
+    where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
+    zo_device = config.method in ZO_DEVICE_METHODS
+    dp_head = config.private and not getattr(methods.get(config.method), "LABEL_DP", False)
+    values, sources = {}, {}
+    for name in FIELDS:
+        given = getattr(config, name)
+        if given is not None:
+            values[name], sources[name] = given, {"value": given, "source": "given"}
+        elif name in entry and not (name == "lr_server" and dp_head):
+            value, source = entry[name], where
+            if name == "lr_device" and zo_device:
+                mu = entry.get("device_momentum", TUNED_DEVICE_MOMENTUM)
+                value = value * (1 - config.device_momentum) / (1 - mu)
+                source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
+            values[name], sources[name] = value, {"value": value, "source": source}
+        elif name == "clip":
+            values[name], sources[name] = CLIP, {"value": CLIP, "source": "papers/001 App. H"}
+        elif name == "lr_device" and zo_device:
+            d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
+            value = ZO_RATE / math.sqrt(d)
+            values[name] = value
+            sources[name] = {"value": value, "source": f"{ZO_RATE:g} / sqrt(d), d = {d} device "
+                                                       "parameters (training/defaults.py)"}
+        elif name == "lr_server" and dp_head:
+            sources[name] = {"value": None, "source": "the DP head's default min(0.1, 1/z_h)"}
+        else:
+            sources[name] = {"value": None, "source": "the method's default"}
+    return dataclasses.replace(config, **values), sources
+
+
+def with_clip(config):
+    """``config`` with C filled when open (tuned, else ``CLIP``): enough for planning a release
+    without the dataset (``privzv.training.privacy``)."""
+    if config.clip is not None:
+        return config
+    entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
+    return dataclasses.replace(config, clip=entry.get("clip", CLIP))
+
+
+def parameter_count(dataset, m: int, embed_dim: int) -> int:
+    """d_m: the parameters of device ``m``'s model (built aside: torch's global generator is left
+    as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        return sum(p.numel() for p in models.device_model(dataset, m, embed_dim).parameters())
+
+
+def describe(sources: dict) -> str:
+    """One line per field: ``clip 0.1 (training/tuned.py (...))``."""
+    return "\n".join(f"{name} {'method default' if s['value'] is None else format(s['value'], '.4g')}"
+                     f" ({s['source']})" for name, s in sources.items())
