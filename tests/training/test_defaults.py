@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from privzv.training import data, defaults, divergence, run, tuned
+from privzv.training import data, defaults, divergence, plots, run, tuned
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
 
@@ -100,7 +100,7 @@ def test_summary_has_the_best_evaluation_the_curve_and_the_divergence_verdict(tm
     assert [c["round"] for c in summary["curve"]] == [r["round"] for r in rows]
     assert summary["best"]["test_accuracy"] == max(r["test_accuracy"] for r in rows)
     assert summary["curve"][-1]["test_accuracy"] == summary["test_accuracy"]
-    assert summary["diverged"] == divergence.collapse(rows, run.chance(data.load("digits", 2)))
+    assert summary["diverged"] == divergence.collapse(rows, plots.chance(data.load("digits", 2).y_test) / 100)
     assert "best" in json.loads((tmp_path / "r" / "summary.json").read_text())
 
 
