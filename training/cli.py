@@ -18,7 +18,7 @@ from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share")
+               "head_clip", "head_share", "directions")
 
 
 def build_parser() -> cliutil.Parser:
@@ -47,6 +47,9 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True, high_open=True),
                    help="share of each round's privacy (1/z^2) on the head update, default 0.5")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
+    p.add_argument("--directions", type=n("--directions", low=1, integer=True),
+                   help="dpzv: K perturbation directions per device step (each record's K loss "
+                        "differences clipped as one vector; same sensitivity), default 1")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0), help="device learning rate")
     p.add_argument("--lr-server", type=n("--lr-server", low=0), help="server learning rate")
