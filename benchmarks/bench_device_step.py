@@ -195,7 +195,8 @@ def main() -> dict:
                                "MLP 4.46M": f"112 -> {LARGE_HIDDEN} -> {LARGE_HIDDEN} -> 16 MLP "
                                             "(bench_device_step.large_model)"},
                     "embed_dim": TrainConfig().embed_dim, "sigma": SIGMA,
-                    "torch_threads": torch.get_num_threads(), "zo_chunk_values": zo.CHUNK},
+                    "torch_threads": torch.get_num_threads(),
+                    "zo_chunk_values": getattr(zo, "CHUNK", None)},   # None: one d-size draw
         "memory_method": ("torch.profiler CPU allocator events (profile_memory=True): peak of the "
                           "running sum of bytes allocated in the window; a step is "
                           "max(peak(send), retained(send) + peak(receive)); parameters and dataset "
