@@ -20,7 +20,7 @@ from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 ENGINES = ("inprocess", "flower")
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share", "head_window", "embed_dim", "server_kind")
+               "head_clip", "head_share", "head_window", "embed_dim", "server_kind", "directions")
 
 
 def build_parser() -> cliutil.Parser:
@@ -59,6 +59,9 @@ def build_parser() -> cliutil.Parser:
                    help="embedding size per device (the bottleneck), default 16")
     p.add_argument("--server-kind", choices=models.SERVER_KINDS,
                    help="server head: mlp (default) or sum (needs --embed-dim = classes)")
+    p.add_argument("--directions", type=n("--directions", low=1, integer=True),
+                   help="dpzv: K perturbation directions per device step (each record's K loss "
+                        "differences clipped as one vector; same sensitivity), default 1")
     p.add_argument("--freeze", choices=FREEZE, help="ablation: do not update these parties")
     p.add_argument("--lr-device", type=n("--lr-device", low=0),
                    help="device learning rate; default: tuned, else the method's (DPZV: 0.0125/sqrt(d))")

@@ -23,7 +23,7 @@ SERVER_UPDATES = ("fo", "zo")
 CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
         "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "head_window": 1_000_000, "epochs": 100_000.0,
         "clip": 1e6, "head_clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
-        "seed": 2**63 - 1}
+        "seed": 2**63 - 1, "directions": 1024}
 CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 
 
@@ -48,6 +48,7 @@ class TrainConfig:
     head_window: int | None = None   # DP head: one step per q batches of each device (0: every round; None: methods.head.window)
     no_clip: bool = False            # ablation (needs no noise)
     lam: float = 1e-3                # ZO smoothing lambda
+    directions: int = 1              # dpzv: K perturbation directions per device step
     lr_device: float | None = None   # None: the method's default
     lr_server: float | None = None
     momentum: float = 0.9            # server (and first-order device) SGD momentum
@@ -116,7 +117,7 @@ class TrainConfig:
         _choice("server_kind", self.server_kind, models.SERVER_KINDS)
         if self.freeze is not None:
             _choice("freeze", self.freeze, FREEZE)
-        for name in ("devices", "batch_size", "embed_dim", "evals", "threads"):
+        for name in ("devices", "batch_size", "embed_dim", "evals", "threads", "directions"):
             _int_at_least(name, getattr(self, name), 1)
         _int_at_least("max_delay", self.max_delay, 0)
         _int_at_least("seed", self.seed, 0)
@@ -153,6 +154,9 @@ class TrainConfig:
             if self.super_batch is None or self.super_batch < self.batch_size:
                 raise PrivzvError(f"super_batch {self.super_batch!r}: threat secret-subsampling needs"
                                   f" super_batch >= --batch-size {self.batch_size} (set it in --config)")
+        if self.directions > 1 and self.method != "dpzv":
+            raise PrivzvError(f"--directions {self.directions}: more than one direction is "
+                              f"implemented for --method dpzv only, not {self.method}")
         if self.no_clip and self.private:
             raise PrivzvError("no_clip: the no-clipping ablation has unbounded sensitivity; use it"
                               " only without noise (--epsilon inf, no --sigma)")
@@ -168,7 +172,7 @@ class TrainConfig:
 _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (int,), "epochs": (int, float),
           "batch_size": (int,), "epsilon": (int, float), "delta": (int, float), "threat": (str,),
           "accountant": (str,), "neighbors": (str,), "super_batch": (int,), "sigma": (int, float),
-          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "head_window": (int,), "no_clip": (bool,), "lam": (int, float), "lr_device": (int, float),
+          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "head_window": (int,), "no_clip": (bool,), "directions": (int,), "lam": (int, float), "lr_device": (int, float),
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),

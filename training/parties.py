@@ -51,9 +51,10 @@ class Device:
     def __post_init__(self) -> None:
         self.flat = zo.flatten_(self.model)
 
-    def step_seed(self) -> int:
-        """The seed of this device's perturbation u at its current step (device-known)."""
-        return seeds.derive(self.seed, "u", self.index, self.step)
+    def step_seed(self, k: int = 0) -> int:
+        """The seed of this device's k-th perturbation u_k at its current step (device-known)."""
+        names = (self.index, self.step) if k == 0 else (self.index, self.step, k)
+        return seeds.derive(self.seed, "u", *names)
 
 
 class EmbeddingTable:

@@ -9,7 +9,8 @@ Layout (``FORMAT`` 1). Public (what a party, an attack or a reader of the result
                     release leaves the server, plus checkpoint and resume markers
 ``ledger.json``     private runs: ``PrivacyLedger.state_dict()`` at the last checkpoint
 ``checkpoint.pt``   the public part of ``Scheduler.state_dict()`` and what resume cross-checks
-``traffic.npz``, ``transcripts/``, ``summary.json`` (written last: the run finished), plots
+``traffic.npz``, ``summary.json`` (written last: the run finished), plots
+``transcripts/``    every party's transcript, appended as the rounds go (``privzv.training.transcript``)
 
 Private (``private/``, mode 0700, files 0600; never read by an attack, see :func:`public_config`):
 
@@ -17,19 +18,19 @@ Private (``private/``, mode 0700, files 0600; never read by an attack, see :func
 ``private/checkpoint-ID.pt``    the secret part of the scheduler state (``SECRET_STATE``: every
                                 party's noise generator), of the checkpoint named ID
 ``private/transcripts/``        the secret entries of the transcripts (``SECRET_ENTRIES``: the
-                                server's keep decisions)
+                                server's keep decisions), appended likewise
 
 Every file is replaced atomically (temp file in the same folder, fsync, rename, fsync of the
 folder). A new run is built in a hidden ``.NAME.new-XXXX`` folder and renamed into place after its
 round-0 checkpoint, so ``--out`` either does not exist or holds a resumable run; a lock file
 ``.NAME.lock`` beside it keeps a second process out. A kill at any point leaves a run that
 ``--resume`` continues from its last checkpoint; releases journaled after that checkpoint stay
-counted (the ledger may over-count, never under-count).
+counted (the ledger may over-count, never under-count). Transcripts are appended, not replaced:
+each checkpoint fsyncs them and records their sizes; a resume cuts them back to those sizes.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -60,7 +61,6 @@ SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"),
 # Transcript entries that are their party's secret (its sampling decisions), as (party,
 # direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
 SECRET_ENTRIES = {("server", "local", "keep")}
-POSITION = "_position"
 
 
 # --------------------------------------------------------------------------- atomic files
@@ -237,6 +237,7 @@ class RunFolder:
         self.run_id: str | None = None
         self.metrics: list[dict] = []
         self.ledger: JournaledLedger | None = None
+        self._recorder = None   # the run's transcript Recorder, once it streams into the folder
 
     # ------------------------------------------------------------------ locking and creation
     @staticmethod
@@ -313,6 +314,8 @@ class RunFolder:
             folder.close()
 
     def close(self) -> None:
+        if self._recorder is not None:
+            self._recorder.close()
         if self.ledger is not None and self.ledger.journal is not None:
             self.ledger.journal.close()
             self.ledger.journal = None
@@ -475,7 +478,7 @@ class RunFolder:
         """Transcripts, then the private and public checkpoint (the commit point), then the
         journal marker, ledger.json and traffic.npz. ``meta`` is cross-checked on resume."""
         ckpt_id = f"{round_:010d}-{secrets.token_hex(4)}"
-        counts = self._save_transcripts(recorder) if recorder.enabled else None
+        counts = self._sync_transcripts(recorder) if recorder.enabled else None
         public, secret = split_state(state)
         _torch_save(self.private / f"checkpoint-{ckpt_id}.pt",
                     {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
@@ -514,87 +517,49 @@ class RunFolder:
                 f"{CHECKPOINT} (round {checkpoint['round']})")
         self.metrics = list(want)
 
-    def _save_transcripts(self, recorder) -> dict:
-        """Secret entries to private/transcripts/, the rest to transcripts/; entries per party."""
-        public, secret = _split_transcripts(recorder)
-        for part, base, private in ((secret, self.private, True), (public, self.path, False)):
-            folder = base / TRANSCRIPTS
-            folder.mkdir(mode=0o700 if private else 0o777, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix=".new-", dir=self.path) as tmp:
-                part.save(Path(tmp))
-                for party in part.transcripts:
-                    for ext in ("npz", "json"):   # the index last: an old index over a new npz reads
-                        name = f"{party}.{ext}"
-                        atomic_write(folder / name, lambda fh: fh.write((Path(tmp) / name).read_bytes()),
-                                     private=private)
-        return {p: [len(public.transcripts[p].entries),
-                    len(secret.transcripts[p].entries) if p in secret.transcripts else 0]
-                for p in recorder.transcripts}
+    def _folders(self) -> tuple[Path, Path]:
+        return self.path / TRANSCRIPTS, self.private / TRANSCRIPTS
+
+    def _stream(self, recorder, sizes: dict | None = None) -> None:
+        public, private = self._folders()
+        public.mkdir(exist_ok=True)
+        private.mkdir(mode=0o700, exist_ok=True)
+        recorder.stream_to(public, private, SECRET_ENTRIES, sizes)
+        self._recorder = recorder
+
+    def _sync_transcripts(self, recorder) -> dict:
+        """The transcripts fsync'd (streamed into the folder from the first checkpoint on); their
+        sizes, which the checkpoint records."""
+        if not recorder.streaming:
+            self._stream(recorder)
+        return recorder.sync()
 
     def load_transcripts(self, recorder, checkpoint: dict) -> None:
-        """Put the checkpoint's transcript entries back into ``recorder`` (later ones dropped)."""
+        """Continue the transcripts in ``recorder`` from the checkpoint: each party's files cut
+        back to the sizes it recorded (entries of later rounds, to be run again, dropped)."""
         from privzv.training import transcript
 
-        counts = checkpoint["transcripts"]
-        _expect(counts is not None, f"{CHECKPOINT}: the run was saved without transcripts")
-        for party, (n_public, n_secret) in counts.items():
-            public = self._entries(self.path, TRANSCRIPTS, party, n_public, checkpoint)
-            secret = self._entries(self.private, f"{PRIVATE}/{TRANSCRIPTS}", party, n_secret, checkpoint)
-            merged: list = [None] * (n_public + n_secret)
-            for e in secret:
-                i = int(e.fields[POSITION][0])
-                _expect(0 <= i < len(merged) and merged[i] is None,
-                        f"{PRIVATE}/{TRANSCRIPTS}/{party}: corrupt (entry position {i})")
-                merged[i] = dataclasses.replace(e, fields={k: v for k, v in e.fields.items()
-                                                           if k != POSITION})
-            rest = iter(public)
-            recorder.transcripts[party].entries[:0] = [e if e is not None else next(rest) for e in merged]
-
-    @staticmethod
-    def _entries(base: Path, what: str, party: str, n: int, checkpoint: dict) -> list:
-        """The first ``n`` entries of ``party``'s transcript under ``base`` (none after the
-        checkpoint's round; a round refused at the budget has entries at that round: its uplink
-        was sent, and the round is run again on resume)."""
-        from privzv.training import transcript
-
-        if n == 0:
-            return []
-        what = f"{what}/{party}"
-        try:
-            entries = transcript.load(base, party).entries
-        except PrivzvError:
-            raise PrivzvError(f"{what}: missing ({CHECKPOINT} of round {checkpoint['round']} "
-                              f"expects {n} entries)") from None
-        except Exception as exc:
-            raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
-        _expect(len(entries) >= n and all(e.round <= checkpoint["round"] for e in entries[:n]),
-                f"{what}: {len(entries)} entries, {CHECKPOINT} of round {checkpoint['round']} "
-                f"expects {n}")
-        return entries[:n]
+        sizes = checkpoint["transcripts"]
+        _expect(isinstance(sizes, dict) and all(isinstance(v, dict) for v in sizes.values()),
+                f"{CHECKPOINT}: the run was saved without transcripts (or in an older format)")
+        for party, size in sizes.items():
+            for folder, what, part in zip(self._folders(), (TRANSCRIPTS, f"{PRIVATE}/{TRANSCRIPTS}"),
+                                          ("public", "private")):
+                if size[part] is None:
+                    continue
+                for path, want in zip((folder / f"{party}{transcript.INDEX}",
+                                       folder / f"{party}{transcript.DATA}"), size[part]):
+                    _expect(path.is_file(), f"{what}/{party}: missing ({CHECKPOINT} of round "
+                            f"{checkpoint['round']} expects {path.name})")
+                    _expect(path.stat().st_size >= want, f"{what}/{path.name}: {path.stat().st_size}"
+                            f" bytes, {CHECKPOINT} of round {checkpoint['round']} expects {want}")
+        self._stream(recorder, sizes)
 
     # ------------------------------------------------------------------ the end
     def finish(self, summary: dict) -> None:
         """Write summary.json (atomically): the run is finished."""
         _write_json(self.path / SUMMARY, summary)
 
-
-
-def _split_transcripts(recorder):
-    """(public, secret) Recorders: ``SECRET_ENTRIES`` (with their position) apart from the rest."""
-    from privzv.training.transcript import Recorder
-
-    meta = {p: t.meta for p, t in recorder.transcripts.items()}
-    public, secret = Recorder(list(meta), meta), Recorder([], {})
-    for party, t in recorder.transcripts.items():
-        for i, e in enumerate(t.entries):
-            if (party, e.direction, e.kind) in SECRET_ENTRIES:
-                if party not in secret.transcripts:
-                    secret.transcripts[party] = dataclasses.replace(t, entries=[])
-                secret.transcripts[party].entries.append(
-                    dataclasses.replace(e, fields={**e.fields, POSITION: np.array([i])}))
-            else:
-                public.transcripts[party].entries.append(e)
-    return public, secret
 
 
 def _glob_escape(name: str) -> str:

@@ -68,28 +68,43 @@ class Activation:
 
 class SharedWalk:
     """Batch j of every device: the j-th batch of b records of one walk through epoch
-    permutations of the D records, permutation e seeded by (public ``seed``, e)."""
+    permutations of the D records, permutation e seeded by (public ``seed``, e).
+
+    The permutations of the epochs the devices are in are kept (one per epoch, shared; an epoch
+    no device is in is dropped), so a device draws each epoch's permutation at most once and a
+    round costs O(b) amortised whatever D, also when the devices' steps drift apart (skewed
+    activation), where keeping a single epoch would draw a D-size permutation nearly every round.
+    """
 
     kind = SHARED_WALK
 
     def __init__(self, records: int, batch: int, seed: int):
         self.records, self.batch, self.seed = records, batch, seed
         self.per_epoch = -(-records // batch)
-        self._perm: tuple[int, torch.Tensor] | None = None
+        self._perms: dict[int, torch.Tensor] = {}     # epoch -> its permutation
+        self._epochs: dict[object, int] = {}          # walker (a device index) -> its epoch
 
     def permutation(self, epoch: int) -> torch.Tensor:
-        if self._perm is None or self._perm[0] != epoch:
+        perm = self._perms.get(epoch)
+        if perm is None:
             gen = seeds.generator(self.seed, "permutation", epoch)
-            self._perm = (epoch, torch.randperm(self.records, generator=gen))
-        return self._perm[1]
+            perm = self._perms[epoch] = torch.randperm(self.records, generator=gen)
+        return perm
 
-    def batch_of(self, step: int) -> torch.Tensor:
+    def batch_of(self, step: int, walker: object = None) -> torch.Tensor:
+        """The ids of step ``step`` of the walk, for ``walker`` (whose earlier epochs are done)."""
         epoch, pos = divmod(step, self.per_epoch)
-        return self.permutation(epoch)[pos * self.batch:(pos + 1) * self.batch].clone()
+        perm = self.permutation(epoch)
+        if self._epochs.get(walker) != epoch:
+            self._epochs[walker] = epoch
+            in_use = set(self._epochs.values())
+            for done in [e for e in self._perms if e not in in_use]:
+                del self._perms[done]
+        return perm[pos * self.batch:(pos + 1) * self.batch].clone()
 
     def draw(self, device, server) -> torch.Tensor:
         """The ids of ``device``'s current step (known to the device and to the server)."""
-        return self.batch_of(device.step)
+        return self.batch_of(device.step, device.index)
 
 
 class PoissonSampler:

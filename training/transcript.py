@@ -1,36 +1,42 @@
 """Per-party transcripts: what each party sent, received and knows. Attacks read only these.
 
-On disk, in ``RUN/transcripts/``, two files per party (``server``, ``device0``, ...):
+On disk, in ``RUN/transcripts/``, two append-only files per party (``server``, ``device0``, ...),
+written as the rounds go (``Recorder.stream_to``), so a run holds no transcript in memory:
 
-``PARTY.json``
-    ``{"format": 1, "party": ..., "meta": {...}, "entries": [[round, direction, kind, peer], ...],
-    "fields": {kind: [field, ...]}}``. ``direction`` is ``"sent"``, ``"received"`` or ``"local"``
-    (a fact the party knows without a message: its batch ids, its u seed, a secret keep mask).
-``PARTY.npz``
-    for every kind and field, ``KIND/FIELD/data`` (the entries' arrays of that kind concatenated
-    along axis 0; a scalar is stored as shape [1]) and ``KIND/FIELD/offsets`` (row offsets,
-    one more than the number of entries of that kind, in entry order).
+``PARTY.jsonl``
+    line 1: ``{"format": 2, "party": ..., "meta": {...}}``; then one line per entry, in the order
+    it happened: ``[round, direction, kind, peer, [[field, dtype, shape, offset], ...]]``.
+    ``direction`` is ``"sent"``, ``"received"`` or ``"local"`` (a fact the party knows without a
+    message: its batch ids, its u seeds, a secret keep mask); ``dtype`` is numpy's ``dtype.str``.
+``PARTY.bin``
+    the fields' values, C order, each at its ``offset`` (bytes).
 
-``load(run_dir, party)`` gives back a :class:`Transcript` of :class:`Entry` objects in the order
-they happened. Device transcripts hold: its uplinks (``ids`` and its embeddings), the downlinks
-it received, ``local`` entries ``batch`` (``ids``) and, for ZO methods, ``seed`` (``seed``);
-``meta`` holds its feature partition and record count. The server's transcript holds every
-message it sent and received and its own ``local`` facts; nothing of another party's private state.
+A line cut short by a kill (no newline), or one whose values lie beyond the end of ``PARTY.bin``,
+ends the transcript. ``load(run_dir, party)`` gives back a :class:`Transcript` of :class:`Entry`
+objects in order. Device transcripts hold: its uplinks (``ids`` and its embeddings), the downlinks
+it received, ``local`` entries ``batch`` (``ids``) and, for ZO methods, ``seed`` (``seed``, one
+per direction); ``meta`` holds its feature partition and record count. The server's transcript
+holds every message it sent and received and its own ``local`` facts; nothing of another party's
+private state. Entries a run folder marks secret go to ``RUN/private/transcripts/`` instead, each
+with a ``_position`` field (its index among all of its party's entries).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 from pathlib import Path
-
 import numpy as np
 import torch
 
 from privzv.errors import PrivzvError
 from privzv.training.messages import Message
 
-FORMAT = 1
+FORMAT = 2
 DIRECTIONS = ("sent", "received", "local")
+INDEX, DATA = ".jsonl", ".bin"
+POSITION = "_position"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +64,62 @@ class Transcript:
                 if (direction is None or e.direction == direction) and (kind is None or e.kind == kind)]
 
 
+class _Sink:
+    """One party's append-only pair of files in ``folder``: new (header written), or continued
+    from ``sizes`` = [index bytes, data bytes] (anything after them cut off)."""
+
+    def __init__(self, folder: Path, party: str, meta: dict, sizes: list | None = None,
+                 private: bool = False):
+        index, data = folder / f"{party}{INDEX}", folder / f"{party}{DATA}"
+        mode = 0o600 if private else 0o666
+        if sizes is None:
+            header = json.dumps({"format": FORMAT, "party": party, "meta": meta}, allow_nan=False)
+            for path, content in ((index, (header + "\n").encode()), (data, b"")):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(content)
+        else:
+            for path, size in zip((index, data), sizes):
+                os.truncate(path, size)
+        self.index, self.data = open(index, "ab"), open(data, "ab")
+        self.offset = self.data.tell()
+
+    def append(self, e: Entry) -> None:
+        fields = []
+        for name, value in e.fields.items():
+            arr = np.ascontiguousarray(value)
+            fields.append([name, arr.dtype.str, list(arr.shape), self.offset])
+            self.data.write(arr.tobytes())
+            self.offset += arr.nbytes
+        line = json.dumps([e.round, e.direction, e.kind, e.peer, fields], separators=(",", ":"))
+        self.index.write((line + "\n").encode())
+
+    def sync(self) -> list[int]:
+        """Flush and fsync (values first, then the index); returns [index bytes, data bytes]."""
+        for fh in (self.data, self.index):
+            fh.flush()
+            os.fsync(fh.fileno())
+        return [self.index.tell(), self.data.tell()]
+
+    def close(self) -> None:
+        self.data.close()
+        self.index.close()
+
+
 class Recorder:
-    """Collects transcripts in memory during a run (``enabled=False`` records nothing)."""
+    """Collects the parties' transcripts (``enabled=False`` records nothing): in memory
+    (``transcripts``), or, after :meth:`stream_to`, appended to files as the entries come."""
 
     def __init__(self, parties: list[str], meta: dict[str, dict], enabled: bool = True):
         self.enabled = enabled
         self.transcripts = {p: Transcript(p, dict(meta.get(p, {})), []) for p in parties}
+        self.counts = {p: 0 for p in parties}     # entries so far, per party
+        self._sinks: dict[str, list] | None = None
+        self._secret: frozenset = frozenset()
+
+    @property
+    def streaming(self) -> bool:
+        return self._sinks is not None
 
     def message(self, msg: Message) -> None:
         """Record ``msg`` in its sender's (sent) and receiver's (received) transcripts, where
@@ -71,38 +127,80 @@ class Recorder:
         if not self.enabled:
             return
         fields = _numpy(msg.tensors)
-        if msg.sender in self.transcripts:
-            self.transcripts[msg.sender].entries.append(
-                Entry(msg.round, "sent", msg.kind, msg.receiver, fields))
-        if msg.receiver in self.transcripts:
-            self.transcripts[msg.receiver].entries.append(
-                Entry(msg.round, "received", msg.kind, msg.sender, fields))
+        self._add(msg.sender, Entry(msg.round, "sent", msg.kind, msg.receiver, fields))
+        self._add(msg.receiver, Entry(msg.round, "received", msg.kind, msg.sender, fields))
 
     def local(self, party: str, round_: int, kind: str, fields: dict) -> None:
         """Record a fact that ``party`` knows without a message."""
         if self.enabled:
-            self.transcripts[party].entries.append(Entry(round_, "local", kind, party, _numpy(fields)))
+            self._add(party, Entry(round_, "local", kind, party, _numpy(fields)))
+
+    def _add(self, party: str, e: Entry) -> None:
+        if party not in self.transcripts:   # another party's half of a message
+            return
+        if self._sinks is None:
+            self.transcripts[party].entries.append(e)
+        elif (party, e.direction, e.kind) in self._secret:
+            e = dataclasses.replace(e, fields={**e.fields, POSITION: np.array([self.counts[party]])})
+            self._sinks[party][1].append(e)
+        else:
+            self._sinks[party][0].append(e)
+        self.counts[party] += 1
+
+    def stream_to(self, public: Path, private: Path | None = None, secret=frozenset(),
+                  sizes: dict | None = None) -> None:
+        """From now on append every entry to ``public``/PARTY.*, and the entries of ``secret``
+        (a set of (party, direction, kind)) to ``private``/PARTY.* (for the parties named there);
+        the entries held so far go first. ``sizes``: continue the files from :meth:`sync`'s
+        answer then, cut back to it (a resumed run)."""
+        self._secret = frozenset(secret)
+        secret_parties = {party for party, _, _ in self._secret}
+        self._sinks = {}
+        for party, t in self.transcripts.items():
+            saved = (sizes or {}).get(party)
+            if saved is not None:
+                self.counts[party] = saved["entries"]
+            self._sinks[party] = [
+                _Sink(public, party, t.meta, saved and saved["public"]),
+                _Sink(private, party, t.meta, saved and saved["private"], private=True)
+                if party in secret_parties else None]
+            held, t.entries = t.entries, []
+            self.counts[party] -= len(held)
+            for e in held:
+                self._add(party, e)
+
+    def sync(self) -> dict:
+        """Flush and fsync the files; per party, ``entries`` and the ``public`` / ``private``
+        [index, data] sizes (None: no private file) to continue them from with :meth:`stream_to`."""
+        return {party: {"entries": self.counts[party], "public": sinks[0].sync(),
+                        "private": sinks[1].sync() if sinks[1] is not None else None}
+                for party, sinks in self._sinks.items()}
+
+    def close(self) -> None:
+        for sinks in (self._sinks or {}).values():
+            for sink in sinks:
+                if sink is not None:
+                    sink.close()
 
     def save(self, folder: Path) -> None:
+        """Write the transcripts held in memory to ``folder`` (the on-disk format of a run)."""
         folder.mkdir(parents=True, exist_ok=True)
-        for party, transcript in self.transcripts.items():
-            _save(folder, transcript)
-
-    def extend_from(self, folder: Path) -> None:
-        """Prepend the transcripts saved in ``folder`` (a resumed run continues them)."""
-        for party, transcript in self.transcripts.items():
-            if (folder / f"{party}.json").exists():
-                transcript.entries[:0] = _load(folder, party).entries
+        for party, t in self.transcripts.items():
+            sink = _Sink(folder, party, t.meta)
+            for e in t.entries:
+                sink.append(e)
+            sink.sync()
+            sink.close()
 
 
 def load(run_dir: str | Path, party: str) -> Transcript:
     """The transcript of ``party`` (``"server"``, ``"device0"``, ...) saved in ``run_dir``."""
     folder = Path(run_dir) / "transcripts"
-    if not (folder / f"{party}.json").exists():
-        known = sorted(p.stem for p in folder.glob("*.json")) if folder.exists() else []
+    if not (folder / f"{party}{INDEX}").exists():
+        known = sorted(p.stem for p in folder.glob(f"*{INDEX}")) if folder.exists() else []
         raise PrivzvError(f"party {party!r}: no transcript in {str(folder)!r}"
                           + (f" (have: {', '.join(known)})" if known else " (run without transcripts?)"))
-    return _load(folder, party)
+    return read_folder(folder, party)
 
 
 def _numpy(tensors: dict) -> dict:
@@ -113,41 +211,24 @@ def _numpy(tensors: dict) -> dict:
     return out
 
 
-def _save(folder: Path, t: Transcript) -> None:
-    fields: dict[str, list[str]] = {}
-    chunks: dict[str, list[np.ndarray]] = {}
-    for e in t.entries:
-        names = fields.setdefault(e.kind, list(e.fields))
-        if names != list(e.fields):
-            raise ValueError(f"transcript {t.party}: kind {e.kind!r} has fields {list(e.fields)}, "
-                             f"expected {names}")
-        for name in names:
-            chunks.setdefault(f"{e.kind}/{name}", []).append(np.atleast_1d(e.fields[name]))
-    arrays = {}
-    for key, parts in chunks.items():
-        arrays[f"{key}/data"] = np.concatenate(parts, axis=0)
-        arrays[f"{key}/offsets"] = np.concatenate([[0], np.cumsum([len(p) for p in parts])])
-    index = {"format": FORMAT, "party": t.party, "meta": t.meta, "fields": fields,
-             "entries": [[e.round, e.direction, e.kind, e.peer] for e in t.entries]}
-    (folder / f"{t.party}.json").write_text(json.dumps(index))
-    with open(folder / f"{t.party}.npz", "wb") as fh:
-        np.savez(fh, **arrays)
-
-
-def _load(folder: Path, party: str) -> Transcript:
-    index = json.loads((folder / f"{party}.json").read_text())
-    if index.get("format") != FORMAT:
-        raise PrivzvError(f"transcript {party!r}: format {index.get('format')!r}, expected {FORMAT}")
-    with np.load(folder / f"{party}.npz") as npz:
-        arrays = {key: npz[key] for key in npz.files}
-    seen: dict[str, int] = {}
+def read_folder(folder: Path, party: str) -> Transcript:
+    """The transcript of ``party`` in the transcript folder ``folder`` (``RUN/transcripts``, or a
+    party's own folder on another engine)."""
+    raw = (folder / f"{party}{INDEX}").read_bytes()
+    lines = raw[:raw.rfind(b"\n") + 1].decode().splitlines()   # a line cut by a kill: dropped
+    header = json.loads(lines[0]) if lines else {}
+    if header.get("format") != FORMAT:
+        raise PrivzvError(f"transcript {party!r}: format {header.get('format')!r}, expected {FORMAT}")
+    data = np.fromfile(folder / f"{party}{DATA}", dtype=np.uint8)
     entries = []
-    for round_, direction, kind, peer in index["entries"]:
-        j = seen.get(kind, 0)
-        seen[kind] = j + 1
+    for line in lines[1:]:
+        round_, direction, kind, peer, spec = json.loads(line)
         fields = {}
-        for name in index["fields"][kind]:
-            offsets = arrays[f"{kind}/{name}/offsets"]
-            fields[name] = arrays[f"{kind}/{name}/data"][offsets[j]:offsets[j + 1]]
+        for name, dtype, shape, offset in spec:
+            dt = np.dtype(dtype)
+            end = offset + dt.itemsize * math.prod(shape)
+            if end > len(data):
+                return Transcript(party, header["meta"], entries)   # values cut by a kill
+            fields[name] = data[offset:end].view(dt).reshape(shape)
         entries.append(Entry(int(round_), direction, kind, peer, fields))
-    return Transcript(party, index["meta"], entries)
+    return Transcript(party, header["meta"], entries)

@@ -236,7 +236,7 @@ def test_missing_run_or_transcript_fails_clearly(tmp_path):
     with pytest.raises(PrivzvError, match="no config.json"):
         registry.run_attack("direct-label", tmp_path / "nowhere")
     recorded_sum_server(tmp_path)
-    (tmp_path / "transcripts" / "device1.json").unlink()
+    (tmp_path / "transcripts" / "device1.jsonl").unlink()
     with pytest.raises(PrivzvError, match="device1"):
         registry.run_attack("direct-label", tmp_path, attacker=1)
     with pytest.raises(PrivzvError, match="--attack 'sign'"):

@@ -67,7 +67,7 @@ def test_device_momentum_accumulates_delta_u_over_steps(tiny_scheduler):
     buf, plain = torch.zeros_like(w), w.clone()
     for delta in (0.5, -0.25, 0.75):
         method.device_send(device, torch.arange(8))
-        u = zo.direction(device.model, device.scratch["seed"]).double()
+        u = zo.direction(device.model, device.scratch["seeds"][0]).double()
         method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([delta])}))
         device.scratch.clear()
         device.step += 1

@@ -21,6 +21,26 @@ def test_shared_walk_visits_every_record_once_per_epoch():
     assert not torch.equal(walk.batch_of(0), walk.batch_of(7))       # a fresh permutation
 
 
+def test_devices_in_different_epochs_draw_each_permutation_once(monkeypatch):
+    """Skewed activation: device 0 runs two steps for device 1's one, so their epochs differ most
+    rounds; still each device draws each epoch's permutation at most once (a round costs O(b)
+    amortised, not O(D); a single cached epoch would draw one nearly every round here), the
+    batches are those of the walk, and only the epochs the devices are in are kept."""
+    one = SharedWalk(records=50, batch=8, seed=1)
+    reference = [one.batch_of(s) for s in range(42)]            # the walk, step by step
+    calls = []
+    randperm = torch.randperm
+    monkeypatch.setattr(torch, "randperm", lambda *a, **k: calls.append(a) or randperm(*a, **k))
+    walk = SharedWalk(records=50, batch=8, seed=1)
+    steps = {0: 0, 1: 0}
+    for r in range(63):
+        device = 0 if r % 3 else 1
+        assert torch.equal(walk.batch_of(steps[device], device), reference[steps[device]])
+        steps[device] += 1
+        assert set(walk._perms) == {(s - 1) // 7 for s in steps.values() if s}
+    assert steps == {0: 42, 1: 21} and 6 <= len(calls) <= 6 + 3    # (device, epoch) pairs
+
+
 def test_activation_probabilities_are_followed(tiny_scheduler):
     probs = [0.7, 0.1, 0.1, 0.1]
     sched = tiny_scheduler(devices=4, activation=probs)
@@ -114,3 +134,37 @@ def test_loading_a_missing_party_is_a_clear_error(tmp_path):
 
     with pytest.raises(PrivzvError, match="device7"):
         transcript.load(tmp_path, "device7")
+
+
+def test_a_streaming_recorder_holds_nothing_and_load_reads_it_back(tmp_path):
+    """Entries go to the files as they come (none kept in memory), secret ones to the private
+    folder with their position; a line cut by a kill ends the transcript; continuing from
+    ``sync``'s sizes drops what came after them."""
+    rec = transcript.Recorder(["server", "device0"], {"device0": {"records": 9}})
+    rec.local("device0", 0, "batch", {"ids": torch.arange(3)})          # held, then streamed
+    (tmp_path / "pub").mkdir()
+    (tmp_path / "priv").mkdir()
+    rec.stream_to(tmp_path / "pub", tmp_path / "priv", {("server", "local", "keep")})
+    rec.message(Message(0, "device0", SERVER, "up", {"ids": torch.arange(3), "h": torch.ones(3, 2)}))
+    rec.local(SERVER, 0, "keep", {"mask": torch.tensor([True, False, True])})
+    sizes = rec.sync()
+    assert all(not t.entries for t in rec.transcripts.values())
+    rec.message(Message(1, SERVER, "device0", "down", {"d": torch.tensor([0.5])}))   # after the sync
+    rec.sync()
+    device = transcript._load(tmp_path / "pub", "device0")
+    assert [(e.round, e.direction, e.kind) for e in device.entries] == [
+        (0, "local", "batch"), (0, "sent", "up"), (1, "received", "down")]
+    assert device.meta == {"records": 9} and device.entries[1].fields["h"].dtype == np.float32
+    assert np.array_equal(device.entries[1].fields["ids"], np.arange(3))
+    server = transcript._load(tmp_path / "pub", SERVER)
+    assert [e.kind for e in server.entries] == ["up", "down"]                 # no keep in public
+    (keep,) = transcript._load(tmp_path / "priv", SERVER).entries
+    assert keep.fields["_position"].tolist() == [1] and keep.fields["mask"].tolist() == [True, False, True]
+    with open(tmp_path / "pub" / "device0.jsonl", "ab") as fh:                 # a torn line
+        fh.write(b'[2,"sent","up",[["ids","<i8",[3],0')
+    assert len(transcript._load(tmp_path / "pub", "device0").entries) == 3
+    again = transcript.Recorder(["server", "device0"], {})
+    again.stream_to(tmp_path / "pub", tmp_path / "priv", {("server", "local", "keep")}, sizes)
+    again.sync()
+    assert [e.kind for e in transcript._load(tmp_path / "pub", "device0").entries] == ["batch", "up"]
+    assert again.counts == {"server": 2, "device0": 2}

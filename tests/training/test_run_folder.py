@@ -69,7 +69,7 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     needles += [bytes(st.numpy()[64:128]) for st in states]
     public = _public_files(out)
     assert {"config.json", "checkpoint.pt", "ledger.json", "ledger.journal", "metrics.jsonl",
-            "summary.json", "server.npz", "device0.npz"} <= {p.name for p in public}
+            "summary.json", "server.jsonl", "server.bin", "device0.jsonl", "device0.bin"} <= {p.name for p in public}
     for path in public:
         data = path.read_bytes()
         assert not any(n in data for n in needles), path
@@ -252,6 +252,11 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
     ref_rows = [json.loads(x) for x in (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [r["round"] for r in ref_rows]
     assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in ref_rows]
+    for party in ("server", "device0", "device1"):   # streamed transcripts: cut back and continued
+        got, ref = (transcript.load(o, party).entries for o in (out, tmp_path / "reference"))
+        assert [(e.round, e.direction, e.kind) for e in got] == [(e.round, e.direction, e.kind) for e in ref]
+        assert all(a.fields.keys() == b.fields.keys() and all(np.array_equal(a.fields[k], b.fields[k])
+                                                              for k in a.fields) for a, b in zip(got, ref))
     ledger = json.loads((out / "ledger.json").read_text())
     journal = [json.loads(x) for x in (out / "ledger.journal").read_text().splitlines()]
     discarded = sum(line["discarded"] for line in journal if "resume" in line)
@@ -350,7 +355,7 @@ def test_corrupt_or_missing_files_are_refused(private_run, tmp_path, capsys, nam
 
 def test_missing_or_short_transcripts_are_refused(private_run, tmp_path, capsys):
     out = _copy(private_run, tmp_path)
-    (out / "transcripts" / "device1.json").unlink()
+    (out / "transcripts" / "device1.jsonl").unlink()
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], "transcripts/device1", "missing")
     shutil.rmtree(out / "transcripts")
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], "transcripts/")

@@ -29,6 +29,40 @@ def test_direction_is_on_the_sqrt_d_sphere_over_all_parameters():
     assert shares.std() > 0.01
 
 
+@pytest.mark.parametrize("d", [5, 33, 64, 100, 161])
+def test_chunked_draws_are_the_whole_draw_and_keep_the_sphere(monkeypatch, d):
+    """With chunks of 32 values (so several per model, a remainder < 16 joined to the last), the
+    chunks are exactly randn(d) from the seed, and w + s u(seed) matches the one-draw formula."""
+    monkeypatch.setattr(zo, "CHUNK", 32)
+    params = [torch.zeros(3), torch.zeros(d - 3)]
+    g = torch.randn(d, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(torch.cat([c for _, (c,) in zo._draws(d, [9], torch.float32)]), g)
+    norm = float(torch.linalg.vector_norm(g, dtype=torch.float64))
+    assert zo.gaussian_norm(params, 9) == pytest.approx(norm, rel=1e-13)
+    assert zo.perturb_(params, 9, 0.5) == pytest.approx(norm, rel=1e-13)
+    assert torch.allclose(torch.cat(params), 0.5 * math.sqrt(d) * g / norm, rtol=1e-6, atol=0)
+    w = torch.zeros(d)
+    for at, (u,) in zo.sphere_chunks(d, [9], [norm]):
+        w[at] = u
+    assert torch.allclose(w, torch.cat(params) / 0.5, rtol=1e-6, atol=0)
+    assert float(w.norm()) == pytest.approx(math.sqrt(d), rel=1e-5)
+
+
+def test_chunked_direction_is_uniform_on_the_whole_sphere(monkeypatch):
+    """Several chunks over two tensors of different sizes: u is still on the sqrt(d) sphere, and the
+    first tensor's share of ||u||^2 is Beta(3/2, (d-3)/2) (per-chunk normalisation would not be)."""
+    monkeypatch.setattr(zo, "CHUNK", 16)
+    d, shares = 67, []
+    for seed in range(400):
+        params = [torch.zeros(3), torch.zeros(d - 3)]
+        zo.perturb_(params, seed, 1.0)
+        u = torch.cat(params)
+        assert float(u.norm()) == pytest.approx(math.sqrt(d), rel=1e-5)
+        shares.append(float(u[:3].square().sum()) / d)
+    shares = np.array(shares)
+    assert shares.mean() == pytest.approx(3 / d, abs=4 * shares.std() / math.sqrt(len(shares)))
+
+
 def test_flatten_makes_the_parameters_views_of_one_buffer_and_keeps_u():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
@@ -97,7 +131,7 @@ def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
     device, method = sched.devices[0], sched.method
     w0 = [p.detach().clone() for p in device.model.parameters()]
     up = method.device_send(device, torch.arange(8))
-    seed, norm = device.scratch["seed"], device.scratch["norm"]
+    (seed,), (norm,) = device.scratch["seeds"], device.scratch["norms"]
     delta = 0.37
     method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([delta])}))
     u = zo.direction(w0, seed)
@@ -114,9 +148,8 @@ def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
         replay.add_(g, alpha=scale * math.sqrt(d) / norm)
     assert torch.equal(replay, got)
     assert norm == zo.gaussian_norm(w0, seed)
-    # no u kept; one copy of the parameters for the round, for a bit-exact abort
-    assert set(device.scratch) == {"seed", "norm", "before"}
-    assert torch.equal(device.scratch["before"], torch.cat([p.reshape(-1) for p in w0]))
+    # neither u nor a copy of the parameters is kept: the seed and ||g|| only
+    assert set(device.scratch) == {"seeds", "norms"}
     assert up.kind == "embeddings"
 
 

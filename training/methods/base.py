@@ -30,7 +30,8 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
   with ``sigma=None``, its ``head`` from ``head.head_update(config)``), or ``None`` when the
   method has no DP option; the run calibrates it and records every round in the privacy ledger.
   ``RELEASED_BY`` says which party draws the release's noise (and so records it in the ledger).
-* ``device_abort(device)`` undoes ``device_send`` bit for bit when the server sends nothing.
+* ``device_abort(device)`` undoes ``device_send`` when the server refuses the uplink and sends
+  nothing (a budget stop never reaches a device: the ledger is asked first).
 * ``extra_state`` / ``load_extra_state``: optimiser states etc. for checkpoints (tensors/dicts).
 """
 from __future__ import annotations
@@ -97,8 +98,9 @@ class Method(abc.ABC):
         """Device side, second half: update the device's model from the downlink."""
 
     def device_abort(self, device: "Device") -> None:
-        """Device side: undo ``device_send`` (the server refused the uplink or the budget is spent;
-        nothing came back). The model must be bit for bit as before ``device_send``."""
+        """Device side: undo ``device_send`` (the server refused the uplink; nothing came back).
+        The model must be as before ``device_send`` (up to float rounding: DPZV moves back by the
+        opposite perturbation rather than keep a copy of its parameters)."""
 
     def extra_state(self) -> dict:
         """Method state for a checkpoint (optimiser states, momentum buffers)."""

@@ -1,5 +1,5 @@
 """Pieces shared by the methods: per-record losses, first-order device updates, the first-order
-methods' base class, the device side of a seeded ZO step and its bit-exact undo. The head's
+methods' base class, the device side of a seeded ZO step and its undo. The head's
 step (plain or DP) is in :mod:`privzv.training.methods.head`."""
 from __future__ import annotations
 
@@ -36,11 +36,17 @@ def dp_clip(config, sigma: float) -> float | None:
     return config.clip if (config.private or sigma > 0) else None
 
 
+def noted_seeds(device, directions: int = 1) -> list[int]:
+    """``device.step_seed(k)`` for k < ``directions``, noted in the device's transcript (the
+    device knows them)."""
+    seeds = [device.step_seed(k) for k in range(directions)]
+    device.note("seed", {"seed": torch.tensor(seeds, dtype=torch.int64)})
+    return seeds
+
+
 def noted_seed(device) -> int:
-    """``device.step_seed()``, noted in the device's transcript (the device knows it)."""
-    seed = device.step_seed()
-    device.note("seed", {"seed": torch.tensor([seed], dtype=torch.int64)})
-    return seed
+    """``device.step_seed()``, noted in the device's transcript."""
+    return noted_seeds(device)[0]
 
 
 def embedding_gradients(server, head_step, m: int, ids: torch.Tensor, emb: torch.Tensor,
@@ -117,28 +123,40 @@ def loss_differences(server, m: int, stale: list[torch.Tensor], labels: torch.Te
                 - losses(server.head, with_row(stale, m, h_b), labels)) / lam
 
 
-def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float]) -> list[torch.Tensor]:
-    """Device side of a seeded ZO step (DPZV, ZOO-VFL): for each shift s in ``shifts``, in order,
-    move the parameters in place by s * u (one draw and one add over ``device.flat``; nothing for
-    s == 0) and run the model on the batch ``ids``; return the embeddings. u = u(seed) with
-    seed = ``device.step_seed()``; the seed and ||g|| (computed from the first draw) are kept in
-    ``device.scratch`` and the seed is noted in the device's transcript (the device knows it).
-    At least one shift must be non-zero (lambda > 0)."""
-    seed = noted_seed(device)
+def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float],
+                       directions: int = 1) -> list[torch.Tensor]:
+    """Device side of a seeded ZO step (DPZV, ZOO-VFL) along ``directions`` = K directions
+    u_1..u_K, u_k = u(seed_k), seed_k = ``device.step_seed(k)`` (noted in the device's
+    transcript). For each direction, for each shift s in ``shifts``, in order: move the
+    parameters in place by s * u_k (one chunked draw; nothing for s == 0) and run the model on
+    the batch ``ids``; then, except after the last direction, move back by -sum(shifts) * u_k, so
+    that every direction starts at w. Returns one embedding per shift: [B, E] for K = 1,
+    [B, K, E] stacked over the directions otherwise. The seeds and their ||g|| are kept in
+    ``device.scratch`` (``seeds``, ``norms``); the parameters end at w + sum(shifts) * u_K, which
+    the update (or :func:`undo_perturbation`) takes back. At least one shift must be non-zero."""
+    seeds = noted_seeds(device, directions)
     x = device.x[ids]
-    device.scratch["before"] = device.flat.clone()   # for a bit-exact undo (restore_after_abort)
-    norm, outputs = None, []
+    norms, outputs = [], []
     with torch.no_grad():
-        for shift in shifts:
-            if shift:
-                norm = zo.perturb_(device.flat, seed, shift, norm)
-            outputs.append(device.model(x))
-    device.scratch.update(seed=seed, norm=norm)
-    return outputs
+        for k, seed in enumerate(seeds):
+            norm, outs = None, []
+            for shift in shifts:
+                if shift:
+                    norm = zo.perturb_(device.flat, seed, shift, norm)
+                outs.append(device.model(x))
+            if k < directions - 1:
+                zo.perturb_(device.flat, seed, -sum(shifts), norm)
+            norms.append(norm)
+            outputs.append(outs)
+    device.scratch.update(seeds=seeds, norms=norms)
+    if directions == 1:
+        return outputs[0]
+    return [torch.stack(per_shift, dim=1) for per_shift in zip(*outputs)]
 
 
-def restore_after_abort(device) -> None:
-    """Undo :func:`perturbed_forwards` bit for bit (the server sent nothing back): the in-place
-    moves by s * u do not cancel exactly in float32, so the parameters kept before them return."""
-    with torch.no_grad():
-        device.flat.copy_(device.scratch["before"])
+def undo_perturbation(device, shifts: Sequence[float]) -> None:
+    """Undo :func:`perturbed_forwards` (the server refused the uplink and sent nothing back): move
+    by -sum(shifts) * u_K. Exact up to float32 rounding (the in-place moves do not cancel bit for
+    bit); no copy of the parameters is kept. Since the scheduler asks the ledger before a device
+    computes, only a refused (malformed or malicious) uplink comes here, never a budget stop."""
+    zo.perturb_(device.flat, device.scratch["seeds"][-1], -sum(shifts), device.scratch["norms"][-1])

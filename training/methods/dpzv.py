@@ -1,24 +1,33 @@
 """DPZV (papers/000 Algorithm 1, with the corrections of DESIGN.md "DPZV as implemented").
 
-Round with active device m, batch I (|I| = B):
+Round with active device m, batch I (|I| = B), K = ``directions`` (default 1, the paper's):
 
-device   seed s = device.step_seed(); u = u(s) uniform on the sqrt(d_m) sphere (training.zo).
-         w <- w + lam*u; h+ = h(w; x_I); w <- w - 2*lam*u; h- = h(w; x_I)     (eq. (6))
-         send ids, h+, h-.   (keeps s, ||g|| and one copy of w for a bit-exact device_abort;
-                             u is never stored)
-server   delta_i = (f~(h+_i) - f~(h-_i)) / lam with the stale table for the other devices (eq. (7));
-         c_i = clip_[-C,C](delta_i), NaN -> 0, +-inf -> +-C;  Delta = sum_i c_i / B + z,
-         z ~ N(0, sigma^2) from the server's own generator                      (eq. (8))
-         table[m, I] <- (h+ + h-)/2; head update: first-order SGD (default) or ZO (eq. (3)),
-         a DP mechanism of its own in a private run (``methods.head``). send Delta (one float32).
-device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass       (eq. (9))
+device   seeds s_k = device.step_seed(k); u_k = u(s_k) uniform on the sqrt(d_m) sphere
+         (training.zo). For each k: w <- w + lam*u_k; h+_k = h(w; x_I); w <- w - 2*lam*u_k;
+         h-_k = h(w; x_I)  (eq. (6)); then, except for the last k, w <- w + lam*u_k.
+         send ids, h+, h- ([B, E] for K = 1, [B, K, E] otherwise). Keeps the seeds and ||g_k||;
+         u is never stored, nor is a copy of w.
+server   delta_ik = (f~(h+_ik) - f~(h-_ik)) / lam with the stale table for the other devices
+         (eq. (7)). K = 1: c_i = clip_[-C,C](delta_i), NaN -> 0, +-inf -> +-C. K > 1: record i's
+         vector (delta_i1..delta_iK) scaled to L2 norm <= C as one vector (``zo.clip_rows``,
+         non-finite -> 0). Delta = sum_i c_i / B + z, z ~ N(0, sigma^2 I_K) from the server's
+         own generator (eq. (8)): a K-dim Gaussian mechanism of L2 sensitivity 2C/B
+         (replace-one) or C/B (add-remove), whatever K, so the accounting does not change.
+         table[m, I] <- mean of the 2K embeddings; head update: first-order SGD (default) or ZO
+         (eq. (3)), a DP mechanism of its own in a private run (``methods.head``). send Delta
+         (K float32).
+device   w <- w + (lam - eta*Delta_K/K) * u_K and w <- w - (eta*Delta_k/K) * u_k for k < K:
+         restores and updates along the average of the K directions (eq. (9) for K = 1). With
+         ``device_momentum`` beta: buf <- beta*buf + sum_k Delta_k u_k / K; w <- w + lam*u_K -
+         eta*buf, chunk by chunk.
 
 Secret subsampling (threat ``secret-subsampling``): the device sends a super-batch of B' records;
 the server keeps each with probability p = B/B' using its own generator and tells nobody;
 Delta = sum_{i kept} c_i / B + z (divided by the expected size B, so the sensitivity stays
-2C/B). The release is ``Release(clip=C, batch_size=B, aggregate="mean")`` with the head's update
-(``head.with_head``). If the server sends nothing (a refused uplink, a spent budget) the device
-puts back the parameters it had before its step (``device_abort``, bit for bit).
+2C/B). The release is ``Release(clip=C, batch_size=B, aggregate="mean", dim=K)`` with the
+head's update (``head.with_head``). If the server refuses the uplink and sends nothing, the
+device moves back by lam*u_K (``device_abort``; exact up to float32 rounding). A budget stop
+never reaches a device: the scheduler asks the ledger before the device computes.
 Ablations: sigma = 0 (no noise), ``no_clip`` (no clipping; NaN/inf -> 0; never with noise).
 """
 from __future__ import annotations
@@ -41,7 +50,8 @@ class DPZV(Method):
     @classmethod
     def release(cls, config) -> Release:
         return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
-                                      aggregate="mean", neighbors=config.neighbors), config)
+                                      aggregate="mean", neighbors=config.neighbors,
+                                      dim=config.directions), config)
 
     @classmethod
     def uplink_batch(cls, config) -> int:
@@ -50,6 +60,7 @@ class DPZV(Method):
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
+        self.directions = cfg.directions
         self.clip = None if cfg.no_clip else cfg.clip
         self.lr_device = common.lr(cfg.lr_device, self.LR_DEVICE)
         self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
@@ -67,7 +78,7 @@ class DPZV(Method):
         return (self.lam, -2.0 * self.lam)
 
     def device_send(self, device, ids):
-        embeddings = common.perturbed_forwards(device, ids, self.shifts())
+        embeddings = common.perturbed_forwards(device, ids, self.shifts(), self.directions)
         return self.message(device_name(device.index), SERVER, "embeddings",
                             ids=ids, **dict(zip(self.UPLINK, embeddings)))
 
@@ -80,35 +91,55 @@ class DPZV(Method):
     def server_reply(self, server, up):
         m, ids, labels, h_plus, h_minus = self.received(server, up)
         stale = server.table.gather(ids)
-        delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
         kept = torch.ones(len(ids), dtype=torch.bool)
         if self.keep is not None:
             kept = server.noise.bernoulli(len(ids), self.keep)
             server.note("keep", {"mask": kept})
-        clipped = zo.clip_scalars(delta, self.clip)
-        total = clipped[kept].sum() / self.config.batch_size
-        big_delta = server.noise.add_gaussian(total, self.sigma).reshape(1).float()
+        total = self.clipped_mean(server, m, stale, labels, h_plus, h_minus, kept)
+        big_delta = server.noise.add_gaussian(total, self.sigma).reshape(-1).float()
         h_mid = (h_plus + h_minus) / 2
+        if self.directions > 1:
+            h_mid = h_mid.mean(dim=1)
         server.table.update(m, ids, h_mid)
         if self.train_server:   # the round's kept records only (a DP head steps even on none)
             self.head.step([r[kept] for r in common.with_row(stale, m, h_mid)], labels[kept])
         return self.message(SERVER, up.sender, "delta", delta=big_delta)
 
+    def clipped_mean(self, server, m, stale, labels, h_plus, h_minus, kept) -> torch.Tensor:
+        """The release before noise: sum over the kept records of each record's clipped loss
+        differences, / B. K = 1: a scalar, each delta_i clipped to [-C, C]; K > 1: [K], each
+        record's K-vector clipped to L2 norm C as one vector (sensitivity 2C/B either way)."""
+        if self.directions == 1:
+            delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
+            return zo.clip_scalars(delta, self.clip)[kept].sum() / self.config.batch_size
+        delta = torch.stack([common.loss_differences(server, m, stale, labels, h_plus[:, k],
+                                                     h_minus[:, k], self.lam)
+                             for k in range(self.directions)], dim=1)
+        clipped = (zo.clip_rows(delta, self.clip) if self.clip is not None
+                   else torch.nan_to_num(delta, nan=0.0, posinf=0.0, neginf=0.0))
+        return clipped[kept].sum(dim=0) / self.config.batch_size
+
     # device, second half --------------------------------------------------------------------
     def device_abort(self, device):
-        common.restore_after_abort(device)
+        common.undo_perturbation(device, self.shifts())
 
     def device_receive(self, device, down):
-        seed, norm = device.scratch["seed"], device.scratch["norm"]
-        delta = float(down["delta"]) if self.train_devices else 0.0
+        seeds, norms = device.scratch["seeds"], device.scratch["norms"]
+        k_count = len(seeds)
+        deltas = down["delta"].tolist() if self.train_devices else [0.0] * k_count
+        steps = [d / k_count for d in deltas]      # along the average of the K directions
         if device.index not in self.buffers:
-            # restore + update in one pass (eq. (9))
-            zo.perturb_(device.flat, seed, self.lam - self.lr_device * delta, norm)
+            for k, (seed, norm, step) in enumerate(zip(seeds, norms, steps)):
+                restore = self.lam if k == k_count - 1 else 0.0   # the last direction's +lam (eq. (9))
+                zo.perturb_(device.flat, seed, restore - self.lr_device * step, norm)
             return
-        u = zo.direction(device.flat, seed)       # transient: this pass's draw, then dropped
+        buf = self.buffers[device.index]
         with torch.no_grad():
-            buf = self.buffers[device.index].mul_(self.config.device_momentum).add_(u, alpha=delta)
-            device.flat.add_(u, alpha=self.lam).add_(buf, alpha=-self.lr_device)
+            for at, us in zo.sphere_chunks(device.flat.numel(), seeds, norms, device.flat.dtype):
+                b = buf[at].mul_(self.config.device_momentum)
+                for u, step in zip(us, steps):
+                    b.add_(u, alpha=step)
+                device.flat[at].add_(us[-1], alpha=self.lam).add_(b, alpha=-self.lr_device)
 
     def extra_state(self) -> dict:
         return {"optimizer": self.head.state_dict(), "buffers": self.buffers}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from privzv.training import data, methods, models, noise, seeds
+from privzv.training import data, methods, models, noise, seeds, transcript
 from privzv.training.config import TrainConfig
 from privzv.training.engines.inprocess import end_round
 from privzv.training.messages import Message, device_name
@@ -85,8 +85,10 @@ class DeviceParty:
         self.folder = folder if config.transcripts else None
         self.recorder = Recorder([device_name(m)], {device_name(m): self._meta()},
                                  enabled=self.folder is not None)
-        if self.folder is not None and (self.folder / f"{device_name(m)}.json").exists():
-            self.recorder.extend_from(self.folder)
+        if self.folder is not None and (self.folder / f"{device_name(m)}{transcript.INDEX}").exists():
+            # the entries of earlier messages (each message runs in a new process); save() rewrites
+            self.recorder.transcripts[device_name(m)].entries = transcript.read_folder(
+                self.folder, device_name(m)).entries
         self.device.note = self._note
 
     def _meta(self) -> dict:
