@@ -143,8 +143,9 @@ def test_one_direction_replays_todays_passes_bit_for_bit(tiny_scheduler):
     """directions=1 (the default) is the step as it was before K: per round exactly the in-place
     float32 passes +lam u, -2 lam u, (lam - eta Delta) u, each one full draw g = randn(d) scaled by
     sqrt(d) / ||g|| (float64 norm of the whole draw); replayed here from the device's transcript
-    (its seeds and received Deltas) over a private run's rounds. The downlink is one float32."""
-    sched = tiny_scheduler(sigma=0.3, lr_device=0.05)
+    (its seeds and received Deltas) over a private run's rounds. The downlink is one float32.
+    Without device momentum (with it, the step goes through the buffer)."""
+    sched = tiny_scheduler(sigma=0.3, lr_device=0.05, device_momentum=0.0)
     device = sched.devices[0]
     replay = device.flat.clone()
     for _ in range(8):

@@ -86,7 +86,7 @@ def test_flower_engine_equals_in_process(tmp_path, method):
     # every party's transcript: the same entries and values in both engines
     for party, folder in [("server", tmp_path / "flower"), ("device0", tmp_path / "devices" / "device0"),
                           ("device1", tmp_path / "devices" / "device1")]:
-        ours = transcript._load(folder if party != "server" else folder / "transcripts", party)
+        ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
         theirs = transcript.load(tmp_path / "inprocess", party)
         assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == \
             [(e.round, e.direction, e.kind, e.peer) for e in theirs.entries]
@@ -176,6 +176,6 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path):
     assert sched.step() and sched.refused == 1 and sched.traffic.total_down == 0
     after = _device_state(loops[0], 0)
     assert after["step"] == before["step"] == 0 and after["pending"] is None
-    for name, value in before["model"].items():
-        assert torch.equal(after["model"][name], value)
+    for name, value in before["model"].items():   # moved back by -u: equal up to float32 rounding
+        assert torch.allclose(after["model"][name], value, rtol=0, atol=1e-6)
     assert [kind for kind, _ in loops[0].received[0]] == ["query.hello", "query.send", "train.abort"]

@@ -151,20 +151,20 @@ def test_a_streaming_recorder_holds_nothing_and_load_reads_it_back(tmp_path):
     assert all(not t.entries for t in rec.transcripts.values())
     rec.message(Message(1, SERVER, "device0", "down", {"d": torch.tensor([0.5])}))   # after the sync
     rec.sync()
-    device = transcript._load(tmp_path / "pub", "device0")
+    device = transcript.read_folder(tmp_path / "pub", "device0")
     assert [(e.round, e.direction, e.kind) for e in device.entries] == [
         (0, "local", "batch"), (0, "sent", "up"), (1, "received", "down")]
     assert device.meta == {"records": 9} and device.entries[1].fields["h"].dtype == np.float32
     assert np.array_equal(device.entries[1].fields["ids"], np.arange(3))
-    server = transcript._load(tmp_path / "pub", SERVER)
+    server = transcript.read_folder(tmp_path / "pub", SERVER)
     assert [e.kind for e in server.entries] == ["up", "down"]                 # no keep in public
-    (keep,) = transcript._load(tmp_path / "priv", SERVER).entries
+    (keep,) = transcript.read_folder(tmp_path / "priv", SERVER).entries
     assert keep.fields["_position"].tolist() == [1] and keep.fields["mask"].tolist() == [True, False, True]
     with open(tmp_path / "pub" / "device0.jsonl", "ab") as fh:                 # a torn line
         fh.write(b'[2,"sent","up",[["ids","<i8",[3],0')
-    assert len(transcript._load(tmp_path / "pub", "device0").entries) == 3
+    assert len(transcript.read_folder(tmp_path / "pub", "device0").entries) == 3
     again = transcript.Recorder(["server", "device0"], {})
     again.stream_to(tmp_path / "pub", tmp_path / "priv", {("server", "local", "keep")}, sizes)
     again.sync()
-    assert [e.kind for e in transcript._load(tmp_path / "pub", "device0").entries] == ["batch", "up"]
+    assert [e.kind for e in transcript.read_folder(tmp_path / "pub", "device0").entries] == ["batch", "up"]
     assert again.counts == {"server": 2, "device0": 2}
