@@ -21,11 +21,10 @@ import numpy as np
 import torch
 
 import privzv
-from privzv import cliutil
 from privzv.errors import PrivzvError
 from privzv.training import data, defaults, divergence, methods, models, noise, plots, privacy, seeds
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
-from privzv.training.run_folder import CHECKPOINT, RunFolder, public_config
+from privzv.training.run_folder import RunFolder, public_config
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
 from privzv.training.scheduler import Scheduler

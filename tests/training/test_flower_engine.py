@@ -33,7 +33,7 @@ class Loopback:
 
     def __init__(self, config: TrainConfig, folder, secret: int):
         self.node = [{"partition-id": m, "noise-seed": seeds.derive(secret, "device", m),
-                      "folder": str(folder / f"device{m}"), "privzv-config": json.dumps(config.to_dict())}
+                      "folder": str(folder / f"device{m}")}
                      for m in range(config.devices)]
         for n in self.node:
             (folder / f"device{n['partition-id']}").mkdir(parents=True)
@@ -99,8 +99,9 @@ def test_flower_engine_equals_in_process(tmp_path, method):
 
 
 def test_devices_receive_no_labels_and_no_other_features(tmp_path):
-    """What each device got over the wire: its batch ids, the round, sigma, its downlinks and the
-    test rows to embed; nothing else (no labels, no other device's features or embeddings)."""
+    """What each device got over the wire: the run's public config, its batch ids, the round,
+    sigma, its downlinks and the test rows to embed; nothing else (no labels, no other device's
+    features or embeddings)."""
     config = dataclasses.replace(CONFIG, method="fo-vector")
     loop = []
 
@@ -110,7 +111,7 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
 
     run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
     dataset = data.load("digits", 2, seed=config.seed)
-    allowed = {"query.hello": set(), "query.send": {"round/round", "round/sigma", "batch/ids"},
+    allowed = {"query.hello": {"config/json"}, "query.send": {"round/round", "round/sigma", "batch/ids"},
                "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
                "query.embed": {"rows/start", "rows/stop"}}
     for m, received in enumerate(loop[0].received):

@@ -11,7 +11,9 @@ public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``noise-seed``, its
 derived private seed, and ``folder``, its own folder: transcript, data slice). Its state between
-messages is ``context.state["device"]`` (``device.DeviceParty``).
+messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
+``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
+size), and ``"device"`` (``device.DeviceParty``).
 """
 from __future__ import annotations
 
@@ -73,11 +75,16 @@ def main(grid: Grid, context: Context) -> None:
 # --------------------------------------------------------------------------------- device side
 def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
     """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
-    ``content``; ``state`` (its ``context.state``) is read and updated. ``run_config`` is in
-    ``node["privzv-config"]`` (the ClientApp merges the run config in)."""
-    config = TrainConfig.from_dict(json.loads(str(node["privzv-config"]))).validate()
+    ``content``; ``state`` (its ``context.state``) is read and updated: it keeps the run's config
+    (resolved by the server, sent with ``query.hello``) and the device's state."""
     m = int(node["partition-id"])
     kept = state["device"] if "device" in state else None
+    # the server's config with the defaults it resolved (C, rates), sent with hello and kept
+    if kind == "query.hello":
+        state["config"] = ConfigRecord({"json": str(content["config"]["json"])})
+    if "config" not in state:
+        raise PrivzvError(f"flower: message kind {kind!r} reached device {m} before query.hello")
+    config = TrainConfig.from_dict(json.loads(str(state["config"]["json"]))).validate()
     if kind == "query.send":
         sigma = float(content["round"]["sigma"])
     else:
@@ -108,8 +115,8 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
 
 
 def _answer(msg: Message, context: Context) -> Message:
-    node = {**context.node_config, "privzv-config": context.run_config["privzv-config"]}
-    return Message(handle(msg.metadata.message_type, msg.content, node, context.state), reply_to=msg)
+    return Message(handle(msg.metadata.message_type, msg.content, dict(context.node_config),
+                          context.state), reply_to=msg)
 
 
 for _kind in ("hello", "send", "embed"):

@@ -7,7 +7,7 @@ calls into messages to the device's SuperNode (``apps.handle`` answers them ther
     deliver(m, down)  "train.receive"  the downlink                   -> reply: empty (ack)
     abort(m)          "train.abort"    nothing                        -> reply: empty (ack)
     embeddings(...)   "query.embed"    a row range of the test split  -> reply: h_m of those rows
-    (setup)           "query.hello"    nothing                        -> reply: the partition id
+    (setup)           "query.hello"    the run's resolved public config -> reply: the partition id
 
 A delivery's acknowledgement is collected before the next message to the same device (or an
 evaluation), so another device's round runs meanwhile; each device sees its messages in order.
@@ -15,6 +15,7 @@ The serialised size of every message's content is counted (``wire``), beside eq.
 """
 from __future__ import annotations
 
+import json
 import time
 import types
 
@@ -103,7 +104,8 @@ class FlowerEngine:
         """Find the device of every SuperNode (``query.hello``), then the method's server state."""
         self.method = method
         self.nodes = self.transport.nodes(self.count)
-        ids = [self._push(i, "query.hello", RecordDict({})) for i in range(self.count)]
+        hello = RecordDict({"config": ConfigRecord({"json": json.dumps(self.config.to_dict())})})
+        ids = [self._push(i, "query.hello", hello) for i in range(self.count)]
         replies = self._wait(ids, "hello")
         order = {int(replies[mid]["node"]["partition-id"]): self.nodes[i] for i, mid in enumerate(ids)}
         if sorted(order) != list(range(self.count)):
