@@ -115,6 +115,9 @@ class Cell:
                            epochs=s["epochs"], batch_size=s["batch_size"], epsilon=self.epsilon,
                            delta=DELTA, threat="device", accountant=self.accountant, clip=self.clip,
                            lr_device=self.lr_device, lr_server=self.lr_server, freeze=self.freeze,
+                           # the grid was swept and measured without ZO device momentum (0.9
+                           # became the trainer's default later, issue 10)
+                           device_momentum=0.0,
                            evals=10, transcripts=False, threads=1, seed=self.seed)
 
 
