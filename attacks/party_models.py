@@ -33,14 +33,14 @@ class RunModels:
 
 def for_run(run, cfg: dict, dataset) -> RunModels | None:
     """The run's models, or None when the run folder has no checkpoint."""
-    from privzv.training.run import CHECKPOINT
+    from privzv.training.run_folder import CHECKPOINT
 
     return RunModels(run, cfg, dataset) if (Path(run) / CHECKPOINT).is_file() else None
 
 
 def _checkpoint(run: Path) -> dict:
     """The public checkpoint's scheduler state (models, no secret)."""
-    from privzv.training.run import CHECKPOINT
+    from privzv.training.run_folder import CHECKPOINT
 
     path = Path(run) / CHECKPOINT
     if not path.is_file():

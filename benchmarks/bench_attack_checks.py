@@ -32,7 +32,8 @@ from privzv.attacks import canary_audit, metrics, probe, registry
 from privzv.release import Release, Schedule
 from privzv.training import data
 from privzv.training.config import TrainConfig
-from privzv.training.run import CHECKPOINT, train, versions
+from privzv.training.run import train, versions
+from privzv.training.run_folder import CHECKPOINT
 
 CLIPS = {"dpzv": 0.3, "vafl": 0.1}
 SEEDS = (0, 1, 2)

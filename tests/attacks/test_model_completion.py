@@ -44,7 +44,8 @@ def test_vafl_device_completes_from_its_clean_bottom_model(tmp_path):
     (the run's checkpoint), not from the noised uplink in its transcript."""
     from privzv.attacks import registry
     from privzv.training.config import TrainConfig
-    from privzv.training.run import CHECKPOINT, train
+    from privzv.training.run import train
+    from privzv.training.run_folder import CHECKPOINT
 
     cfg = TrainConfig(dataset="digits", method="vafl", epsilon=1.0, server_kind="sum",
                       embed_dim=10, epochs=1, batch_size=32, evals=1, seed=0, clip=0.1)
