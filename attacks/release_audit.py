@@ -26,6 +26,10 @@ def audit_release(release: Release, schedule: Schedule, delta: float, *, account
     is ``privzv.accounting.account`` for the same release, schedule, delta and accountant.
     """
     exp = accounting.checked_exposure(release, schedule, delta, accountant)
+    if not float(exp.compositions).is_integer():   # a pooled DP head (privzv.threats)
+        raise PrivzvError(f"effective count {exp.compositions:g}: the release audit simulates k "
+                          "identical releases; a pooled DP head (head window >= 1) composes "
+                          "unequal ones, so audit it with head window 0")
     k, q = int(exp.compositions), exp.sampling_rate
     upper = accounting.account(release, schedule, delta, accountant)
     if schedule.threat == "device" or q is None:

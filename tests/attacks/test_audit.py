@@ -212,3 +212,19 @@ def test_subsampled_llr_is_the_exact_mixture_ratio():
     assert big.scores_out.mean() == pytest.approx(-mean_in, abs=0.05 * np.sqrt(var))
     assert big.scores_in.var() == pytest.approx(var, rel=0.05)
     assert full.scores_in.shape == (200,)
+
+
+def test_the_release_audit_refuses_a_pooled_head_instead_of_rounding_its_count():
+    """A pooled DP head's effective count K is fractional (unequal releases); rounding it down
+    would simulate a weaker attacker than the run's, so the audit refuses it."""
+    from privzv.attacks.release_audit import audit_release
+    from privzv.release import HeadUpdate, Schedule
+
+    head = HeadUpdate(clip=0.1, batch_size=2 * 2 * 2, window=2)
+    release = Release(clip=1.0, batch_size=2, head=head, head_share=0.8).with_noise_multiplier(3.0)
+    schedule = Schedule(steps=8, dataset_size=8, devices=2)
+    with pytest.raises(PrivzvError, match="effective count .*head window 0"):
+        audit_release(release, schedule, 1e-5, trials=100)
+    unpooled = Release(clip=1.0, batch_size=2, head=HeadUpdate(clip=0.1, batch_size=2),
+                       head_share=0.8).with_noise_multiplier(3.0)
+    assert audit_release(unpooled, schedule, 1e-5, trials=100)["releases_per_record"] == 2   # 1 per device
