@@ -57,7 +57,9 @@ PRIVATE, SECRETS = "private", "secrets.json"
 # A new secret (e.g. a sampler the server keeps) is one more path here.
 SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"),
                 # a pooled DP head's open window (training/methods/head.py), where present
-                ("method", "server", "head_pool"), ("method", "optimizer", "head_pool"))
+                ("method", "server", "head_pool"), ("method", "optimizer", "head_pool"),
+                # rr-prior's server labels: raw for the half not yet privatised (stage 1)
+                ("method", "labels"))
 # Transcript entries that are their party's secret (its sampling decisions), as (party,
 # direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
 SECRET_ENTRIES = {("server", "local", "keep")}

@@ -424,3 +424,15 @@ def test_secret_keep_decisions_stay_private_and_survive_resume(tmp_path):
                and a.fields["_position"] == b.fields["_position"] for a, b in zip(half, straight))
     public = [(e.round, e.kind) for e in transcript.load(tmp_path / "half", "server").entries]
     assert public == [(e.round, e.kind) for e in transcript.load(tmp_path / "straight", "server").entries]
+
+
+def test_rr_prior_keeps_its_labels_out_of_the_public_checkpoint(tmp_path):
+    """rr-prior's server labels are raw for the half it has not privatised yet: a checkpoint
+    taken in stage 1 keeps them in the private area only."""
+    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=1.0, epsilon=1.0,
+                         evals=2, transcripts=False)
+    run.train(config, tmp_path / "run", secret_seed=3, checkpoint_every=5)
+    ckpt = torch.load(tmp_path / "run" / run_folder.CHECKPOINT, weights_only=True)
+    assert "labels" not in ckpt["state"]["method"]
+    private = torch.load(tmp_path / "run" / "private" / f"checkpoint-{ckpt['id']}.pt", weights_only=True)
+    assert "method/labels" in private["state"]
