@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ pytest.importorskip("flwr", reason="the Flower engine needs the optional package
 
 from flwr.app import RecordDict  # noqa: E402
 
+from privzv.errors import PrivzvError  # noqa: E402
 from privzv.training import data, run, seeds, transcript  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
 from privzv.training.engines.flower import apps, codec  # noqa: E402
@@ -32,11 +34,10 @@ class Loopback:
     ids are not in device order (the engine must map them by partition id)."""
 
     def __init__(self, config: TrainConfig, folder, secret: int):
-        self.node = [{"partition-id": m, "noise-seed": seeds.derive(secret, "device", m),
-                      "folder": str(folder / f"device{m}")}
-                     for m in range(config.devices)]
-        for n in self.node:
-            (folder / f"device{n['partition-id']}").mkdir(parents=True)
+        self.node = [{"partition-id": m, "folder": str(folder / f"device{m}")} for m in range(config.devices)]
+        for m, n in enumerate(self.node):
+            Path(n["folder"]).mkdir(parents=True)
+            (Path(n["folder"]) / apps.NOISE_SEED).write_text(str(seeds.derive(secret, "device", m)))
         self.state = [RecordDict({}) for _ in range(config.devices)]
         self.received: list[list[tuple[str, RecordDict]]] = [[] for _ in range(config.devices)]
         self.replies: dict[str, RecordDict] = {}
@@ -180,3 +181,12 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path):
     for name, value in before["model"].items():   # moved back by -u: equal up to float32 rounding
         assert torch.allclose(after["model"][name], value, rtol=0, atol=1e-6)
     assert [kind for kind, _ in loops[0].received[0]] == ["query.hello", "query.send", "train.abort"]
+
+
+def test_a_device_reads_its_noise_seed_from_its_own_file_not_the_node_config(tmp_path):
+    """The device's private seed is in the 0600 file folder/noise-seed (a command line, where
+    node configs go, is readable by every local user); without the file the device refuses."""
+    with pytest.raises(PrivzvError, match="noise-seed"):
+        apps.noise_seed(tmp_path)
+    (tmp_path / apps.NOISE_SEED).write_text("1234")
+    assert apps.noise_seed(tmp_path) == 1234

@@ -9,8 +9,8 @@ done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SE
 ``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``. The
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
-``client_app``: the ClientApp of device ``partition-id`` (node config; also ``noise-seed``, its
-derived private seed, and ``folder``, its own folder: transcript, data slice). Its state between
+``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
+folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed). Its state between
 messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
 ``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
 size), and ``"device"`` (``device.DeviceParty``).
@@ -73,6 +73,18 @@ def main(grid: Grid, context: Context) -> None:
 
 
 # --------------------------------------------------------------------------------- device side
+NOISE_SEED = "noise-seed"   # in the device's folder, mode 0600: never on a command line (ps shows those)
+
+
+def noise_seed(folder: Path) -> int:
+    """The device's private noise seed, from the file ``NOISE_SEED`` in its own folder."""
+    try:
+        return int((folder / NOISE_SEED).read_text())
+    except (OSError, ValueError) as exc:
+        raise PrivzvError(f"flower: {str(folder / NOISE_SEED)!r}: the device's noise seed, an "
+                          f"integer in a file only the device reads ({exc})") from None
+
+
 def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
     """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
     ``content``; ``state`` (its ``context.state``) is read and updated: it keeps the run's config
@@ -89,8 +101,8 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
         sigma = float(content["round"]["sigma"])
     else:
         sigma = float(kept["sigma"]) if kept is not None else 0.0
-    folder = node.get("folder")
-    party = DeviceParty(config, m, int(node["noise-seed"]), sigma, Path(str(folder)) if folder else None)
+    folder = Path(str(node["folder"]))
+    party = DeviceParty(config, m, noise_seed(folder), sigma, folder)
     if kept is not None:
         party.restore(kept["blob"])
     if kind == "query.hello":   # the device loads its slice and starts its transcript

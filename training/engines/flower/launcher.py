@@ -5,8 +5,9 @@
 1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
    port), with the server's inputs in its environment only (the run folder, the secret seed);
 2. M SuperNodes (``supernode``, Flower's SuperNode with a short idle poll), node config
-   ``partition-id=m noise-seed=<seeds.derive(secret, "device", m)> folder=<its folder>``: each
-   device gets its derived private seed, never the root;
+   ``partition-id=m folder=<its folder>``: each device gets its derived private seed,
+   never the root, in the 0600 file ``folder/noise-seed`` (not on a command line, which every
+   local user can read in ``ps``);
 3. ``flwr run`` of a generated app folder (``pyproject.toml`` naming ``apps.server_app`` and
    ``apps.client_app``, the public config as the run config ``privzv-config``);
 4. waits for the ServerApp's status file (bounded by ``timeout``), copies the devices'
@@ -164,6 +165,8 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
 
 
 def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float) -> dict:
+    from privzv.training.engines.flower import apps   # needs flwr (checked by run)
+
     work = stack.work
     port = free_port()
     status = work / "status.json"
@@ -179,9 +182,11 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
                               "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
     for m in range(config.devices):
         folder = work / device_name(m)
-        folder.mkdir()
-        node_config = (f"partition-id={m} noise-seed={seeds.derive(secret, 'device', m)} "
-                       f"folder={json.dumps(str(folder))}")
+        folder.mkdir(mode=0o700)
+        seed_file = folder / apps.NOISE_SEED
+        seed_file.touch(mode=0o600)
+        seed_file.write_text(str(seeds.derive(secret, "device", m)))
+        node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
         stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
                                      "--insecure", "--superlink", f"127.0.0.1:{port}",
                                      "--port", str(free_port()), "--node-config", node_config], base)
