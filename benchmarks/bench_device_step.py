@@ -80,7 +80,8 @@ class Stepper:
 
     def __init__(self, method: str, dataset, model: torch.nn.Module | None = None):
         config = TrainConfig(dataset="mnist-5k", method=method, devices=DEVICES, batch_size=BATCH,
-                             epsilon=1.0, sigma=SIGMA, transcripts=False).validate()
+                             epsilon=1.0, sigma=SIGMA, transcripts=False,
+                             device_momentum=0.0).validate()   # the default 0.9 adds d floats
         self.sched = run.build(config, dataset, sigma=SIGMA)
         self.method, self.server = self.sched.method, self.sched.server
         self.device = self.sched.devices[DEVICE]
