@@ -68,7 +68,8 @@ def zo_rate(setting: dict) -> float:
 
 
 def row_config(row: str, setting: dict, epsilon: float, seed: int, lr_zo: float) -> TrainConfig | None:
-    base = dict(setting, epsilon=epsilon, delta=DELTA, seed=seed, evals=8, transcripts=False)
+    base = dict(setting, epsilon=epsilon, delta=DELTA, seed=seed, evals=8, transcripts=False,
+                head_clip=0.1)   # the C_h these rows were measured with
     if row in ("dpzv", "frozen"):
         return TrainConfig(**base, method="dpzv", clip=0.1, lr_device=lr_zo,
                            freeze="devices" if row == "frozen" else None)

@@ -47,7 +47,7 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release; default: the tuned value "
                    "(training/tuned.py), else 10")
     p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),
-                   help="C_h of the server head's DP update (private runs), default 0.1")
+                   help="C_h of the server head's DP update (private runs); default: the tuned value (training/tuned.py), else 0.1")
     p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True),
                    help="share of each round's privacy (1/z^2) on the head update, default 0.5; "
                         "1: no downlink at all (only with --freeze devices)")

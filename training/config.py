@@ -43,7 +43,7 @@ class TrainConfig:
     super_batch: int | None = None   # B' of threat "secret-subsampling"
     sigma: float | None = None       # give the noise std directly instead of calibrating it
     clip: float | None = None        # C; None: training.defaults (tuned, else 10)
-    head_clip: float = 0.1           # C_h: per-example clip of the server head's DP update (docs/training.md)
+    head_clip: float | None = None   # C_h of the server head's DP update; None: training.defaults (tuned, else 0.1)
     head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
     head_window: int | None = None   # DP head: one step per q batches of each device (0: every round; None: methods.head.window)
     no_clip: bool = False            # ablation (needs no noise)
@@ -131,7 +131,7 @@ class TrainConfig:
                 raise PrivzvError(f"--{name.replace('_', '-')} {value!r}: must be <= {cap:g}"
                                   " (cap against exhausting memory or time, docs/cli.md)")
         for name in ("epochs", "clip", "lam", "head_clip"):
-            if getattr(self, name) is not None or name != "clip":
+            if getattr(self, name) is not None or name not in ("clip", "head_clip"):
                 _positive(name, getattr(self, name))
         if not (_finite(self.head_share) and 0 < self.head_share <= 1):
             raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1]")
@@ -177,7 +177,7 @@ _KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (i
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
           "seed": (int,), "secure_noise": (bool,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "clip", "head_window", "lr_device", "lr_server", "activation", "freeze"}
+_OPTIONAL = {"data_dir", "super_batch", "sigma", "clip", "head_clip", "head_window", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def _finite(value) -> bool:

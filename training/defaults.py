@@ -33,10 +33,12 @@ import torch
 from privzv.training import methods, models, tuned
 
 CLIP = 10.0                   # papers/001 App. H
+HEAD_CLIP = 0.1               # C_h where no tuned value exists (docs/training.md, "Whole-run DP")
 ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
 ZO_DEVICE_METHODS = ("dpzv",)   # methods whose device step is the seeded ZO step with device_momentum
 TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
-FIELDS = ("clip", "lr_device", "lr_server")
+FIELDS = ("clip", "head_clip", "lr_device", "lr_server")
+FALLBACK = {"clip": (CLIP, "papers/001 App. H"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
 def resolve(config, dataset):
@@ -59,8 +61,9 @@ def resolve(config, dataset):
                 value = value * (1 - config.device_momentum) / (1 - mu)
                 source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
             values[name], sources[name] = value, {"value": value, "source": source}
-        elif name == "clip":
-            values[name], sources[name] = CLIP, {"value": CLIP, "source": "papers/001 App. H"}
+        elif name in FALLBACK:
+            value, source = FALLBACK[name]
+            values[name], sources[name] = value, {"value": value, "source": source}
         elif name == "lr_device" and zo_device:
             d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
             value = ZO_RATE / math.sqrt(d)
@@ -75,12 +78,11 @@ def resolve(config, dataset):
 
 
 def with_clip(config):
-    """``config`` with C filled when open (tuned, else ``CLIP``): enough for planning a release
-    without the dataset (``privzv.training.privacy``)."""
-    if config.clip is not None:
-        return config
+    """``config`` with C and C_h filled when open (tuned, else the fallback): enough for planning
+    a release without the dataset (``privzv.training.privacy``)."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
-    return dataclasses.replace(config, clip=entry.get("clip", CLIP))
+    return dataclasses.replace(config, **{name: entry.get(name, FALLBACK[name][0])
+                                          for name in FALLBACK if getattr(config, name) is None})
 
 
 def parameter_count(dataset, m: int, embed_dim: int) -> int:

@@ -34,7 +34,7 @@ def test_tuned_values_are_applied_and_saved_with_their_source(tmp_path):
 
 def test_given_values_win_and_resolution_is_idempotent():
     ds = data.load("digits", 2)
-    config = TrainConfig(**SMALL, clip=0.7, lr_device=0.002, lr_server=0.01)
+    config = TrainConfig(**SMALL, clip=0.7, head_clip=0.3, lr_device=0.002, lr_server=0.01)
     resolved, sources = defaults.resolve(config, ds)
     assert (resolved.clip, resolved.lr_device, resolved.lr_server) == (0.7, 0.002, 0.01)
     assert {s["source"] for s in sources.values()} == {"given"}
@@ -131,3 +131,16 @@ def test_resume_keeps_the_chosen_values(tmp_path):
     assert saved["config"]["clip"] == tuned.lookup("digits", "dpzv", "mlp")["clip"]
     assert saved["defaults"]["clip"]["source"].startswith("training/tuned.py")
     assert again["rounds"] > 0
+
+
+def test_the_tuned_head_clip_is_applied_and_the_fallback_elsewhere(monkeypatch):
+    """C_h comes from training/tuned.py like C (the whole-run grid's 1.0 on digits dpzv), else
+    defaults.HEAD_CLIP; planning without the dataset (with_clip) gives the same value."""
+    ds = data.load("digits", 2)
+    config = TrainConfig(**SMALL)
+    resolved, sources = defaults.resolve(config, ds)
+    entry = tuned.lookup("digits", "dpzv", "mlp")
+    assert resolved.head_clip == entry["head_clip"] == defaults.with_clip(config).head_clip
+    assert "tuned.py" in sources["head_clip"]["source"]
+    monkeypatch.setattr(tuned, "lookup", lambda *a: None)
+    assert defaults.resolve(config, ds)[0].head_clip == defaults.HEAD_CLIP == defaults.with_clip(config).head_clip

@@ -88,10 +88,12 @@ def head_update(config) -> HeadUpdate | None:
     round (divisor B) or pooled over windows of q batches of each device (divisor q M B)."""
     if not (config.private and trains_head(config)):
         return None
+    from privzv.training import defaults   # (defaults reads the method registry)
+
     q = window(config)
     divisor = config.batch_size * (q * config.devices if q else 1)
-    return HeadUpdate(clip=config.head_clip, batch_size=divisor, neighbors=config.neighbors,
-                      window=q)
+    return HeadUpdate(clip=defaults.with_clip(config).head_clip, batch_size=divisor,
+                      neighbors=config.neighbors, window=q)
 
 
 def with_head(release: Release, config) -> Release:
