@@ -15,6 +15,13 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 * every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
   ``methods.head.default_lr``, min(0.1, 1/z_h) with a DP head).
 
+A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
+Where the run's C (given) differs from the entry's, or its embedding size from the sweep's
+(``tuned.SWEPT_EMBED_DIM``), the tuned rates do not apply and both rates fall back to the
+defaults below (the printed source says why); the tuned C and C_h still apply where left open.
+On digits, ``--clip 10`` with the tuned device rate (0.03, as 0.003 at momentum 0.9) diverges
+(docs/results.md, "Stable defaults").
+
 The tuned server rates were swept for a non-private head, so a private run (DP head) does not
 take them: its head keeps the DP head's default (docs/results.md, "Hyperparameters").
 
@@ -38,6 +45,7 @@ ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (dig
 ZO_DEVICE_METHODS = ("dpzv",)   # methods whose device step is the seeded ZO step with device_momentum
 TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
 FIELDS = ("clip", "head_clip", "lr_device", "lr_server")
+RATES = ("lr_device", "lr_server")   # swept at the entry's C and setting (``unfit``)
 FALLBACK = {"clip": (CLIP, "papers/001 App. H"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
@@ -47,34 +55,57 @@ def resolve(config, dataset):
     Idempotent: a resolved config comes back unchanged, its sources all ``"given"``."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
-    zo_device = config.method in ZO_DEVICE_METHODS
-    dp_head = config.private and not getattr(methods.get(config.method), "LABEL_DP", False)
+    why_not = unfit(config, entry, dataset.num_classes)
+    if why_not:
+        entry = {k: v for k, v in entry.items() if k not in RATES}
     values, sources = {}, {}
     for name in FIELDS:
         given = getattr(config, name)
         if given is not None:
-            values[name], sources[name] = given, {"value": given, "source": "given"}
-        elif name in entry and not (name == "lr_server" and dp_head):
-            value, source = entry[name], where
-            if name == "lr_device" and zo_device:
-                mu = entry.get("device_momentum", TUNED_DEVICE_MOMENTUM)
-                value = value * (1 - config.device_momentum) / (1 - mu)
-                source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
-            values[name], sources[name] = value, {"value": value, "source": source}
-        elif name in FALLBACK:
-            value, source = FALLBACK[name]
-            values[name], sources[name] = value, {"value": value, "source": source}
-        elif name == "lr_device" and zo_device:
-            d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
-            value = ZO_RATE / math.sqrt(d)
-            values[name] = value
-            sources[name] = {"value": value, "source": f"{ZO_RATE:g} / sqrt(d), d = {d} device "
-                                                       "parameters (training/defaults.py)"}
-        elif name == "lr_server" and dp_head:
-            sources[name] = {"value": None, "source": "the DP head's default min(0.1, 1/z_h)"}
+            value, source = given, "given"
         else:
-            sources[name] = {"value": None, "source": "the method's default"}
+            value, source = _default(name, config, dataset, entry, where)
+            if why_not and name in RATES:
+                source += f"; not the rate of {where}: {why_not}"
+        if value is not None:
+            values[name] = value
+        sources[name] = {"value": value, "source": source}
     return dataclasses.replace(config, **values), sources
+
+
+def unfit(config, entry: dict, classes: int) -> str | None:
+    """Why the tuned rates of ``entry`` do not fit ``config`` (None: they do): they were swept at
+    the entry's C and at the table's embedding size (``tuned.SWEPT_EMBED_DIM``)."""
+    if not any(name in entry for name in RATES):
+        return None
+    if config.clip is not None and "clip" in entry and config.clip != entry["clip"]:
+        return f"swept at C {entry['clip']:g}, this run has C {config.clip:g}"
+    swept = tuned.SWEPT_EMBED_DIM[config.server_kind]
+    swept = classes if swept == "classes" else swept
+    if config.embed_dim != swept:
+        return f"swept at embed_dim {swept}, this run has {config.embed_dim}"
+    return None
+
+
+def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
+    """(value, source) of an open field: tuned, else the fallback (None: the method's own)."""
+    zo_device = config.method in ZO_DEVICE_METHODS
+    dp_head = config.private and not getattr(methods.get(config.method), "LABEL_DP", False)
+    if name in entry and not (name == "lr_server" and dp_head):
+        value, source = entry[name], where
+        if name == "lr_device" and zo_device:
+            mu = entry.get("device_momentum", TUNED_DEVICE_MOMENTUM)
+            value = value * (1 - config.device_momentum) / (1 - mu)
+            source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
+        return value, source
+    if name in FALLBACK:
+        return FALLBACK[name]
+    if name == "lr_device" and zo_device:
+        d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
+        return ZO_RATE / math.sqrt(d), f"{ZO_RATE:g} / sqrt(d), d = {d} device parameters (training/defaults.py)"
+    if name == "lr_server" and dp_head:
+        return None, "the DP head's default min(0.1, 1/z_h)"
+    return None, "the method's default"
 
 
 def with_clip(config):

@@ -45,6 +45,8 @@ HPARAMS_SUM: dict[tuple[str, str], dict] = {
 # sweep's setting: HPARAMS, ``SETTINGS`` of benchmarks/bench_reproduction.py (embed_dim 16);
 # HPARAMS_SUM, ``privzv.attacks.study.train_config`` (embed_dim = classes, the study's epochs).
 TABLES = {"mlp": HPARAMS, "sum": HPARAMS_SUM}
+# The embedding size each table was swept at (``"classes"``: the dataset's number of classes).
+SWEPT_EMBED_DIM = {"mlp": 16, "sum": "classes"}
 
 
 def lookup(dataset: str, method: str, server_kind: str) -> dict | None:

@@ -53,6 +53,50 @@ def test_untuned_setting_gets_c_10_and_the_size_normalised_zo_rate(monkeypatch):
     assert fo.lr_device is None              # first-order devices keep their method's default
 
 
+def _zo_default_rate(ds, embed_dim):
+    d = max(defaults.parameter_count(ds, m, embed_dim) for m in range(ds.devices))
+    return defaults.ZO_RATE / math.sqrt(d)
+
+
+def test_a_given_c_other_than_the_tuned_one_drops_the_tuned_rates():
+    """The tuned rates were swept at the tuned C: with another C (digits' --clip 10, where the
+    tuned 0.03 diverges) both rates fall back and the source says why; the tuned C_h stays."""
+    ds = data.load("digits", 2)
+    entry = tuned.lookup("digits", "dpzv", "mlp")
+    resolved, sources = defaults.resolve(TrainConfig(**SMALL, clip=10.0), ds)
+    assert resolved.lr_device == pytest.approx(_zo_default_rate(ds, 16))
+    assert resolved.lr_device < entry["lr_device"] * 0.1 / 2     # not the tuned 0.003
+    assert resolved.lr_server is None and resolved.head_clip == entry["head_clip"]
+    for name in defaults.RATES:
+        assert "swept at C 0.1, this run has C 10" in sources[name]["source"]
+    # the tuned C given explicitly keeps the tuned set
+    same, sources = defaults.resolve(TrainConfig(**SMALL, clip=entry["clip"]), ds)
+    assert same.lr_device == pytest.approx(entry["lr_device"] * 0.1) and same.lr_server == entry["lr_server"]
+    assert "swept" not in sources["lr_device"]["source"]
+
+
+def test_another_embedding_size_than_the_sweeps_drops_the_tuned_rates_not_c():
+    ds = data.load("digits", 2)
+    entry = tuned.lookup("digits", "dpzv", "mlp")
+    resolved, sources = defaults.resolve(TrainConfig(**SMALL, embed_dim=2), ds)
+    assert resolved.clip == entry["clip"] and resolved.lr_device == pytest.approx(_zo_default_rate(ds, 2))
+    assert "swept at embed_dim 16, this run has 2" in sources["lr_device"]["source"]
+    # the summing server's table was swept with one embedding per class
+    summed, sources = defaults.resolve(TrainConfig(**SMALL, server_kind="sum", embed_dim=10), ds)
+    assert summed.lr_device == pytest.approx(tuned.lookup("digits", "dpzv", "sum")["lr_device"] * 0.1)
+
+
+def test_cli_prints_why_the_tuned_rates_were_not_taken(tmp_path, capsys):
+    from privzv.cli import main
+
+    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--batch-size", "64",
+            "--clip", "10", "--no-transcripts", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("lr_device"))
+    assert "sqrt(d)" in line and "swept at C 0.1, this run has C 10" in line
+
+
 @pytest.mark.parametrize("embed_dim", [2, 64])
 def test_default_zo_step_moves_the_weights_by_at_most_zo_rate_times_c(embed_dim, monkeypatch):
     """eta = ZO_RATE / sqrt(d) and |Delta| <= C (no noise): ||w' - w|| = eta |Delta| sqrt(d) <=
