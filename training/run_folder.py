@@ -23,7 +23,8 @@ Private (``private/``, mode 0700, files 0600; never read by an attack, see :func
 Every file is replaced atomically (temp file in the same folder, fsync, rename, fsync of the
 folder). A new run is built in a hidden ``.NAME.new-XXXX`` folder and renamed into place after its
 round-0 checkpoint, so ``--out`` either does not exist or holds a resumable run; a lock file
-``.NAME.lock`` beside it keeps a second process out. A kill at any point leaves a run that
+``.NAME.lock`` beside it keeps a second process out while the run is open (removed when it
+closes, :class:`FolderLock`). A kill at any point leaves a run that
 ``--resume`` continues from its last checkpoint; releases journaled after that checkpoint stay
 counted (the ledger may over-count, never under-count). Transcripts are appended, not replaced:
 each checkpoint fsyncs them and records their sizes; a resume cuts them back to those sizes.
@@ -230,6 +231,57 @@ def _check_new_target(final: Path, out, overwrite: bool) -> None:
                               "replace it with --overwrite")
 
 
+class FolderLock:
+    """An exclusive ``flock`` on a lock file that is removed again on release, so a finished or
+    refused run leaves nothing beside its folder (a killed one leaves the file, which the next
+    run on that folder takes over and removes).
+
+    Removing a lock file is safe only this way: the holder unlinks it while still holding the
+    lock, and a taker, once it holds the lock, checks that the path still names the file it
+    locked (a process that opened the file before the unlink would otherwise hold a lock on a
+    file nobody else can see, beside the next run's). The same protocol as filelock's check of
+    ``st_nlink`` (filelock 4, ``UnixFileLock._finalize_locked_fd``), which however never
+    removes its file."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def take(cls, path: Path, attempts: int = 3) -> "FolderLock | None":
+        """The lock on ``path``, or None while another process holds it. A file unlinked by a
+        holder that finished meanwhile is tried again, ``attempts`` times in all."""
+        import fcntl
+
+        for _ in range(attempts):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                current = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            if current is not None and os.path.samestat(current, os.fstat(fd)):
+                return cls(path, fd)
+            os.close(fd)    # the holder removed this file as we opened it
+        return None
+
+    def release(self) -> None:
+        """Remove the lock file, then unlock (closing the file)."""
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
 class RunFolder:
     """One run folder, locked while open. ``path`` is where files go (the hidden new folder
     until :meth:`commit`), ``final`` the ``--out`` folder."""
@@ -244,17 +296,14 @@ class RunFolder:
     # ------------------------------------------------------------------ locking and creation
     @staticmethod
     def _locked(final: Path, flag: str, shown):
-        from filelock import FileLock, Timeout
-
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(str(final.parent / f".{final.name}.lock"))
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise PrivzvError(f"{flag} {str(shown)!r}: another privzv run is using this folder "
-                              "(wait for it to finish)") from None
+            lock = FolderLock.take(final.parent / f".{final.name}.lock")
         except OSError as exc:
             raise PrivzvError(f"{flag} {str(shown)!r}: cannot use this folder ({exc.strerror})") from None
+        if lock is None:
+            raise PrivzvError(f"{flag} {str(shown)!r}: another privzv run is using this folder "
+                              "(wait for it to finish)")
         name = _glob_escape(final.name)
         for leftover in [*final.parent.glob(f".{name}.new-*"), *final.parent.glob(f".{name}.old-*")]:
             shutil.rmtree(leftover, ignore_errors=True)   # a killed creation or overwrite

@@ -21,8 +21,8 @@ def test_json_summary_and_run_folder(tmp_path, capsys):
     assert {"config.json", "metrics.jsonl", "summary.json", "ledger.json", "checkpoint.pt", "traffic.npz",
             "transcripts", "accuracy_vs_rounds.png", "accuracy_vs_rounds.svg", "accuracy_vs_bytes.png",
             "accuracy_vs_bytes.svg"} <= names
-    # no leftovers: only the lock file beside the folder, no temp file in it
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.")] == [".run.lock"]
+    # no leftovers: nothing beside the folder (no lock file), no temp file in it
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
     assert not list(out.rglob(".*.tmp"))
 
 

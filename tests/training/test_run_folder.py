@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import random
@@ -14,7 +15,6 @@ import time
 import numpy as np
 import pytest
 import torch
-from filelock import FileLock
 
 from privzv.cli import main
 from privzv.training import run, run_folder, seeds, transcript
@@ -270,10 +270,65 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
 
 def test_a_locked_out_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    with FileLock(str(tmp_path / ".run.lock")):
-        _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(out)],
-                         "another privzv run")
+    lock = run_folder.FolderLock.take(tmp_path / ".run.lock")
+    _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(out)],
+                     "another privzv run")
     assert not out.exists()
+    lock.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_finished_or_refused_run_leaves_only_its_folder(private_run, tmp_path, capsys):
+    """No .NAME.lock (nor anything else) beside the run folder: after a finished run, a run that
+    failed after taking the lock, a refused resume (exit 2), and after a killed run's stale lock."""
+    args = ["train", "--devices", "2", "--epochs", "0.1", "--batch-size", "64", "--no-transcripts",
+            "--json", "--out"]
+    assert main([*args, str(tmp_path / "run")]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    copy = _copy(private_run, tmp_path / "resumed")
+    saved = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**saved, "sigma": 2.0}))
+    _one_line_exit_2(capsys, ["train", "--resume", str(copy)], "sigma")   # refused inside the lock
+    assert [p.name for p in copy.parent.iterdir()] == ["copy"]
+    shutil.rmtree(copy.parent)
+    (tmp_path / ".again.lock").touch()         # left by a killed run: taken over, then removed
+    assert main([*args, str(tmp_path / "again")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "run"]
+
+
+def test_a_run_failing_inside_the_lock_leaves_nothing(tmp_path, capsys, monkeypatch):
+    def refuse(*a, **kw):
+        raise run_folder.PrivzvError("--x 1: refused")
+
+    monkeypatch.setattr(run, "build", refuse)
+    _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out",
+                              str(tmp_path / "run")], "--x 1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_taken_on_a_removed_lock_file_is_not_held(tmp_path, monkeypatch):
+    """A taker that opened the lock file just before its holder removed it (and a new run took the
+    path) must not hold a lock beside the new run's: once locked, take checks that the path
+    still names its file."""
+    path = tmp_path / ".run.lock"
+    path.touch()
+    real_flock, newer = fcntl.flock, []
+
+    def flock(fd, op):
+        if not newer:           # between this taker's open and its flock
+            newer.append(None)
+            path.unlink()       # the holder finishes and removes the file
+            newer[0] = run_folder.FolderLock.take(path)   # a new run takes the path
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    assert run_folder.FolderLock.take(path) is None
+    assert newer[0] is not None and path.exists()
+    newer[0].release()
+    assert not path.exists()
+    again = run_folder.FolderLock.take(path)
+    assert again is not None and run_folder.FolderLock.take(path) is None
+    again.release()
 
 
 def test_same_out_twice_is_refused_unless_overwrite(tmp_path, capsys):
