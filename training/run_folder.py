@@ -1,6 +1,6 @@
 """A training run's folder: every file name, the format version, the secrets boundary, crash safety.
 
-Layout (``FORMAT`` 1). Public (what a party, an attack or a reader of the results may see):
+Layout (``FORMAT`` 2; a folder of another format is refused, :func:`check_format`). Public (what a party, an attack or a reader of the results may see):
 
 ``config.json``     ``format``, ``run_id``, the config (no secret seed), ``seed``, ``sigma``,
                     ``rounds``, ``release``, ``calibration``, ``versions``, ``extensions``
@@ -48,7 +48,11 @@ from privzv.cliutil import read_json
 from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
 
-FORMAT = 1
+# 2: transcripts streamed (PARTY.jsonl + PARTY.bin), the checkpoint holds their sizes, the DP
+# head's window and its pooled sum. Format 1 folders (transcripts written whole as PARTY.json +
+# PARTY.npz; configs without the fields added since, whose defaults changed) are refused, not
+# read: a layout change or a new config field with another default bumps FORMAT.
+FORMAT = 2
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 LEDGER, JOURNAL = "ledger.json", "ledger.journal"
 CHECKPOINT, TRAFFIC, TRANSCRIPTS = "checkpoint.pt", "traffic.npz", "transcripts"
@@ -131,6 +135,14 @@ def _torch_load(path: Path, what: str):
 def _expect(ok: bool, message: str) -> None:
     if not ok:
         raise PrivzvError(message)
+
+
+def check_format(saved, where: str) -> None:
+    """Refuse a config.json (``saved``) of a run folder format other than ``FORMAT``."""
+    found = saved.get("format") if isinstance(saved, dict) else None
+    old = " (format 1: written by privzv before transcripts were streamed; re-run it)" if found == 1 else ""
+    _expect(found == FORMAT, f"{where}: run folder format {found!r}; this privzv reads format "
+                             f"{FORMAT} only{old}")
 
 
 # --------------------------------------------------------------------------- secret state
@@ -395,9 +407,7 @@ class RunFolder:
     def read_config(self) -> dict:
         """The saved config.json (format checked); sets ``run_id``."""
         saved = read_json(self.path / CONFIG, CONFIG)
-        _expect(isinstance(saved, dict) and saved.get("format") == FORMAT,
-                f"{CONFIG}: format {saved.get('format') if isinstance(saved, dict) else None!r}, "
-                f"expected {FORMAT}")
+        check_format(saved, CONFIG)
         _expect(isinstance(saved.get("run_id"), str) and isinstance(saved.get("config"), dict),
                 f"{CONFIG}: corrupt (no run_id or config)")
         sigma = saved.get("sigma")
@@ -634,4 +644,5 @@ def public_config(run_dir, flag: str = "--run") -> dict:
     saved = read_json(run / CONFIG, f"{flag} {str(run)!r}: {CONFIG}")
     _expect(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
             f"{flag} {str(run)!r}: {CONFIG} is not a run's config")
+    check_format(saved, f"{flag} {str(run)!r}")
     return saved

@@ -196,6 +196,9 @@ class Recorder:
 def load(run_dir: str | Path, party: str) -> Transcript:
     """The transcript of ``party`` (``"server"``, ``"device0"``, ...) saved in ``run_dir``."""
     folder = Path(run_dir) / "transcripts"
+    if not (folder / f"{party}{INDEX}").exists() and (folder / f"{party}.json").exists():
+        raise PrivzvError(f"transcript {party!r}: format 1 ({party}.json + {party}.npz, written by "
+                          f"privzv before transcripts were streamed); this privzv reads format {FORMAT} only")
     if not (folder / f"{party}{INDEX}").exists():
         known = sorted(p.stem for p in folder.glob(f"*{INDEX}")) if folder.exists() else []
         raise PrivzvError(f"party {party!r}: no transcript in {str(folder)!r}"

@@ -358,6 +358,34 @@ def test_leftover_temporary_folders_are_cleaned(tmp_path, capsys):
     assert not leftover.exists()
 
 
+def _format_1_folder(path):
+    """A minimal run folder as privzv wrote it before streamed transcripts (format 1)."""
+    config = {"dataset": "digits", "method": "dpzv", "devices": 2, "epochs": 0.1, "batch_size": 64, "seed": 1}
+    (path / "transcripts").mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"format": 1, "run_id": "0123456789abcdef", "config": config,
+                                                  "seed": 1, "sigma": 0.0, "rounds": 5, "checkpoint_every": 200}))
+    for party in ("server", "device0", "device1"):
+        (path / "transcripts" / f"{party}.json").write_text(json.dumps({"party": party, "meta": {}, "entries": []}))
+        np.savez(path / "transcripts" / f"{party}.npz")
+    return path
+
+
+@pytest.mark.parametrize("argv", [["train", "--resume", "{run}"],
+                                  ["train", "--resume", "{run}", "--extend", "--epochs", "1"],
+                                  ["attack", "run", "--attack", "direct-label", "--run", "{run}"]])
+def test_a_format_1_folder_is_refused_naming_its_format(tmp_path, capsys, argv):
+    run_dir = _format_1_folder(tmp_path / "old")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    _one_line_exit_2(capsys, [a.format(run=run_dir) for a in argv], "format 1", "reads format 2 only")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_format_1_transcripts_are_refused_naming_their_format(tmp_path):
+    run_dir = _format_1_folder(tmp_path / "old")
+    with pytest.raises(run_folder.PrivzvError, match="format 1 .device0.json"):
+        transcript.load(run_dir, "device0")
+
+
 # ------------------------------------------------------------------------------ resume integrity
 def _edit_json(path, change):
     obj = json.loads(path.read_text())
