@@ -96,6 +96,8 @@ def _human(o: dict) -> str:
         lines.append(f"   {name:<26} test accuracy {s['test_accuracy']:.3f}  sigma {s['sigma']:.3g}  "
                      f"{eps}  bytes up/down {s['bytes_up']:,}/{s['bytes_down']:,}  "
                      f"{s['wall_seconds']:.0f} s")
+        if s.get("diverged"):
+            lines.append(f"   {'':<26} WARNING: {s['diverged']['reason']}")
     gap = runs[RUNS[1][0]]["test_accuracy"] - runs[RUNS[2][0]]["test_accuracy"]
     lines.append(f"   the devices' own ZO training adds {gap:+.3f} accuracy over the frozen-devices "
                  "control here (whole-run DP: the head is private too; 3 seeds in docs/results.md)")
