@@ -152,7 +152,7 @@ import json  # noqa: E402
 import torch  # noqa: E402
 
 from privzv.attacks import registry  # noqa: E402
-from privzv.training import data  # noqa: E402
+from privzv.training import data, run_folder  # noqa: E402
 from privzv.training.messages import Message  # noqa: E402
 from privzv.training.transcript import Recorder  # noqa: E402
 
@@ -169,7 +169,7 @@ def record(rounds, tmp_path=None):
         rec.message(Message(r, "server", f"device{m}", "reply", {k: t(v) for k, v in down.items()}))
     if tmp_path is not None:
         rec.save(tmp_path / "transcripts")
-        (tmp_path / "config.json").write_text(json.dumps({"config": {
+        (tmp_path / "config.json").write_text(json.dumps({"format": run_folder.FORMAT, "config": {
             "dataset": "digits", "devices": 2, "seed": 0, "method": "simulated",
             "server_kind": "sum"}, "sigma": 0.0}))
     return rec
