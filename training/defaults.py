@@ -56,8 +56,6 @@ def resolve(config, dataset):
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
     why_not = unfit(config, entry, dataset.num_classes)
-    if why_not:
-        entry = {k: v for k, v in entry.items() if k not in RATES}
     values, sources = {}, {}
     for name in FIELDS:
         given = getattr(config, name)
@@ -65,7 +63,9 @@ def resolve(config, dataset):
             value, source = given, "given"
         else:
             value, source = _default(name, config, dataset, entry, where)
-            if why_not and name in RATES:
+            if why_not and name in RATES and source.startswith(where):   # the tuned rate would apply
+                untuned = {k: v for k, v in entry.items() if k not in RATES}
+                value, source = _default(name, config, dataset, untuned, where)
                 source += f"; not the rate of {where}: {why_not}"
         if value is not None:
             values[name] = value
