@@ -18,9 +18,10 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
 Where the run's C (given) differs from the entry's, or its embedding size from the sweep's
 (``tuned.SWEPT_EMBED_DIM``), the tuned rates do not apply and both rates fall back to the
-defaults below (the printed source says why); the tuned C and C_h still apply where left open.
-On digits, ``--clip 10`` with the tuned device rate (0.03, as 0.003 at momentum 0.9) diverges
-(docs/results.md, "Stable defaults").
+built-in defaults above (the printed source says why); the tuned C and C_h still apply where
+left open. On digits, ``--clip 10`` with the tuned rates (device 0.03, as 0.003 at momentum 0.9)
+diverges with 2-dim embeddings (docs/results.md, "Stable defaults") and falls from 0.783 to
+0.689 with 16 (docs/training.md, the defaults paragraph; the fallback reaches 0.964).
 
 The tuned server rates were swept for a non-private head, so a private run (DP head) does not
 take them: its head keeps the DP head's default (docs/results.md, "Hyperparameters").
