@@ -75,6 +75,7 @@ class Stack:
     def __init__(self, work: Path, logs: Path):
         self.work, self.logs = work, logs
         self.procs: list[subprocess.Popen] = []
+        self.names: dict[int, str] = {}   # pid -> the name given to start
 
     def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
@@ -82,13 +83,14 @@ class Stack:
                                 env=env, cwd=self.work, start_new_session=True)
         log.close()
         self.procs.append(proc)
+        self.names[proc.pid] = name
         return proc
 
     def check_alive(self) -> None:
         for proc in self.procs:
             if proc.poll() is not None:
-                raise PrivzvError(f"flower: {Path(proc.args[1] if proc.args[0] == sys.executable else proc.args[0]).name}"
-                                  f" exited with code {proc.returncode} (logs in {self.logs})")
+                raise PrivzvError(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}"
+                                  f" (logs in {self.logs})")
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM to every process started and to their descendants, SIGKILL after ``grace``."""
@@ -140,9 +142,11 @@ def _bin(name: str) -> str:
 
 
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0) -> dict:
+        checkpoint_every: int | None = None, timeout: float = 600.0, warm: bool = True) -> dict:
     """Train ``config`` on a local Flower deployment into run folder ``out``; returns
-    ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes)."""
+    ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
+    ``warm``: each device's ClientApp tasks run in one long-lived ``executor`` process (SuperNode
+    ``--isolation process``); False: Flower's own process per message (``--isolation subprocess``)."""
     try:
         import flwr  # noqa: F401
     except ImportError:
@@ -157,14 +161,15 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     logs.mkdir()
     stack = Stack(work, logs)
     try:
-        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout)
+        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, warm)
     finally:
         stack.stop()   # the logs stay in ``work`` when the run failed
     shutil.rmtree(work, ignore_errors=True)
     return result
 
 
-def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float) -> dict:
+def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
+         warm: bool) -> dict:
     from privzv.training.engines.flower import apps   # needs flwr (checked by run)
 
     work = stack.work
@@ -187,9 +192,16 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
         seed_file.touch(mode=0o600)
         seed_file.write_text(str(seeds.derive(secret, "device", m)))
         node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
+        runtime = free_port()
         stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
                                      "--insecure", "--superlink", f"127.0.0.1:{port}",
-                                     "--port", str(free_port()), "--node-config", node_config], base)
+                                     "--isolation", "process" if warm else "subprocess",
+                                     "--host", "127.0.0.1", "--port", str(runtime),
+                                     "--node-config", node_config], base)
+        if warm:
+            stack.start(f"{device_name(m)}-executor",
+                        [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
+                         "--runtime-api-address", f"127.0.0.1:{runtime}"], base)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
