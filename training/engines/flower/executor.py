@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import traceback
 
 POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has no task
 APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
@@ -43,31 +44,22 @@ def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | 
 
 def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:
     """One ClientApp task (``token``): as ``flwr.supernode.runtime.run_clientapp`` without its exit."""
-    from flwr.app import Error, Message
-    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.common.constant import SubStatus
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
-
-    from privzv.training.engines.flower import apps
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
     client = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                      RuntimeTokenHttpInterceptor(token))
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
-    message = context = reply = None
+    context = reply = None
     status, details = SubStatus.FAILED, "the ClientApp task failed"
     try:
-        message, context, run, _fab = pull_task_input(client)
-        if run.fab_id != APP_ID:
-            raise ValueError(f"this executor runs privzv's ClientApp only, not {run.fab_id!r}")
-        reply = apps.client_app(message=message, context=context)
-        status, details = SubStatus.COMPLETED, ""
-    except Exception as exc:  # pylint: disable=broad-exception-caught  (an error reply, as Flower's)
-        details = f"{type(exc)}:<'{exc}'>"
-        if message is not None:
-            reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
-                            reply_to=message)
+        message, context, run = pull_task_input(client)
+        reply, status, details = answer(message, context, run.fab_id)
+    except Exception:  # pylint: disable=broad-exception-caught  (the task is reported failed)
+        traceback.print_exc()
     finally:
         try:
             if reply is not None and context is not None:
@@ -76,6 +68,59 @@ def run_task(address: str, insecure: bool, certificates: str | None, token: str)
         finally:
             heartbeat.stop()
             client.close()
+
+
+def answer(message, context, fab_id: str):
+    """(reply, status, details) of privzv's ClientApp for ``message`` of a run of app ``fab_id``:
+    the app's reply, or, as Flower's ``run_clientapp`` makes it, an error reply when the app raises;
+    a run of another app gets an error reply without running anything."""
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, SubStatus
+
+    from privzv.training.engines.flower import apps
+
+    try:
+        if fab_id != APP_ID:
+            raise ValueError(f"this executor runs privzv's ClientApp ({APP_ID}) only, not {fab_id!r}")
+        return apps.client_app(message=message, context=context), SubStatus.COMPLETED, ""
+    except Exception as exc:  # pylint: disable=broad-exception-caught  (an error reply, as Flower's)
+        traceback.print_exc()
+        details = f"{type(exc)}:<'{exc}'>"
+        error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details)
+        return Message(error, reply_to=message), SubStatus.FAILED, details
+
+
+def pull_task_input(client):
+    """The task's message, context and run: ``flwr.supernode.runtime.run_clientapp.pull_task_input``
+    with ``waits``' short backoff. The SuperNode creates the task before it has pulled the
+    message's objects from the SuperLink; Flower's own pull then waits 1 s, which a process started
+    per task (seconds) never hits, but a waiting executor hits on every message."""
+    from flwr.app import Message
+    from flwr.common.serde import context_from_proto, run_from_proto
+    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
+    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from privzv.training.engines.flower import waits
+
+    res = client.PullTaskInput(PullTaskInputRequest())
+    TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
+    TaskIdentity.node_id = res.context.node_id
+    context, run = context_from_proto(res.context), run_from_proto(res.run)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("no message for this task from the SuperNode's Runtime API")
+    node = Node(node_id=context.node_id)
+    tree = pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+        return_type=Message, initial_backoff=waits.PULL_BACKOFF, backoff_cap=waits.PULL_BACKOFF_CAP)
+    message.metadata.__dict__["_message_id"] = tree.object_id   # as Flower's pull_task_input
+    return message, context, run
 
 
 def _client(address: str, insecure: bool, certificates: str | None, *interceptors):
