@@ -2,9 +2,10 @@
 
 Setting: digits, 2 devices, batch 32, DPZV (``--method``), ``--rounds`` rounds, epsilon 8, one
 evaluation at the end (plus the one at round 0), the same public and secret seeds. The Flower run
-(``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
-device's long-lived ClientApp executor (``executor``) and the ServerApp on 127.0.0.1; with
-``--cold`` also ``flower_cold``: Flower 1.41's own ClientApp process per message.
+(``flower``, mode ``deployment``) is ``privzv train --engine flower``'s: a SuperLink, one
+SuperNode per device, each device's long-lived ClientApp executor (``executor``) and the ServerApp
+on 127.0.0.1. ``--modes`` adds ``flower_per_message`` (Flower 1.41's own ClientApp process per
+message) and ``flower_simulation`` (``--engine flower-sim``: Flower's simulation runtime on Ray).
 
 Reported per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
 ``total_seconds`` (with the start and stop of the Flower processes), ``rounds_per_second`` =
@@ -13,8 +14,9 @@ the serialised bytes of the messages (``wire_bytes``: uplinks, downlinks, contro
 requests, acknowledgements, hello and evaluation messages) and their count. ``overhead`` is the
 Flower loop's seconds per round minus the in-process one. The loop includes the devices' first
 message (each loads its data slice). The machine's load average is beside: on a shared machine
-the Flower figures grow with it (``flower_cold`` most: each message starts a Python process).
-Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--cold]`` (needs privzv[flower]).
+the Flower figures grow with it (``flower_per_message`` most: each message starts a Python process).
+Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]``
+(needs privzv[flower]; simulation: privzv[flower-sim]).
 """
 from __future__ import annotations
 
@@ -45,8 +47,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--method", default="dpzv")
-    ap.add_argument("--cold", action="store_true",
-                    help="also run Flower's own process per message (--isolation subprocess; slow)")
+    ap.add_argument("--modes", nargs="+", choices=launcher.MODES, default=["deployment"],
+                    help="Flower runs to time (launcher.MODES; default deployment): per-message = Flower's "
+                         "own ClientApp process per message (slow), simulation = Ray (privzv[flower-sim])")
     args = ap.parse_args()
     config = TrainConfig(dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90,
                          evals=1, epsilon=8.0)
@@ -55,9 +58,10 @@ def main() -> None:
         inproc = _row(run.train(config, Path(tmp) / "inprocess", secret_seed=SECRET),
                       time.perf_counter() - start)
         rows = {"inprocess": inproc}
-        for name, warm in (("flower", True), ("flower_cold", False))[:2 if args.cold else 1]:
+        for mode in args.modes:
+            name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
             start = time.perf_counter()
-            result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, warm=warm)
+            result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, mode=mode)
             rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
     per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
     print(json.dumps({

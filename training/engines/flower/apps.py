@@ -32,6 +32,7 @@ from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import codec, waits
 from privzv.training.engines.flower.device import DeviceParty
 from privzv.training.engines.flower.server import FlowerEngine, GridTransport
+from privzv.training.messages import device_name
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -76,6 +77,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 # --------------------------------------------------------------------------------- device side
+DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"   # simulation: the folder of the devices' folders
 NOISE_SEED = "noise-seed"   # in the device's folder, mode 0600: never on a command line (ps shows those)
 
 
@@ -86,6 +88,17 @@ def noise_seed(folder: Path) -> int:
     except (OSError, ValueError) as exc:
         raise PrivzvError(f"flower: {str(folder / NOISE_SEED)!r}: the device's noise seed, an "
                           f"integer in a file only the device reads ({exc})") from None
+
+
+def device_folder(node: dict, m: int) -> Path:
+    """Device m's own folder: node config ``folder`` (a SuperNode's), else, in Flower's simulation
+    (whose virtual SuperNodes have only ``partition-id``), ``$PRIVZV_FLOWER_DEVICES/device<m>``."""
+    if "folder" in node:
+        return Path(str(node["folder"]))
+    if DEVICES_ENV not in os.environ:
+        raise PrivzvError(f"flower: device {m} has no folder: set node config folder=\"DIR\" "
+                          f"(a SuperNode) or {DEVICES_ENV} (the simulation engine)")
+    return Path(os.environ[DEVICES_ENV]) / device_name(m)
 
 
 def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
@@ -104,7 +117,7 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
         sigma = float(content["round"]["sigma"])
     else:
         sigma = float(kept["sigma"]) if kept is not None else 0.0
-    folder = Path(str(node["folder"]))
+    folder = device_folder(node, m)
     party = DeviceParty(config, m, noise_seed(folder), sigma, folder)
     if kept is not None:
         party.restore(kept["blob"])

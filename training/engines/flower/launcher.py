@@ -17,6 +17,7 @@ Every process runs in its own session; on any error or timeout all of them are s
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -141,17 +142,29 @@ def _bin(name: str) -> str:
     return str(path)
 
 
+MODES = ("deployment", "per-message", "simulation")
+
+
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0, warm: bool = True) -> dict:
-    """Train ``config`` on a local Flower deployment into run folder ``out``; returns
+        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment") -> dict:
+    """Train ``config`` on a local Flower run into run folder ``out``; returns
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
-    ``warm``: each device's ClientApp tasks run in one long-lived ``executor`` process (SuperNode
-    ``--isolation process``); False: Flower's own process per message (``--isolation subprocess``)."""
+
+    ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
+    the device's long-lived ClientApp ``executor``; ``"per-message"``: the same SuperNodes with
+    Flower's own ClientApp process per message (``--isolation subprocess``); ``"simulation"``:
+    Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
+    virtual SuperNodes whose ClientApps run in Ray workers shared by all devices."""
+    if mode not in MODES:
+        raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     try:
         import flwr  # noqa: F401
     except ImportError:
         raise PrivzvError("--engine flower: needs the optional package flwr: "
                           "pip install 'privzv[flower]'") from None
+    if mode == "simulation" and importlib.util.find_spec("ray") is None:
+        raise PrivzvError("--engine flower-sim: needs Ray, Flower's simulation backend: "
+                          "pip install 'privzv[flower-sim]'")
     if config.secure_noise and methods.get(config.method).RELEASED_BY == "device":
         raise PrivzvError(f"--secure-noise: not with --engine flower for {config.method} (a device "
                           "recomputes its noisy uplink from its seeded generator)")
@@ -161,7 +174,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     logs.mkdir()
     stack = Stack(work, logs)
     try:
-        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, warm)
+        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
     finally:
         stack.stop()   # the logs stay in ``work`` when the run failed
     shutil.rmtree(work, ignore_errors=True)
@@ -169,7 +182,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
 
 
 def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
-         warm: bool) -> dict:
+         mode: str) -> dict:
     from privzv.training.engines.flower import apps   # needs flwr (checked by run)
 
     work = stack.work
@@ -183,25 +196,21 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
                   "PRIVZV_FLOWER_TIMEOUT": str(timeout)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
-    stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                              "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
     for m in range(config.devices):
         folder = work / device_name(m)
         folder.mkdir(mode=0o700)
         seed_file = folder / apps.NOISE_SEED
         seed_file.touch(mode=0o600)
         seed_file.write_text(str(seeds.derive(secret, "device", m)))
-        node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
-        runtime = free_port()
-        stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                     "--insecure", "--superlink", f"127.0.0.1:{port}",
-                                     "--isolation", "process" if warm else "subprocess",
-                                     "--host", "127.0.0.1", "--port", str(runtime),
-                                     "--node-config", node_config], base)
-        if warm:
-            stack.start(f"{device_name(m)}-executor",
-                        [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
-                         "--runtime-api-address", f"127.0.0.1:{runtime}"], base)
+    if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
+        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--simulation", "--host",
+                                  "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
+                    {**server_env, apps.DEVICES_ENV: str(work)})
+    else:
+        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                  "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
+        for m in range(config.devices):
+            _start_device(stack, m, port, mode == "deployment", base)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
@@ -210,7 +219,9 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     app = app_folder(work / "app", config)
     while True:   # the SuperLink takes a few seconds to listen
         stack.check_alive()
-        submit = subprocess.run([_bin("flwr"), "run", str(app), "local"], env=base, cwd=work,
+        submit = subprocess.run([_bin("flwr"), "run", str(app), "local", *(
+            ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
+                                env=base, cwd=work,
                                 capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
         if submit.returncode == 0 and "Successfully started run" in submit.stdout:
             break
@@ -232,3 +243,19 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
             for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
                 shutil.copy2(path, out / "transcripts" / path.name)
     return result
+
+
+def _start_device(stack: Stack, m: int, port: int, warm: bool, env: dict) -> None:
+    """Device m's SuperNode (node config: its partition id and folder), and with ``warm`` its
+    long-lived ClientApp executor on the SuperNode's Runtime API."""
+    folder = stack.work / device_name(m)
+    runtime = free_port()
+    stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
+                                 "--insecure", "--superlink", f"127.0.0.1:{port}",
+                                 "--isolation", "process" if warm else "subprocess",
+                                 "--host", "127.0.0.1", "--port", str(runtime),
+                                 "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
+    if warm:
+        stack.start(f"{device_name(m)}-executor",
+                    [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
+                     "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
