@@ -73,7 +73,7 @@ def _metrics(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl"])
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
 def test_flower_engine_equals_in_process(tmp_path, method):
     ref, flower, engine = _runs(tmp_path, method)
     assert flower["rounds"] == ref["rounds"] == 4
@@ -165,8 +165,9 @@ def _device_state(loop: Loopback, m: int) -> dict:
     return torch.load(io.BytesIO(loop.state[m]["device"]["blob"]), weights_only=False)
 
 
-def test_refused_uplink_is_undone_on_the_device(tmp_path):
-    config = dataclasses.replace(CONFIG, method="dpzv")
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
+def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
+    config = dataclasses.replace(CONFIG, method=method)
     loops = []
 
     def engine(cfg):
