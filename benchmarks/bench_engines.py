@@ -2,19 +2,22 @@
 
 Setting: digits, 2 devices, batch 32, DPZV (``--method``), ``--rounds`` rounds, epsilon 8, one
 evaluation at the end (plus the one at round 0), the same public and secret seeds. The Flower run
-(``flower``, mode ``deployment``) is ``privzv train --engine flower``'s: a SuperLink, one
-SuperNode per device, each device's long-lived ClientApp executor (``executor``) and the ServerApp
-on 127.0.0.1. ``--modes`` adds ``flower_per_message`` (Flower 1.41's own ClientApp process per
-message) and ``flower_simulation`` (``--engine flower-sim``: Flower's simulation runtime on Ray).
+``--modes`` (``launcher.MODES``) picks the Flower runs: ``deployment`` (the default; row
+``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
+device's long-lived ClientApp executor (``executor``) and the ServerApp on 127.0.0.1;
+``per-message`` (row ``flower_per_message``) the same with Flower 1.41's own ClientApp process per
+message; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``: Flower's
+simulation runtime on Ray.
 
 Reported per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
 ``total_seconds`` (with the start and stop of the Flower processes), ``rounds_per_second`` =
 rounds / loop_seconds, eq. (23)'s ``bytes_up`` / ``bytes_down`` (tensor bytes), and for Flower
 the serialised bytes of the messages (``wire_bytes``: uplinks, downlinks, control = the round
 requests, acknowledgements, hello and evaluation messages) and their count. ``overhead`` is the
-Flower loop's seconds per round minus the in-process one. The loop includes the devices' first
-message (each loads its data slice). The machine's load average is beside: on a shared machine
-the Flower figures grow with it (``flower_per_message`` most: each message starts a Python process).
+Flower loop's seconds per round minus the in-process one. The loop starts after the setup (the
+devices' ``query.hello``, where each loads its data slice). Each row has the machine's 1-minute
+load average at its end: on a shared machine the Flower figures grow with it
+(``flower_per_message`` most: each message starts a Python process).
 Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]``
 (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
@@ -40,7 +43,7 @@ def _row(summary: dict, total: float) -> dict:
     return {"rounds": summary["rounds"], "loop_seconds": loop, "total_seconds": total,
             "rounds_per_second": summary["rounds"] / loop, "bytes_up": summary["bytes_up"],
             "bytes_down": summary["bytes_down"], "test_accuracy": summary["test_accuracy"],
-            "epsilon_spent": summary["epsilon_spent"]}
+            "epsilon_spent": summary["epsilon_spent"], "load_average": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -72,7 +75,7 @@ def main() -> None:
                                        for name in rows if name != "inprocess"},
         "same_metrics": all((inproc["test_accuracy"], inproc["epsilon_spent"])
                             == (row["test_accuracy"], row["epsilon_spent"]) for row in rows.values()),
-        "load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
+        "cpus": os.cpu_count(),
         "python": platform.python_version()}, indent=1))
 
 
