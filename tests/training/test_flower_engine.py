@@ -191,3 +191,16 @@ def test_a_device_reads_its_noise_seed_from_its_own_file_not_the_node_config(tmp
         apps.noise_seed(tmp_path)
     (tmp_path / apps.NOISE_SEED).write_text("1234")
     assert apps.noise_seed(tmp_path) == 1234
+
+
+def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_path, monkeypatch):
+    """One-line errors before any process starts or any file is written."""
+    from privzv.training.engines.flower import launcher
+
+    with pytest.raises(PrivzvError, match="mode 'cloud': one of deployment, per-message, simulation"):
+        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="cloud")
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name))
+    with pytest.raises(PrivzvError, match=r"needs Ray.*privzv\[flower-sim\]"):
+        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
+    assert not (tmp_path / "out").exists()
