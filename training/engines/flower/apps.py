@@ -10,7 +10,8 @@ done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SE
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
-folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed). Its state between
+folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed; in
+Flower's simulation, which has no such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). Its state between
 messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
 ``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
 size), and ``"device"`` (``device.DeviceParty``).

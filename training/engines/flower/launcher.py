@@ -1,13 +1,16 @@
-"""Start a SuperLink and one SuperNode per device on 127.0.0.1, submit the run, wait, stop them.
+"""Start a local Flower run on 127.0.0.1, submit privzv's app, wait, stop every process.
 
-``run(config, out, ...)`` (what ``privzv train --engine flower`` calls):
+``run(config, out, ..., mode)`` (what ``privzv train --engine flower`` / ``flower-sim`` call):
 
 1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
-   port), with the server's inputs in its environment only (the run folder, the secret seed);
-2. M SuperNodes (``supernode``, Flower's SuperNode with a short idle poll), node config
-   ``partition-id=m folder=<its folder>``: each device gets its derived private seed,
-   never the root, in the 0600 file ``folder/noise-seed`` (not on a command line, which every
-   local user can read in ``ps``);
+   port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
+   only (the run folder, the secret seed);
+2. each device's folder with its derived private seed, never the root, in the 0600 file
+   ``folder/noise-seed`` (not on a command line, which every local user can read in ``ps``);
+   except in mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's
+   SuperNode with short waits), node config ``partition-id=m folder=<its folder>``, in mode
+   ``deployment`` each with its long-lived ClientApp ``executor`` (``--isolation process``), in
+   mode ``per-message`` with Flower's ClientApp process per message;
 3. ``flwr run`` of a generated app folder (``pyproject.toml`` naming ``apps.server_app`` and
    ``apps.client_app``, the public config as the run config ``privzv-config``);
 4. waits for the ServerApp's status file (bounded by ``timeout``), copies the devices'
