@@ -12,7 +12,7 @@ Started beside a SuperNode run with ``--isolation process`` (Flower's mode for a
 executor that the operator starts), this process does what Flower's SuperExec and
 ``flwr-clientapp`` do together, over the same Runtime API of the SuperNode, without a process per
 task: it acquires a ClientApp task (``AcquireTask``), pulls its message and context with the
-task's token (Flower's ``pull_task_input``), runs privzv's ClientApp (``apps.client_app``) on
+task's token (as Flower's ``pull_task_input``), runs privzv's ClientApp (``apps.client_app``) on
 them, and pushes the reply and the context back (``push_message``, ``push_task_output``). The
 device's state still travels in ``context.state``, as with a process per message. It runs only
 privzv's app: a task of another app gets an error reply, never its code.
@@ -23,16 +23,31 @@ import argparse
 import time
 import traceback
 
+from flwr.app import Error, Message
+from flwr.common.constant import ErrorCode, SubStatus
+from flwr.common.serde import context_from_proto, run_from_proto
+from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+    AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
+from flwr.supercore.constant import TaskType
+from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+    make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
+from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+
+from privzv.training.engines.flower import apps, waits
+
 POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has no task
 APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
 
 
 def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | None = None) -> None:
     """Run the SuperNode's ClientApp tasks at Runtime API ``address``, one after another, forever."""
-    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
-
     tasks = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"))
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
@@ -44,11 +59,6 @@ def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | 
 
 def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:
     """One ClientApp task (``token``): as ``flwr.supernode.runtime.run_clientapp`` without its exit."""
-    from flwr.common.constant import SubStatus
-    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
-
     client = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                      RuntimeTokenHttpInterceptor(token))
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
@@ -74,11 +84,6 @@ def answer(message, context, fab_id: str):
     """(reply, status, details) of privzv's ClientApp for ``message`` of a run of app ``fab_id``:
     the app's reply, or, as Flower's ``run_clientapp`` makes it, an error reply when the app raises;
     a run of another app gets an error reply without running anything."""
-    from flwr.app import Error, Message
-    from flwr.common.constant import ErrorCode, SubStatus
-
-    from privzv.training.engines.flower import apps
-
     try:
         if fab_id != APP_ID:
             raise ValueError(f"this executor runs privzv's ClientApp ({APP_ID}) only, not {fab_id!r}")
@@ -95,17 +100,6 @@ def pull_task_input(client):
     with ``waits``' short backoff. The SuperNode creates the task before it has pulled the
     message's objects from the SuperLink; Flower's own pull then waits 1 s, which a process started
     per task (seconds) never hits, but a waiting executor hits on every message."""
-    from flwr.app import Message
-    from flwr.common.serde import context_from_proto, run_from_proto
-    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
-    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
-    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-        make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-    from flwr.supercore.task_identity import TaskIdentity
-
-    from privzv.training.engines.flower import waits
-
     res = client.PullTaskInput(PullTaskInputRequest())
     TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
     TaskIdentity.node_id = res.context.node_id
@@ -124,9 +118,6 @@ def pull_task_input(client):
 
 
 def _client(address: str, insecure: bool, certificates: str | None, *interceptors):
-    from flwr.supercore.retry import make_simple_http_retry_invoker
-    from flwr.supercore.runtime import RuntimeHttpClient
-
     return RuntimeHttpClient.from_server_address(server_address=address, insecure=insecure,
                                                  root_certificates=certificates,
                                                  interceptors=list(interceptors),
