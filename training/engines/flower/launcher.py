@@ -208,7 +208,7 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
         stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--simulation", "--host",
                                   "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
-                    {**server_env, apps.DEVICES_ENV: str(work)})
+                    {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
     else:
         stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
                                   "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
