@@ -204,3 +204,26 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     with pytest.raises(PrivzvError, match=r"needs Ray.*privzv\[flower-sim\]"):
         launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_each_device_gets_its_supernode_and_in_deployment_an_executor_on_that_supernode(tmp_path, warm):
+    """Mode deployment: SuperNode m with --isolation process and an executor on SuperNode m's own
+    Runtime API port; mode per-message: the SuperNode starts Flower's ClientApp processes itself."""
+    from privzv.training.engines.flower import launcher
+
+    started = []
+    stack = launcher.Stack(tmp_path, tmp_path)
+    stack.start = lambda name, args, env: started.append((name, args))
+    launcher._start_device(stack, 1, 9000, warm, {})
+    (name, node), *rest = started
+    assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
+    assert node[node.index("--isolation") + 1] == ("process" if warm else "subprocess")
+    assert f'folder={json.dumps(str(tmp_path / "device1"))}' in node[node.index("--node-config") + 1]
+    if warm:
+        ((name, executor),) = rest
+        port = node[node.index("--port") + 1]
+        assert name == "device1-executor"
+        assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
+    else:
+        assert rest == []
