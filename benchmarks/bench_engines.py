@@ -2,22 +2,28 @@
 
 Setting: digits, 2 devices, batch 32, DPZV (``--method``), ``--rounds`` rounds, epsilon 8, one
 evaluation at the end (plus the one at round 0), the same public and secret seeds. The Flower run
-is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device and the ServerApp
-on 127.0.0.1, a ClientApp process per message (Flower 1.41).
+``--modes`` (``launcher.MODES``) picks the Flower runs: ``deployment`` (the default; row
+``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
+device's long-lived ClientApp executor (``executor``) and the ServerApp on 127.0.0.1;
+``per-message`` (row ``flower_per_message``) the same with Flower 1.41's own ClientApp process per
+message; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``: Flower's
+simulation runtime on Ray.
 
 Reported per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
 ``total_seconds`` (with the start and stop of the Flower processes), ``rounds_per_second`` =
 rounds / loop_seconds, eq. (23)'s ``bytes_up`` / ``bytes_down`` (tensor bytes), and for Flower
 the serialised bytes of the messages (``wire_bytes``: uplinks, downlinks, control = the round
 requests, acknowledgements, hello and evaluation messages) and their count. ``overhead`` is the
-Flower loop's seconds per round minus the in-process one. The machine's load average is beside:
-on a shared machine the Flower figures scale with it (each message starts a Python process).
-Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv]`` (needs privzv[flower]).
+Flower loop's seconds per round minus the in-process one. The loop starts after the setup (the
+devices' ``query.hello``, where each loads its data slice). Each row has the machine's 1-minute
+load average at its end: on a shared machine the Flower figures grow with it
+(``flower_per_message`` most: each message starts a Python process).
+Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]``
+(needs privzv[flower]; simulation: privzv[flower-sim]).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -37,13 +43,16 @@ def _row(summary: dict, total: float) -> dict:
     return {"rounds": summary["rounds"], "loop_seconds": loop, "total_seconds": total,
             "rounds_per_second": summary["rounds"] / loop, "bytes_up": summary["bytes_up"],
             "bytes_down": summary["bytes_down"], "test_accuracy": summary["test_accuracy"],
-            "epsilon_spent": summary["epsilon_spent"]}
+            "epsilon_spent": summary["epsilon_spent"], "load_average": os.getloadavg()[0]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--method", default="dpzv")
+    ap.add_argument("--modes", nargs="+", choices=launcher.MODES, default=["deployment"],
+                    help="Flower runs to time (launcher.MODES; default deployment): per-message = Flower's "
+                         "own ClientApp process per message (slow), simulation = Ray (privzv[flower-sim])")
     args = ap.parse_args()
     config = TrainConfig(dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90,
                          evals=1, epsilon=8.0)
@@ -51,20 +60,22 @@ def main() -> None:
         start = time.perf_counter()
         inproc = _row(run.train(config, Path(tmp) / "inprocess", secret_seed=SECRET),
                       time.perf_counter() - start)
-        start = time.perf_counter()
-        result = launcher.run(dataclasses.replace(config), Path(tmp) / "flower", secret_seed=SECRET,
-                              timeout=1200)
-        flower = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
-    per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in
-                 (("inprocess", inproc), ("flower", flower))}
+        rows = {"inprocess": inproc}
+        for mode in args.modes:
+            name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
+            start = time.perf_counter()
+            result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, mode=mode)
+            rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
+    per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
     print(json.dumps({
         "setting": {"dataset": "digits", "method": args.method, "devices": 2, "batch_size": 32,
                     "rounds": args.rounds, "epsilon": 8.0},
-        "inprocess": inproc, "flower": flower,
-        "overhead_seconds_per_round": per_round["flower"] - per_round["inprocess"],
-        "same_metrics": (inproc["test_accuracy"], inproc["epsilon_spent"])
-        == (flower["test_accuracy"], flower["epsilon_spent"]),
-        "load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
+        **rows,
+        "overhead_seconds_per_round": {name: per_round[name] - per_round["inprocess"]
+                                       for name in rows if name != "inprocess"},
+        "same_metrics": all((inproc["test_accuracy"], inproc["epsilon_spent"])
+                            == (row["test_accuracy"], row["epsilon_spent"]) for row in rows.values()),
+        "cpus": os.cpu_count(),
         "python": platform.python_version()}, indent=1))
 
 

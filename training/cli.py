@@ -17,7 +17,7 @@ from privzv import cliutil
 from privzv.errors import PrivzvError
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
-ENGINES = ("inprocess", "flower")
+ENGINES = ("inprocess", "flower", "flower-sim")
 FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
                "head_clip", "head_share", "head_window", "embed_dim", "server_kind", "directions")
@@ -84,9 +84,10 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--extend", action="store_true", help="with --resume and --epochs: lengthen the run")
     p.add_argument("--engine", choices=ENGINES, default="inprocess",
                    help="inprocess (default): every party in this process; flower: a local Flower "
-                        "SuperLink and one SuperNode per device (privzv[flower]; docs/training.md)")
+                        "SuperLink and one SuperNode per device (privzv[flower]); flower-sim: Flower's "
+                        "simulation runtime on Ray (privzv[flower-sim]); docs/training.md")
     p.add_argument("--flower-timeout", type=n("--flower-timeout", low=0, low_open=True),
-                   default=600.0, help="seconds the whole --engine flower run may take (default 600)")
+                   default=600.0, help="seconds the whole --engine flower(-sim) run may take (default 600)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     return p
 
@@ -156,7 +157,7 @@ def _main(argv: Sequence[str]) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
         announce = None if args.json else (lambda line: print(line, file=sys.stderr))
-        if args.engine == "flower":
+        if args.engine != "inprocess":
             summary = _flower(args, config, out)
         else:
             summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
@@ -167,14 +168,16 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def _flower(args, config: TrainConfig, out: Path) -> dict:
-    """The run on a local Flower deployment; its summary with the bytes Flower serialised."""
+    """The run on a local Flower deployment or simulation; its summary with the bytes Flower
+    serialised."""
     from privzv.training import run
     from privzv.training.engines.flower import launcher
 
     secret = args.secret_seed if args.secret_seed is not None else run.new_secret_seed()
     result = launcher.run(config, out, secret_seed=secret, overwrite=args.overwrite,
-                          checkpoint_every=args.checkpoint_every, timeout=args.flower_timeout)
-    return {**result["summary"], "engine": "flower", "wire_bytes": result["wire"]}
+                          checkpoint_every=args.checkpoint_every, timeout=args.flower_timeout,
+                          mode="simulation" if args.engine == "flower-sim" else "deployment")
+    return {**result["summary"], "engine": args.engine, "wire_bytes": result["wire"]}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,7 +1,9 @@
-"""``privzv train --engine flower`` with real processes on 127.0.0.1: a SuperLink, one SuperNode
-per device, the ServerApp and a ClientApp process per message, against the in-process run."""
+"""``privzv train --engine flower`` with real processes on 127.0.0.1 (a SuperLink, one SuperNode
+and one ClientApp executor per device, the ServerApp) and ``--engine flower-sim`` (Flower's
+simulation runtime on Ray; skipped where Ray is not installed), against the in-process run."""
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -16,14 +18,18 @@ ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epochs",
         "--epsilon", "8", "--secret-seed", "5", "--json"]
 
 
-def test_flower_processes_give_the_in_process_run(tmp_path, capsys):
+@pytest.mark.parametrize("engine", [
+    "flower",
+    pytest.param("flower-sim", marks=pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="--engine flower-sim needs Ray (privzv[flower-sim])"))])
+def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
     assert main([*ARGS, "--out", str(tmp_path / "inprocess")]) == 0
     ref = json.loads(capsys.readouterr().out)
-    code = main([*ARGS, "--out", str(tmp_path / "flower"), "--engine", "flower", "--flower-timeout", "300"])
+    code = main([*ARGS, "--out", str(tmp_path / "flower"), "--engine", engine, "--flower-timeout", "300"])
     printed = capsys.readouterr()
     assert code == 0, printed.err
     out = json.loads(printed.out)
-    assert out["engine"] == "flower"
+    assert out["engine"] == engine
     for key in ("test_accuracy", "test_loss"):
         assert out[key] == pytest.approx(ref[key], rel=1e-6)
     assert out["epsilon_spent"] == ref["epsilon_spent"] > 0

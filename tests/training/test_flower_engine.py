@@ -73,7 +73,7 @@ def _metrics(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl"])
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
 def test_flower_engine_equals_in_process(tmp_path, method):
     ref, flower, engine = _runs(tmp_path, method)
     assert flower["rounds"] == ref["rounds"] == 4
@@ -165,8 +165,9 @@ def _device_state(loop: Loopback, m: int) -> dict:
     return torch.load(io.BytesIO(loop.state[m]["device"]["blob"]), weights_only=False)
 
 
-def test_refused_uplink_is_undone_on_the_device(tmp_path):
-    config = dataclasses.replace(CONFIG, method="dpzv")
+@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
+def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
+    config = dataclasses.replace(CONFIG, method=method)
     loops = []
 
     def engine(cfg):
@@ -190,3 +191,39 @@ def test_a_device_reads_its_noise_seed_from_its_own_file_not_the_node_config(tmp
         apps.noise_seed(tmp_path)
     (tmp_path / apps.NOISE_SEED).write_text("1234")
     assert apps.noise_seed(tmp_path) == 1234
+
+
+def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_path, monkeypatch):
+    """One-line errors before any process starts or any file is written."""
+    from privzv.training.engines.flower import launcher
+
+    with pytest.raises(PrivzvError, match="mode 'cloud': one of deployment, per-message, simulation"):
+        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="cloud")
+    real = launcher.importlib.util.find_spec
+    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name))
+    with pytest.raises(PrivzvError, match=r"needs Ray.*privzv\[flower-sim\]"):
+        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_each_device_gets_its_supernode_and_in_deployment_an_executor_on_that_supernode(tmp_path, warm):
+    """Mode deployment: SuperNode m with --isolation process and an executor on SuperNode m's own
+    Runtime API port; mode per-message: the SuperNode starts Flower's ClientApp processes itself."""
+    from privzv.training.engines.flower import launcher
+
+    started = []
+    stack = launcher.Stack(tmp_path, tmp_path)
+    stack.start = lambda name, args, env: started.append((name, args))
+    launcher._start_device(stack, 1, 9000, warm, {})
+    (name, node), *rest = started
+    assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
+    assert node[node.index("--isolation") + 1] == ("process" if warm else "subprocess")
+    assert f'folder={json.dumps(str(tmp_path / "device1"))}' in node[node.index("--node-config") + 1]
+    if warm:
+        ((name, executor),) = rest
+        port = node[node.index("--port") + 1]
+        assert name == "device1-executor"
+        assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
+    else:
+        assert rest == []

@@ -10,7 +10,8 @@ done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SE
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
-folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed). Its state between
+folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed; in
+Flower's simulation, which has no such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). Its state between
 messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
 ``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
 size), and ``"device"`` (``device.DeviceParty``).
@@ -29,9 +30,10 @@ from flwr.serverapp import Grid, ServerApp
 
 from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import codec
+from privzv.training.engines.flower import codec, waits
 from privzv.training.engines.flower.device import DeviceParty
 from privzv.training.engines.flower.server import FlowerEngine, GridTransport
+from privzv.training.messages import device_name
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -55,6 +57,9 @@ def main(grid: Grid, context: Context) -> None:
         return engines[-1]
 
     try:
+        import flwr.superlink.grid.http_grid as http_grid
+
+        waits.quick_pulls(http_grid)   # the replies' objects: no 1 s wait for one not yet stored
         torch.set_num_threads(1)
         secret = env.get("PRIVZV_FLOWER_SECRET_SEED")
         every = env.get("PRIVZV_FLOWER_CHECKPOINT_EVERY")
@@ -73,6 +78,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 # --------------------------------------------------------------------------------- device side
+DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"   # simulation: the folder of the devices' folders
 NOISE_SEED = "noise-seed"   # in the device's folder, mode 0600: never on a command line (ps shows those)
 
 
@@ -83,6 +89,17 @@ def noise_seed(folder: Path) -> int:
     except (OSError, ValueError) as exc:
         raise PrivzvError(f"flower: {str(folder / NOISE_SEED)!r}: the device's noise seed, an "
                           f"integer in a file only the device reads ({exc})") from None
+
+
+def device_folder(node: dict, m: int) -> Path:
+    """Device m's own folder: node config ``folder`` (a SuperNode's), else, in Flower's simulation
+    (whose virtual SuperNodes have only ``partition-id``), ``$PRIVZV_FLOWER_DEVICES/device<m>``."""
+    if "folder" in node:
+        return Path(str(node["folder"]))
+    if DEVICES_ENV not in os.environ:
+        raise PrivzvError(f"flower: device {m} has no folder: set node config folder=\"DIR\" "
+                          f"(a SuperNode) or {DEVICES_ENV} (the simulation engine)")
+    return Path(os.environ[DEVICES_ENV]) / device_name(m)
 
 
 def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
@@ -101,7 +118,7 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
         sigma = float(content["round"]["sigma"])
     else:
         sigma = float(kept["sigma"]) if kept is not None else 0.0
-    folder = Path(str(node["folder"]))
+    folder = device_folder(node, m)
     party = DeviceParty(config, m, noise_seed(folder), sigma, folder)
     if kept is not None:
         party.restore(kept["blob"])

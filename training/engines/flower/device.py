@@ -1,7 +1,8 @@
 """Device m's part of the protocol inside its ClientApp: its own data, model, method and state.
 
-Flower (1.41) starts a fresh ClientApp process for every message, so a device keeps everything
-between messages in ``context.state`` (:func:`save` / :func:`restore`: its model, step counter t_m,
+A ClientApp call may run in a fresh process (Flower 1.41's own, one per message), in privzv's
+long-lived ``executor`` or in a Ray worker shared by the devices (simulation), so a device keeps
+everything between messages in ``context.state`` (:func:`save` / :func:`restore`: its model, step counter t_m,
 private noise generator and the method's state of this device, serialised with ``torch.save``).
 Nothing of an autograd graph survives a process, so between its uplink and the downlink a device
 keeps its state as it was *before* the uplink and the round's batch; on the downlink (or a

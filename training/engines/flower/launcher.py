@@ -1,13 +1,16 @@
-"""Start a SuperLink and one SuperNode per device on 127.0.0.1, submit the run, wait, stop them.
+"""Start a local Flower run on 127.0.0.1, submit privzv's app, wait, stop every process.
 
-``run(config, out, ...)`` (what ``privzv train --engine flower`` calls):
+``run(config, out, ..., mode)`` (what ``privzv train --engine flower`` / ``flower-sim`` call):
 
 1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
-   port), with the server's inputs in its environment only (the run folder, the secret seed);
-2. M SuperNodes (``supernode``, Flower's SuperNode with a short idle poll), node config
-   ``partition-id=m folder=<its folder>``: each device gets its derived private seed,
-   never the root, in the 0600 file ``folder/noise-seed`` (not on a command line, which every
-   local user can read in ``ps``);
+   port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
+   only (the run folder, the secret seed);
+2. each device's folder with its derived private seed, never the root, in the 0600 file
+   ``folder/noise-seed`` (not on a command line, which every local user can read in ``ps``);
+   except in mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's
+   SuperNode with short waits), node config ``partition-id=m folder=<its folder>``, in mode
+   ``deployment`` each with its long-lived ClientApp ``executor`` (``--isolation process``), in
+   mode ``per-message`` with Flower's ClientApp process per message;
 3. ``flwr run`` of a generated app folder (``pyproject.toml`` naming ``apps.server_app`` and
    ``apps.client_app``, the public config as the run config ``privzv-config``);
 4. waits for the ServerApp's status file (bounded by ``timeout``), copies the devices'
@@ -17,6 +20,7 @@ Every process runs in its own session; on any error or timeout all of them are s
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -75,6 +79,7 @@ class Stack:
     def __init__(self, work: Path, logs: Path):
         self.work, self.logs = work, logs
         self.procs: list[subprocess.Popen] = []
+        self.names: dict[int, str] = {}   # pid -> the name given to start
 
     def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
@@ -82,13 +87,14 @@ class Stack:
                                 env=env, cwd=self.work, start_new_session=True)
         log.close()
         self.procs.append(proc)
+        self.names[proc.pid] = name
         return proc
 
     def check_alive(self) -> None:
         for proc in self.procs:
             if proc.poll() is not None:
-                raise PrivzvError(f"flower: {Path(proc.args[1] if proc.args[0] == sys.executable else proc.args[0]).name}"
-                                  f" exited with code {proc.returncode} (logs in {self.logs})")
+                raise PrivzvError(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}"
+                                  f" (logs in {self.logs})")
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM to every process started and to their descendants, SIGKILL after ``grace``."""
@@ -139,15 +145,29 @@ def _bin(name: str) -> str:
     return str(path)
 
 
+MODES = ("deployment", "per-message", "simulation")
+
+
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0) -> dict:
-    """Train ``config`` on a local Flower deployment into run folder ``out``; returns
-    ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes)."""
+        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment") -> dict:
+    """Train ``config`` on a local Flower run into run folder ``out``; returns
+    ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
+
+    ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
+    the device's long-lived ClientApp ``executor``; ``"per-message"``: the same SuperNodes with
+    Flower's own ClientApp process per message (``--isolation subprocess``); ``"simulation"``:
+    Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
+    virtual SuperNodes whose ClientApps run in Ray workers shared by all devices."""
+    if mode not in MODES:
+        raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     try:
         import flwr  # noqa: F401
     except ImportError:
         raise PrivzvError("--engine flower: needs the optional package flwr: "
                           "pip install 'privzv[flower]'") from None
+    if mode == "simulation" and importlib.util.find_spec("ray") is None:
+        raise PrivzvError("--engine flower-sim: needs Ray, Flower's simulation backend: "
+                          "pip install 'privzv[flower-sim]'")
     if config.secure_noise and methods.get(config.method).RELEASED_BY == "device":
         raise PrivzvError(f"--secure-noise: not with --engine flower for {config.method} (a device "
                           "recomputes its noisy uplink from its seeded generator)")
@@ -157,14 +177,15 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     logs.mkdir()
     stack = Stack(work, logs)
     try:
-        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout)
+        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
     finally:
         stack.stop()   # the logs stay in ``work`` when the run failed
     shutil.rmtree(work, ignore_errors=True)
     return result
 
 
-def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float) -> dict:
+def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
+         mode: str) -> dict:
     from privzv.training.engines.flower import apps   # needs flwr (checked by run)
 
     work = stack.work
@@ -178,18 +199,21 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
                   "PRIVZV_FLOWER_TIMEOUT": str(timeout)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
-    stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                              "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
     for m in range(config.devices):
         folder = work / device_name(m)
         folder.mkdir(mode=0o700)
         seed_file = folder / apps.NOISE_SEED
         seed_file.touch(mode=0o600)
         seed_file.write_text(str(seeds.derive(secret, "device", m)))
-        node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
-        stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                     "--insecure", "--superlink", f"127.0.0.1:{port}",
-                                     "--port", str(free_port()), "--node-config", node_config], base)
+    if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
+        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--simulation", "--host",
+                                  "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
+                    {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
+    else:
+        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                  "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
+        for m in range(config.devices):
+            _start_device(stack, m, port, mode == "deployment", base)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
@@ -198,7 +222,9 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     app = app_folder(work / "app", config)
     while True:   # the SuperLink takes a few seconds to listen
         stack.check_alive()
-        submit = subprocess.run([_bin("flwr"), "run", str(app), "local"], env=base, cwd=work,
+        submit = subprocess.run([_bin("flwr"), "run", str(app), "local", *(
+            ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
+                                env=base, cwd=work,
                                 capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
         if submit.returncode == 0 and "Successfully started run" in submit.stdout:
             break
@@ -220,3 +246,19 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
             for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
                 shutil.copy2(path, out / "transcripts" / path.name)
     return result
+
+
+def _start_device(stack: Stack, m: int, port: int, warm: bool, env: dict) -> None:
+    """Device m's SuperNode (node config: its partition id and folder), and with ``warm`` its
+    long-lived ClientApp executor on the SuperNode's Runtime API."""
+    folder = stack.work / device_name(m)
+    runtime = free_port()
+    stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
+                                 "--insecure", "--superlink", f"127.0.0.1:{port}",
+                                 "--isolation", "process" if warm else "subprocess",
+                                 "--host", "127.0.0.1", "--port", str(runtime),
+                                 "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
+    if warm:
+        stack.start(f"{device_name(m)}-executor",
+                    [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
+                     "--runtime-api-address", f"127.0.0.1:{runtime}"], env)

@@ -1,0 +1,140 @@
+"""``python -m privzv.training.engines.flower.executor --runtime-api-address HOST:PORT --insecure``:
+one long-lived process that runs every ClientApp task of its SuperNode (``--isolation process``).
+
+Flower 1.41 has no warm ClientApp: its SuperExec launches one ``flwr-clientapp`` process per task
+(``flwr/supercore/superexec/executor/subprocess_executor.py``, ``SubprocessExecutor.launch``), and
+that process pulls one task, answers it and exits (``flwr/supernode/runtime/run_clientapp.py``:
+``pull_task_input`` once, then ``flwr_exit``); its warm executor pools are for Kubernetes and
+agent/model/connector tasks only (``warm_executor_pool.WARM_EXECUTOR_TASK_TYPES``). Each message
+to a device thus cost a Python process with flwr and torch imports (2-3 CPU s).
+
+Started beside a SuperNode run with ``--isolation process`` (Flower's mode for a ClientApp
+executor that the operator starts), this process does what Flower's SuperExec and
+``flwr-clientapp`` do together, over the same Runtime API of the SuperNode, without a process per
+task: it acquires a ClientApp task (``AcquireTask``), pulls its message and context with the
+task's token (as Flower's ``pull_task_input``), runs privzv's ClientApp (``apps.client_app``) on
+them, and pushes the reply and the context back (``push_message``, ``push_task_output``). The
+device's state still travels in ``context.state``, as with a process per message. It runs only
+privzv's app: a task of another app gets an error reply, never its code.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import traceback
+
+from flwr.app import Error, Message
+from flwr.common.constant import ErrorCode, SubStatus
+from flwr.common.serde import context_from_proto, run_from_proto
+from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+    AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
+from flwr.supercore.constant import TaskType
+from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+    make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
+from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+
+from privzv.training.engines.flower import apps, waits
+
+POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has no task
+APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
+
+
+def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | None = None) -> None:
+    """Run the SuperNode's ClientApp tasks at Runtime API ``address``, one after another, forever."""
+    tasks = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+    while True:
+        res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
+        if res.HasField("task") and res.token:
+            run_task(address, insecure, certificates, res.token)
+        else:
+            time.sleep(poll)
+
+
+def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:
+    """One ClientApp task (``token``): as ``flwr.supernode.runtime.run_clientapp`` without its exit."""
+    client = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                     RuntimeTokenHttpInterceptor(token))
+    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    heartbeat.start()
+    context = reply = None
+    status, details = SubStatus.FAILED, "the ClientApp task failed"
+    try:
+        message, context, run = pull_task_input(client)
+        reply, status, details = answer(message, context, run.fab_id)
+    except Exception:  # pylint: disable=broad-exception-caught  (the task is reported failed)
+        traceback.print_exc()
+    finally:
+        try:
+            if reply is not None and context is not None:
+                push_message(client, reply, context)
+            push_task_output(client, context, status, details)
+        finally:
+            heartbeat.stop()
+            client.close()
+
+
+def answer(message, context, fab_id: str):
+    """(reply, status, details) of privzv's ClientApp for ``message`` of a run of app ``fab_id``:
+    the app's reply, or, as Flower's ``run_clientapp`` makes it, an error reply when the app raises;
+    a run of another app gets an error reply without running anything."""
+    try:
+        if fab_id != APP_ID:
+            raise ValueError(f"this executor runs privzv's ClientApp ({APP_ID}) only, not {fab_id!r}")
+        return apps.client_app(message=message, context=context), SubStatus.COMPLETED, ""
+    except Exception as exc:  # pylint: disable=broad-exception-caught  (an error reply, as Flower's)
+        traceback.print_exc()
+        details = f"{type(exc)}:<'{exc}'>"
+        error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details)
+        return Message(error, reply_to=message), SubStatus.FAILED, details
+
+
+def pull_task_input(client):
+    """The task's message, context and run: ``flwr.supernode.runtime.run_clientapp.pull_task_input``
+    with ``waits``' short backoff. The SuperNode creates the task before it has pulled the
+    message's objects from the SuperLink; Flower's own pull then waits 1 s, which a process started
+    per task (seconds) never hits, but a waiting executor hits on every message."""
+    res = client.PullTaskInput(PullTaskInputRequest())
+    TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
+    TaskIdentity.node_id = res.context.node_id
+    context, run = context_from_proto(res.context), run_from_proto(res.run)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("no message for this task from the SuperNode's Runtime API")
+    node = Node(node_id=context.node_id)
+    tree = pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
+        return_type=Message, initial_backoff=waits.PULL_BACKOFF, backoff_cap=waits.PULL_BACKOFF_CAP)
+    message.metadata.__dict__["_message_id"] = tree.object_id   # as Flower's pull_task_input
+    return message, context, run
+
+
+def _client(address: str, insecure: bool, certificates: str | None, *interceptors):
+    return RuntimeHttpClient.from_server_address(server_address=address, insecure=insecure,
+                                                 root_certificates=certificates,
+                                                 interceptors=list(interceptors),
+                                                 retry_invoker=make_simple_http_retry_invoker())
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, HOST:PORT")
+    ap.add_argument("--insecure", action="store_true", help="plain HTTP to the SuperNode (same machine)")
+    ap.add_argument("--root-certificates", help="CA certificate (PEM) of the SuperNode's Runtime API")
+    ap.add_argument("--poll", type=float, default=POLL, help=f"seconds between task polls (default {POLL})")
+    args = ap.parse_args(argv)
+    if args.insecure == (args.root_certificates is not None):
+        ap.error("give exactly one of --insecure and --root-certificates")
+    serve(args.runtime_api_address, args.insecure, args.poll, args.root_certificates)
+
+
+if __name__ == "__main__":
+    main()

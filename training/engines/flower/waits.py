@@ -1,0 +1,40 @@
+"""Flower 1.41's fixed waits in a message's path, shortened for privzv's one-message-at-a-time
+protocol (the server sends a device one message and waits for its reply, so each wait is paid on
+every message, not once per batch of messages as in Flower's horizontal rounds):
+
+* ``flwr.supernode.start_client_internal``: the SuperNode sleeps 3 s when the SuperLink has no
+  message for it and 0.5 s between looks for the ClientApp's reply (``time.sleep``); :func:`poll`
+  caps both at ``seconds``.
+* ``pull_objects``: an object of a message that is not stored yet (a message becomes visible
+  before all of its objects are) is retried after 1 s, doubling to 10 s
+  (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``): the SuperNode pulling
+  a message from the SuperLink, the ServerApp pulling a reply, a ClientApp pulling its task.
+  :func:`quick_pulls` makes a module's ``pull_objects`` retry after :data:`PULL_BACKOFF` s,
+  doubling to :data:`PULL_BACKOFF_CAP` s.
+
+Nothing else changes: the same messages, tries and time limits as Flower's own.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import types
+
+PULL_BACKOFF = 0.01
+PULL_BACKOFF_CAP = 1.0
+
+
+def poll(module: types.ModuleType, seconds: float) -> None:
+    """``module``'s ``time.sleep(s)`` sleeps ``min(s, seconds)``; its other uses of ``time`` as before."""
+    fast = types.ModuleType("time")
+    fast.__dict__.update(time.__dict__)
+    fast.sleep = lambda s: time.sleep(min(s, seconds))
+    module.time = fast
+
+
+def quick_pulls(module: types.ModuleType) -> None:
+    """``module.pull_objects`` (Flower's, imported by name) with privzv's short backoff."""
+    from flwr.supercore.inflatable import inflatable_utils
+
+    module.pull_objects = functools.partial(inflatable_utils.pull_objects, initial_backoff=PULL_BACKOFF,
+                                            backoff_cap=PULL_BACKOFF_CAP)
