@@ -136,14 +136,16 @@ def test_no_public_value_rebuilds_the_noise(private_run):
     secret = json.loads((out / "private" / "secrets.json").read_text())["secret_seed"]
     size = _head_size(out)
     assert np.abs(_denoised(released, secret, size)).max() <= CLIP + 1e-4  # the attack works...
-    assert np.abs(released).max() > 10 * CLIP                               # ...on a noisy release
+    # ...on a noisy release. Thresholds at 2C, not 10C: with ~14 releases of N(0, 1) all 14 stay
+    # below 10C = 1 with probability 0.68^14 ~ 0.5% (a flake seen once); below 2C, ~1e-11.
+    assert np.abs(released).max() > 2 * CLIP
     saved = json.loads((out / "config.json").read_text())
     public = {v for v in _values(saved) if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
     seed = saved["seed"]
     public |= {seed + 1, 10_000 + seed, 1_000_003 + seed, 0, 1}
     for value in sorted(public):
         residual = _denoised(released, value, size)
-        assert np.abs(residual).max() > 10 * CLIP and residual.std() > 0.5 * SIGMA, value
+        assert np.abs(residual).max() > 2 * CLIP and residual.std() > 0.5 * SIGMA, value
 
 
 def _values(tree):
