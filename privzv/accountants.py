@@ -148,11 +148,12 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
     With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
     (module docstring for the pair), self-composed k times (in two stages for large k,
-    :func:`privzv.vector_pld.self_compose`), with the truncated tail masses (which a pessimistic
-    PLD adds to delta) kept below delta / 1e4, and epsilon read allowing for the FFT round-off
-    of the composition (:func:`privzv.vector_pld.epsilon_with_round_off`). An upper bound at any
-    discretisation. Raises CannotAnswer when a grid would be too large or overflows, where that
-    round-off reaches delta, and for delta < PLD_MIN_DELTA.
+    :func:`privzv.tilted_pld.self_compose`) after an exponential tilting at the saddle point of
+    delta, so that the FFT's round-off stays far below delta, with the truncated tail masses
+    (which a pessimistic PLD adds to delta) kept below delta / 1e4, and epsilon read from
+    entrywise upper bounds on the composed masses (:func:`privzv.tilted_pld.epsilon`). An upper
+    bound at any discretisation. Raises CannotAnswer when a grid would be too large or
+    overflows, and for delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
@@ -180,7 +181,7 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
 
 @functools.lru_cache(maxsize=4096)
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
-    from privzv import vector_pld
+    from privzv import tilted_pld, vector_pld
 
     # dp-accounting's from_gaussian_mechanism (pessimistic, connect-the-dots), built over arrays
     replace_one = neighbors == "replace-one"
@@ -188,18 +189,23 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
                                      replace_one=replace_one, discretization=discretization,
                                      log_mass_truncation_bound=log_truncation)
     tail = min(1e-15, 1e-4 * delta) / 3.0
-    try:
-        composed = vector_pld.self_compose(single, k, tail, PLD_MAX_COMPOSED_POINTS)
-    except vector_pld.GridTooLarge as exc:
-        raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
-                           f"discretisation {discretization:.3g}") from None
-    try:
-        eps = float(vector_pld.epsilon_with_round_off(composed, delta))
-    except vector_pld.RoundOffTooLarge as exc:
-        raise CannotAnswer(str(exc)) from None
+    # pylint: disable=protected-access
+    pmfs = [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add])
+    eps = -math.inf
+    for pmf in pmfs:
+        pmf = pmf.to_dense_pmf()
+        grid = (pmf._discretization, pmf._lower_loss, pmf._probs)
+        tilted = tilted_pld.tilt(*grid, pmf._infinity_mass,
+                                 tilted_pld.saddle_tilt(*grid, k, delta))
+        try:
+            composed = tilted_pld.self_compose(tilted, k, tail, PLD_MAX_COMPOSED_POINTS)
+        except tilted_pld.GridTooLarge as exc:
+            raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
+                               f"discretisation {discretization:.3g}") from None
+        eps = max(eps, tilted_pld.epsilon(composed, delta))
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
-    return eps
+    return float(eps)
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:
