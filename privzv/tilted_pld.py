@@ -76,18 +76,26 @@ def _log_weights(probs: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(probs, 0.0))
 
 
-# theta grid (in loss units) for the tracked log moment generating function
-_THETAS = np.geomspace(1e-3, 1e5, 25)
+# theta grid for the tracked log moment generating function, in units of 1 / (the std of one
+# release's privacy loss): Chernoff's optimal theta for k releases is about
+# sqrt(2 log(1/tail) / k) / std, which this covers for k = 1 to 1e10
+_THETAS = np.geomspace(1e-4, 1e2, 13)
 
 
 def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: float,
          t: float) -> TiltedPmf:
     """The PMF (masses ``probs`` at (lower + i) * discretization) tilted by e^{t l}, normalised to
-    sum 1, with its log moment generating function at +-_THETAS and t + _THETAS."""
+    sum 1, with its log moment generating function at -g, g and t + g for g in _THETAS / std."""
     log_p = _log_weights(np.asarray(probs, dtype=float))
     losses = (lower + np.arange(len(probs))) * discretization
-    thetas = np.concatenate((-_THETAS, _THETAS, t + _THETAS))
-    log_mgf = np.array([_logsumexp(log_p + theta * losses) for theta in thetas])
+    finite = np.isfinite(log_p)
+    log_q, at = log_p[finite], losses[finite]
+    weights = np.exp(log_q - log_q.max())
+    mean = float(np.sum(weights * at) / np.sum(weights))
+    std = math.sqrt(float(np.sum(weights * (at - mean) ** 2) / np.sum(weights))) or discretization
+    grid = _THETAS / std
+    thetas = np.concatenate((-grid, grid, t + grid))
+    log_mgf = np.array([_logsumexp(log_q + theta * at) for theta in thetas])
     log_w = log_p + t * losses
     top = float(np.max(log_w))
     w = np.exp(log_w - top)
@@ -97,9 +105,8 @@ def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: fl
 
 
 def _logsumexp(x: np.ndarray) -> float:
-    finite = x[np.isfinite(x)]
-    top = float(finite.max())
-    return top + math.log(float(np.sum(np.exp(finite - top))))
+    top = float(x.max())
+    return top + math.log(float(np.sum(np.exp(x - top))))
 
 
 def saddle_tilt(discretization: float, lower: int, probs: np.ndarray, times: int,
@@ -194,6 +201,8 @@ def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int) 
     size = high - low + 1
     fast = fft.next_fast_len(max(size, n), real=True)
     powered = fft.irfft(fft.rfft(pmf.probs, fast) ** times, fast)
+    if not np.all(np.isfinite(powered)):
+        raise FloatingPointError("the FFT power overflowed")
     out = np.roll(powered, base - low)[:size]
     noise = (_fft_noise(out, fast) + tail + wrapped
              + _propagated(pmf.noise, n, times))
@@ -242,8 +251,11 @@ def coarsen(pmf: TiltedPmf, factor: int) -> TiltedPmf:
     probs = (np.bincount(index, weights=to_a, minlength=size)
              + np.bincount(index + 1, weights=to_b, minlength=size))
     noise = 2 * factor * pmf.noise * math.exp(pmf.tilt * step)
-    return dataclasses.replace(pmf, discretization=step, lower=base, probs=probs,
-                               log_mgf=pmf.log_mgf + np.abs(pmf.thetas) * step, noise=noise)
+    total = float(np.sum(probs))   # renormalised, so that the FFT power cannot overflow
+    return dataclasses.replace(pmf, discretization=step, lower=base, probs=probs / total,
+                               log_scale=pmf.log_scale + math.log(total),
+                               log_mgf=pmf.log_mgf + np.abs(pmf.thetas) * step,
+                               noise=noise / total)
 
 
 def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> TiltedPmf:
