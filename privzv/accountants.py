@@ -117,17 +117,24 @@ class CannotAnswer(Exception):
     back to the next rigorous accountant and says so."""
 
 
-def pld_discretization(epsilon: float, compositions: int) -> float:
-    """The PLD value discretisation for an answer near ``epsilon`` after k = ``compositions``
-    releases: min(r epsilon, sqrt(r epsilon / k)), r = PLD_RELATIVE_DISCRETIZATION, clamped to
-    PLD_DISCRETIZATION_RANGE. The pessimistic (connect-the-dots) rounding moves epsilon by
-    about k Delta^2 (measured on dp-accounting 0.6 at k = 1e4 to 1e8), so this keeps its
-    relative effect near r; chosen from the answer, not from a GDP model."""
+def pld_discretization(epsilon: float, compositions: int, delta: float) -> float:
+    """The PLD value discretisation for an answer near ``epsilon`` at ``delta`` after k =
+    ``compositions`` releases: min(r epsilon, sqrt(6 r epsilon / (max(t, 6) k))),
+    r = PLD_RELATIVE_DISCRETIZATION, clamped to PLD_DISCRETIZATION_RANGE, with
+    t = sqrt(2 log(1/delta)) / mu the saddle point of the composed PLD (mu the GDP parameter of
+    (epsilon, delta)). The pessimistic (connect-the-dots) rounding splits each atom between two
+    grid points, which adds about Delta^2 / 6 of variance per release; a PLD of variance mu^2
+    moves its epsilon by about (t/2) d(mu^2) (Gaussian DP, Dong, Roth & Su 2022, Cor. 2.13), so
+    k releases move it by about t k Delta^2 / 12 (twice that with the two-stage composition),
+    which this keeps near r epsilon. Chosen from the answer, not from a GDP model of z."""
     low, high = PLD_DISCRETIZATION_RANGE
-    if not math.isfinite(epsilon):
+    if not math.isfinite(epsilon) or epsilon <= 0:
         return high
     r = PLD_RELATIVE_DISCRETIZATION * epsilon
-    return min(max(min(r, math.sqrt(r / compositions)), low), high)
+    mu = gdp.mu_from_epsilon(epsilon, delta)
+    t = math.sqrt(2.0 * math.log(1.0 / delta)) / mu if mu > 0 else math.inf
+    step = math.sqrt(6.0 * r / (max(t, 6.0) * compositions))
+    return min(max(min(r, step), low), high)
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:

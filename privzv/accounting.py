@@ -112,7 +112,7 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float, order
                 # discretise from an estimate of the answer (a function of z alone, so that
                 # calibrate, account and the ledger agree exactly)
                 disc = coarseness * accountants.pld_discretization(answers.get("rdp", _estimate(
-                    z, exp, neighbors, delta)), exp.compositions)
+                    z, exp, neighbors, delta)), exp.compositions, delta)
                 answers[name] = accountants.pld_epsilon(z, exp, neighbors, delta, disc)
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
@@ -309,7 +309,7 @@ def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
     """(z, slope): a cheap first solve with pld alone at COARSE_FACTOR times the discretisation
     that the target epsilon calls for (where pld cannot answer: ``bound`` at that coarseness),
     and the slope of log epsilon against log z there, which the fine solve's first step uses."""
-    disc = COARSE_FACTOR * accountants.pld_discretization(epsilon, exp.compositions)
+    disc = COARSE_FACTOR * accountants.pld_discretization(epsilon, exp.compositions, delta)
     seen = {}
 
     def coarse(z):

@@ -154,3 +154,19 @@ def test_doctests_of_the_one_call_api():
 
     from privzv import api
     assert doctest.testmod(api).failed == 0
+
+
+def test_the_pld_grid_is_fine_enough_for_a_large_saddle_point():
+    """The pessimistic rounding moves epsilon by about t k Delta^2 / 12 (t the saddle point,
+    here about 370): the grid chosen from (epsilon, k, delta) reads within 0.02% of the grid
+    half as coarse, where sqrt(r epsilon / k), the rule that ignores t, is 0.1% off."""
+    exp = Exposure(10_000, 256 / 60000)
+    z, delta = 19.64, 1e-8
+    chosen = accountants.pld_discretization(0.1, exp.compositions, delta)
+    ignoring_t = (accountants.PLD_RELATIVE_DISCRETIZATION * 0.1 / exp.compositions) ** 0.5
+    assert chosen < ignoring_t / 2
+    at = {d: accountants.pld_epsilon(z, exp, "add-remove", delta, d)
+          for d in (ignoring_t, chosen, chosen / 2)}
+    assert 0.09 < at[chosen / 2] < 0.11
+    assert at[chosen] == pytest.approx(at[chosen / 2], rel=2e-4)
+    assert at[ignoring_t] > at[chosen / 2] * (1 + 5e-4)
