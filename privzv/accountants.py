@@ -106,9 +106,10 @@ PLD_DISCRETIZATION_RANGE = (1.5e-6, 1.0)
 PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSED_POINTS = 4_000_000
-# dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
-# epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
-# shows it): below this delta, pld does not answer and rdp (log-space, exact) does.
+# pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
+# --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
+# plain FFT composition was erratic below ~1e-13; the tilted one is not, but is not measured
+# there.)
 PLD_MIN_DELTA = 1e-12
 
 
@@ -165,8 +166,8 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
     if delta < PLD_MIN_DELTA:
-        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD's FFT "
-                           "round-off dominates")
+        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, the smallest delta "
+                           "pld was measured at")
     # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
     # noise units, t the tail quantile of the truncated mass
     log_truncation = min(-50.0, math.log(delta) - 10.0)

@@ -3,16 +3,17 @@
 A PLD composed k times by FFT (dp-accounting's ``self_convolve``) carries an absolute round-off
 of about 1e-16 x (largest mass) in every grid entry. delta(eps) at delta near 1e-12 sums masses
 of that order over 1e5+ entries, so the round-off reaches delta. The cure is the exponential
-tilting (Esscher transform) used for tail probabilities computed by FFT: compose
+tilting (the Esscher transform, Esscher 1932, "On the probability function in the collective
+theory of risk", Skand. Aktuarietidskr. 15) used for tail probabilities computed by FFT: compose
 p~_i = p_i e^{t l_i} / M(t) instead of p_i, where M(t) = sum_i p_i e^{t l_i}. Convolution
 commutes with tilting (the k-fold composition of p~ is the tilted k-fold composition of p, with
 normaliser M(t)^k), so the true mass of entry i is p~_i M(t)^k e^{-t l_i}: an absolute error e in
 p~_i becomes e M^k e^{-t l_i}, small exactly where the tilted masses are large. t is the saddle
 point of the target delta (:func:`saddle_tilt`), which puts the tilted distribution's mean at
 the epsilon being read (Daniels 1954, "Saddlepoint approximations in statistics", Ann. Math.
-Statist. 25(4); for PLDs: Koskela, Jalko, Prediger & Honkela 2021, "Tight differential privacy
-for discrete-valued mechanisms and for the subsampled Gaussian mechanism using FFT", AISTATS,
-Sec. 6, who tilt by the same factor e^{t l} to bound the FFT's aliasing error).
+Statist. 25(4)). Koskela, Jalko & Honkela 2020 ("Computing tight differential privacy
+guarantees using FFT", AISTATS) bound the truncation and aliasing errors of FFT accounting with
+the same moment generating function.
 
 Every step keeps an upper bound on the true masses, up to the FFT's own round-off, which is
 estimated (:func:`_fft_noise`; not a proven bound) and tracked per entry (``noise``): composing k times multiplies an entrywise error bound e by at most

@@ -11,8 +11,8 @@ formulas are dp-accounting's own (``privacy_loss_mechanism.py``: ``_inverse_priv
 ``_remove``, ``_replace`` and ``common.asinh_exp``), term by term, and its hockey-stick values
 cancel the sampled pair's shared part in closed form (more precise than dp-accounting's, see
 ``_sampled_hockey_stick``), so the PLD is dp-accounting's up to floating-point rounding
-(``tests/privzv/test_vector_pld.py`` compares the two). Also here: dp-accounting's epsilon walk
-over arrays (:func:`epsilon_for_delta`). The composition is :mod:`privzv.tilted_pld`.
+(``tests/privzv/test_vector_pld.py`` compares the two). The composition and the epsilon walk
+are :mod:`privzv.tilted_pld`.
 
 The privacy loss of the pair (Balle & Wang 2018 for the Gaussian; dp-accounting's docstrings for
 the sampled pairs), with sensitivity s, noise sigma and sampling rate q:
@@ -32,8 +32,6 @@ import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
-
-from privzv.tilted_pld import walk_epsilon
 
 
 class ArrayGaussianPrivacyLoss(GaussianPrivacyLoss):
@@ -172,24 +170,3 @@ def gaussian_pld(standard_deviation: float, *, sampling_prob: float, replace_one
     if sampling_prob == 1.0:
         return pld.PrivacyLossDistribution(remove)
     return pld.PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
-
-
-def epsilon_for_delta(distribution: pld.PrivacyLossDistribution, delta: float) -> float:
-    """``distribution.get_epsilon_for_delta(delta)`` (the larger of the remove and the add PMF's),
-    with dp-accounting's loop over the privacy-loss grid (``pld_pmf._get_epsilon_for_delta``, a
-    Python loop, seconds for 1e6 points) written as cumulative sums. PMFs that are not dense
-    go to dp-accounting."""
-    # pylint: disable=protected-access
-    pmfs = [distribution._pmf_remove]
-    if not distribution._symmetric:
-        pmfs.append(distribution._pmf_add)
-    return max(_pmf_epsilon(pmf, delta) if isinstance(pmf, pld_pmf.DensePLDPmf)
-               else pmf.get_epsilon_for_delta(delta) for pmf in pmfs)
-
-
-def _pmf_epsilon(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
-    """dp-accounting's ``_get_epsilon_for_delta`` for a dense PMF
-    (:func:`privzv.tilted_pld.walk_epsilon`)."""
-    # pylint: disable=protected-access
-    losses = (pmf._lower_loss + np.arange(len(pmf._probs))) * pmf._discretization
-    return walk_epsilon(np.flip(losses), np.flip(pmf._probs), pmf._infinity_mass, delta)

@@ -56,8 +56,8 @@ def test_convert_refuses_an_epsilon_beyond_the_float_range(capsys):
 
 
 def test_pld_declines_below_its_reliable_delta_and_rdp_answers_saying_so():
-    """Below delta 1e-12 the PLD's FFT round-off makes its epsilon erratic (not monotone in
-    sigma: measured at 1e-13 and 1e-14); pld hands over to rdp and the answer says so."""
+    """Below delta 1e-12 (where pld was not measured; dp-accounting's plain FFT composition was
+    erratic at 1e-13 and 1e-14) pld hands over to rdp and the answer says so."""
     release = Release(clip=1.0, batch_size=256, neighbors="add-remove", sigma=0.01)
     schedule = Schedule(steps=1000, dataset_size=60000, threat="eavesdropper")
     r = account(release, schedule, 1e-300, "pld")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
 
-from privzv import vector_pld
+from privzv import tilted_pld, vector_pld
 
 Q = 256 / 60000
 # (noise std, sampling rate, replace-one, discretisation)
@@ -46,16 +46,24 @@ def test_the_array_built_pld_is_dp_accountings(sd, q, replace_one, disc):
 
 
 @pytest.mark.parametrize("sd, q, replace_one, disc", SETTINGS)
-def test_epsilon_for_delta_is_dp_accountings_walk(sd, q, replace_one, disc):
-    """Corner cases included: delta 0.9 (epsilon 0), deltas below the infinity mass (inf)."""
+def test_the_epsilon_walk_is_dp_accountings(sd, q, replace_one, disc):
+    """tilted_pld.walk_epsilon over a dense PMF's arrays is dp-accounting's epsilon walk; corner
+    cases included: delta 0.9 (epsilon 0), deltas below the infinity mass (inf)."""
     _, ours = _both(sd, q, replace_one, disc)
     composed = pld.PrivacyLossDistribution(*(p.to_dense_pmf().self_compose(50) for p in
                                              _pmfs(ours)))
     for distribution in (ours, composed):
+        pmfs = [distribution._pmf_remove] + ([] if distribution._symmetric
+                                             else [distribution._pmf_add])
         for delta in (0.9, 0.1, 1e-5, 1e-10, 1e-14, 1e-30):
             theirs = distribution.get_epsilon_for_delta(delta)
-            got = vector_pld.epsilon_for_delta(distribution, delta)
+            got = max(_walk(p.to_dense_pmf(), delta) for p in pmfs)
             assert got == theirs or got == pytest.approx(theirs, rel=1e-9)
+
+
+def _walk(pmf, delta):
+    losses = (pmf._lower_loss + np.arange(len(pmf._probs))) * pmf._discretization
+    return tilted_pld.walk_epsilon(np.flip(losses), np.flip(pmf._probs), pmf._infinity_mass, delta)
 
 
 @pytest.mark.parametrize("adjacency", ["REMOVE", "ADD", "REPLACE"])
