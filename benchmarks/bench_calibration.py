@@ -1,19 +1,24 @@
 """Calibration speed and precision: privzv against dp-accounting and opacus, in one run.
 
 Task (issues 2 and 9): the noise multiplier for epsilon=1, delta=1e-5, Poisson q=256/60000,
-T=14062, add-remove (privzv's eavesdropper threat). Prints one JSON object: each tool's noise
-multiplier and seconds (privzv with ``best``, its default, and with ``pld``), privzv's speed-up
-over dp-accounting's PLD calibration, the tight reference (PLD at value discretisation 1e-5,
-which takes a while) and privzv's epsilon re-checked at that discretisation.
+T=14062, add-remove (privzv's eavesdropper threat). Prints one JSON object: fresh-process wall
+and CPU seconds (``privzv calibrate`` on this setting and on the README's example,
+dp-accounting's PLD calibration, the bare imports), each tool's noise multiplier and seconds
+in this process (privzv with ``best``, its default, and with ``pld``), privzv's speed-up over
+dp-accounting's PLD calibration, the tight reference (:func:`tight_sigma`) and privzv's epsilon
+re-checked by dp-accounting's PLD at discretisation 1e-5.
 
-``--sweep`` adds issue 9's grid: for settings across epsilon, delta and T, privzv's calibration
-time (CPU seconds of this process) and, where the reference is affordable, its relative gap to
-the tight sigma. Run: ``python benchmarks/bench_calibration.py [--sweep]`` (opacus is the
+``--sweep`` adds issue 9's tightness grid (``--sweep-only``: only the grid; ``--deltas``,
+``--epsilons``, ``--steps`` choose it): for every delta x epsilon x T x neighbours x threat,
+privzv's calibration time (CPU seconds) and its relative gap to the tight noise multiplier
+(exact GDP under ``device``; an independent PLD reference under the sampled threats).
+Run: ``python benchmarks/bench_calibration.py [--sweep | --sweep-only]`` (opacus is the
 ``bench`` extra).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import platform
@@ -21,15 +26,17 @@ import sys
 import time
 from importlib import metadata
 
+import numpy as np
+
 import dp_accounting as dpa
 from dp_accounting import mechanism_calibration
 from dp_accounting.pld import pld_privacy_accountant
-from dp_accounting.pld import privacy_loss_distribution as dpa_pld
 
 import privzv
 from privzv import accountants
-from privzv.accounting import calibrate
-from privzv.release import Release, Schedule
+from privzv.accounting import account, calibrate
+from privzv.release import THREATS, Release, Schedule
+from privzv.threats import Exposure
 
 EPSILON, DELTA, BATCH, DATASET, STEPS = 1.0, 1e-5, 256, 60000, 14062
 Q = BATCH / DATASET
@@ -70,120 +77,178 @@ def _clear_caches():
     accountants._rdp_epsilon.cache_clear()
 
 
-# issue 9's ranges: (epsilon, delta, steps, neighbors); eavesdropper, q = 256/60000
-SWEEP = [
-    (1.0, 1e-5, 14062, "add-remove"),
-    (1.0, 1e-5, 14062, "replace-one"),
-    (0.01, 1e-5, 1000, "add-remove"),
-    (0.1, 1e-5, 1000, "add-remove"),
-    (1.0, 1e-5, 1000, "replace-one"),
-    (8.0, 1e-5, 1000, "replace-one"),
-    (8.0, 1e-12, 1000, "add-remove"),
-    (1.0, 1e-12, 1_000_000, "add-remove"),
-    (1.0, 1e-5, 1_000_000, "add-remove"),
-    (1.0, 1e-5, 10_000_000, "add-remove"),
-    (1.0, 1e-5, 100_000_000, "add-remove"),
-    (1e4, 1e-5, 1000, "add-remove"),
-    (1.0, 1e-300, 1000, "replace-one"),   # below delta 1e-12: outside the tightness target
-]
-REFERENCE_REFINEMENT = 16.0   # the reference grid: privzv's r / 16 (steps 4x to 16x finer)
-REFERENCE_MAX_POINTS = 40_000_000
+# issue 9's tightness grid (--sweep-only): every delta x epsilon x T x neighbours x threat
+SWEEP_DELTAS = (1e-8, 1e-10, 1e-12)
+SWEEP_EPSILONS = (0.01, 0.1, 1.0, 10.0, 100.0)
+SWEEP_STEPS = (1000, 10_000, 100_000)
+SUPER_BATCH = 1024           # secret-subsampling: B' (keep rate B/B' = 0.25)
+REFINEMENTS = (2, 4)         # reference grids: privzv's step divided by these
+REFERENCE_TAIL = 1e-30
 
 
-def reference_epsilon(z: float, steps: int, neighbors: str, delta: float,
-                      discretization: float) -> float:
-    """dp-accounting's pessimistic PLD (connect-the-dots, built over arrays by
-    privzv.vector_pld, which tests/privzv/test_vector_pld.py checks against dp-accounting's own
-    builder) composed in ONE stage by dp-accounting's FFT self-composition: no coarsening.
-    Read at delta minus its FFT round-off (vector_pld.round_off_slack); ReferenceUnreliable
-    where that is more than delta / 2."""
+def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: float,
+                      discretization: float, aim: float) -> float:
+    """An estimate of the exact epsilon, independent of privzv's composition and reading.
+
+    The single release's pessimistic connect-the-dots PLD is dp-accounting's construction
+    (built over arrays by privzv.vector_pld, which tests/privzv/test_vector_pld.py checks
+    against dp-accounting's own builder). It is tilted by e^{t l} with t chosen so that the
+    tilted mean of the k-fold composition is ``aim`` (the epsilon being read; any t is exact,
+    t only puts the FFT's precision there), composed in ONE stage by dp-accounting's own
+    ``common.self_convolve``, untilted in log space and delta(eps) = sum_{l > eps} (1 - e^{eps-l})
+    p_l + p_inf solved for delta by bisection."""
+    from dp_accounting.pld import common as dpa_common
+    from scipy import optimize, special
+
     from privzv import vector_pld
 
     replace_one = neighbors == "replace-one"
-    single = vector_pld.gaussian_pld(2.0 * z if replace_one else z, sampling_prob=Q,
+    single = vector_pld.gaussian_pld(2.0 * z if replace_one else z, sampling_prob=q,
                                      replace_one=replace_one, discretization=discretization,
                                      log_mass_truncation_bound=min(-50.0, math.log(delta) - 10))
-    pmfs = [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add])
-    composed = dpa_pld.PrivacyLossDistribution(*(
-        vector_pld._self_compose(p.to_dense_pmf(), steps, 1e-18, REFERENCE_MAX_POINTS)
-        for p in pmfs))
-    slack = vector_pld.round_off_slack(composed)
-    if slack > 0.5 * delta:
-        raise ReferenceUnreliable(f"FFT round-off ~{slack:.2g} against delta {delta:g}")
-    return vector_pld.epsilon_for_delta(composed, delta - slack)
+    eps = -math.inf
+    for pmf in [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add]):
+        pmf = pmf.to_dense_pmf()
+        probs = np.maximum(pmf._probs, 0.0)
+        losses = (pmf._lower_loss + np.arange(len(probs))) * discretization
+        with np.errstate(divide="ignore"):
+            log_p = np.log(probs)
+
+        def tilted(t):
+            log_w = log_p + t * losses
+            top = np.max(log_w)
+            w = np.exp(log_w - top)
+            return w / w.sum(), top + math.log(w.sum())
+
+        def mean_gap(t):
+            w, _ = tilted(t)
+            return steps * float(np.sum(w * losses)) - aim
+
+        hi = 1.0
+        while mean_gap(hi) < 0 and hi < 1e7:
+            hi *= 2.0
+        t = 0.0 if mean_gap(0.0) >= 0 else hi if mean_gap(hi) < 0 else optimize.brentq(
+            mean_gap, 0.0, hi, xtol=1e-6 * hi)
+        w, log_m = tilted(t)
+        lower, out = dpa_common.self_convolve(w, steps, tail_mass_truncation=REFERENCE_TAIL)
+        composed = (steps * pmf._lower_loss + lower + np.arange(len(out))) * discretization
+        with np.errstate(divide="ignore"):
+            log_true = np.log(np.maximum(out, 0.0)) + steps * log_m - t * composed
+        infinity = -math.expm1(steps * math.log1p(-pmf._infinity_mass))
+        # entries below delta e^-80 change delta by less than 1e-20 of itself
+        keep = log_true > math.log(delta) - 80.0
+        composed, log_true = composed[keep], log_true[keep]
+
+        def log_delta(e):
+            above = composed > e
+            terms = log_true[above] + np.log(-np.expm1(e - composed[above]))
+            return float(np.logaddexp(special.logsumexp(terms), math.log(infinity)
+                                      if infinity > 0 else -math.inf))
+
+        top = float(composed[-1])
+        if log_delta(0.0) <= math.log(delta):
+            eps = max(eps, 0.0)
+            continue
+        eps = max(eps, optimize.brentq(lambda e: log_delta(e) - math.log(delta), 0.0, top,
+                                       xtol=1e-12, rtol=1e-10))
+    return eps
 
 
-class ReferenceUnreliable(Exception):
-    """The reference PLD's round-off reaches delta: no reference at this setting."""
+def exact_device_noise_multiplier(epsilon: float, delta: float, k: int) -> float:
+    """Without sampling, k Gaussian releases at z are exactly sqrt(k)/z-GDP (Dong, Roth & Su
+    2022, Cor. 3.3); Cor. 2.13's delta(eps; mu) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    solved for mu in 60-digit mpmath arithmetic (independent of privzv.gdp)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    eps = mpmath.mpf(epsilon)
+
+    def excess(log_mu):
+        mu = mpmath.e ** log_mu
+        return mpmath.log(mpmath.ncdf(-eps / mu + mu / 2)
+                          - mpmath.e ** eps * mpmath.ncdf(-eps / mu - mu / 2)) - mpmath.log(delta)
+
+    low, high = mpmath.mpf(-30), mpmath.mpf(10)
+    for _ in range(200):   # bisection in log mu: delta increases in mu
+        mid = (low + high) / 2
+        low, high = (mid, high) if excess(mid) < 0 else (low, mid)
+    return float(mpmath.sqrt(k) / mpmath.e ** high)
 
 
-def reference_discretization(epsilon: float, steps: int, z: float) -> float:
-    """privzv's discretisation rule with r / 16 (accountants.pld_discretization), at least the
-    round-off floor and at most 1/20 of one release's loss span."""
-    r = accountants.PLD_RELATIVE_DISCRETIZATION / REFERENCE_REFINEMENT * epsilon
-    span = 2.0 * (math.sqrt(2.0 * 60.0) / z + 0.5 / (z * z))
-    return max(min(r, math.sqrt(r / steps), span / 20.0), accountants.PLD_DISCRETIZATION_RANGE[0])
+def _setting(eps, delta, steps, neighbors, threat):
+    release = Release(clip=1.0, batch_size=BATCH, neighbors=neighbors)
+    schedule = Schedule(steps=steps, dataset_size=DATASET, threat=threat,
+                        super_batch=SUPER_BATCH if threat == "secret-subsampling" else None)
+    return release, schedule
 
 
-def extrapolated_epsilon(z: float, steps: int, neighbors: str, delta: float,
-                         discretization: float) -> float:
-    """For more than ONE_STAGE_STEPS releases (a one-stage grid of 1e7+ points, whose FFT power
-    k amplifies round-off): privzv's pld (two-stage) at steps 2 Delta and Delta, extrapolated to
-    step 0 by the k Delta^2 law of the pessimistic rounding (eps(D) ~ eps0 + c D^2). An
-    estimate of the exact epsilon, not a bound."""
-    from privzv.threats import Exposure
-
-    exp = Exposure(steps, Q)
-    fine, coarse = (accountants.pld_epsilon(z, exp, neighbors, delta, d)
-                    for d in (discretization, 2 * discretization))
-    return fine - (coarse - fine) / 3.0
-
-
-ONE_STAGE_STEPS = 1_000_000
-
-
-def tight_sigma(z: float, epsilon: float, delta: float, steps: int, neighbors: str) -> dict:
-    """The reference noise multiplier for the target: the reference epsilon at z and 0.999 z,
-    and the log-log secant through them solved for the target (the curve is smooth; a 0.1%
-    step makes the interpolation error negligible)."""
-    disc = reference_discretization(epsilon, steps, z)
-    method = reference_epsilon
-    if steps > ONE_STAGE_STEPS:
-        disc, method = accountants.PLD_DISCRETIZATION_RANGE[0], extrapolated_epsilon
+def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
+    """The reference at privzv's noise multiplier z on grids REFINEMENTS times finer than
+    privzv's (the coarser at least twice the 1.5e-6 floor, so that there are always two),
+    extrapolated to step 0 by the k Delta^2 law of the pessimistic rounding; the tight noise multiplier solves reference(z') = target along the slope of log
+    epsilon against log z, taken from privzv's pld at z and 0.999 z (a 1% error in the slope
+    moves the gap by 1% of itself)."""
+    z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
+    floor = accountants.PLD_DISCRETIZATION_RANGE[0]
+    coarse = max(accountants.pld_discretization(eps, k, delta) / REFINEMENTS[0], 2 * floor)
+    grids = [coarse, coarse * REFINEMENTS[0] / REFINEMENTS[1]]
     start = time.process_time()
-    e1 = method(z, steps, neighbors, delta, disc)
-    z0 = z * 0.999
-    e0 = method(z0, steps, neighbors, delta, disc)
-    slope = (math.log(e1) - math.log(e0)) / (math.log(z) - math.log(z0))
-    tight = math.exp(math.log(z) + (math.log(epsilon) - math.log(e1)) / slope)
-    return {"tight_noise_multiplier": tight, "reference_discretization": disc,
-            "reference": ("one-stage PLD" if method is reference_epsilon else
-                          "two-stage PLD extrapolated to step 0"),
-            "reference_epsilon_at_answer": e1, "relative_gap_to_tight": z / tight - 1.0,
-            "reference_cpu_seconds": time.process_time() - start}
+    values = [reference_epsilon(z, k, q, release.neighbors, delta, d, eps) for d in grids]
+    reference = values[-1]
+    if len(values) == 2:
+        (d1, d2), (e1, e2) = grids, values
+        reference = e2 - (e1 - e2) * d2 ** 2 / (d1 ** 2 - d2 ** 2)
+    cpu = time.process_time() - start
+    near = account(release.with_noise_multiplier(0.999 * z), schedule, delta, "pld").epsilon
+    slope = (math.log(ours.epsilon) - math.log(near)) / -math.log(0.999)
+    tight = z * math.exp((math.log(eps) - math.log(reference)) / slope)
+    return {"reference": "one-stage tilted PLD (dp-accounting's self_convolve), extrapolated "
+                         "to step 0",
+            "reference_discretizations": grids, "reference_epsilons_at_answer": values,
+            "reference_epsilon_at_answer": reference, "tight_noise_multiplier": tight,
+            "relative_gap_to_tight": z / tight - 1.0,
+            "epsilon_over_reference": ours.epsilon / reference - 1.0,
+            "reference_cpu_seconds": cpu}
 
 
-def sweep() -> list[dict]:
-    """privzv's best calibration across issue 9's ranges: CPU seconds (caches cleared), the
-    accountant that answered, and (delta >= 1e-12) the gap to the reference tight sigma."""
+def sweep(deltas, epsilons, steps_list) -> dict:
+    """privzv's best calibration over the grid (CPU seconds of the calibration, caches cleared)
+    and its gap to the tight noise multiplier: exact GDP under ``device``, the reference PLD
+    (:func:`tight_sigma`) under ``eavesdropper`` and ``secret-subsampling`` (the latter at
+    T = 1000 only)."""
     rows = []
-    for eps, delta, steps, neighbors in SWEEP:
-        release = Release(clip=1.0, batch_size=BATCH, neighbors=neighbors)
-        schedule = Schedule(steps=steps, dataset_size=DATASET, threat="eavesdropper")
+    for delta, eps, steps, neighbors, threat in itertools.product(
+            deltas, epsilons, steps_list, ("add-remove", "replace-one"), THREATS):
+        if threat == "secret-subsampling" and steps != min(steps_list):
+            continue
+        release, schedule = _setting(eps, delta, steps, neighbors, threat)
         _clear_caches()
         ours, cpu = cpu_timed(lambda: calibrate(eps, delta, release, schedule, "best"))
-        row = {"epsilon": eps, "delta": delta, "steps": steps, "neighbors": neighbors,
-               "noise_multiplier": ours.noise_multiplier, "epsilon_reached": ours.epsilon,
-               "accountant": ours.accountant, "fallback": ours.fallback, "cpu_seconds": cpu}
-        if delta >= accountants.PLD_MIN_DELTA:
-            try:
-                row.update(tight_sigma(ours.noise_multiplier, eps, delta, steps, neighbors))
-            except ReferenceUnreliable as exc:
-                row["relative_gap_to_tight"] = None
-                row["reference"] = f"not measured: {exc}"
+        row = {"threat": threat, "epsilon": eps, "delta": delta, "steps": steps,
+               "neighbors": neighbors, "compositions": ours.compositions,
+               "sampling_rate": ours.sampling_rate, "noise_multiplier": ours.noise_multiplier,
+               "epsilon_reached": ours.epsilon, "accountant": ours.accountant,
+               "fallback": ours.fallback, "cpu_seconds": cpu}
+        if ours.sampling_rate is None:
+            tight = exact_device_noise_multiplier(eps, delta, ours.compositions)
+            row.update(reference="exact GDP (mpmath)", tight_noise_multiplier=tight,
+                       relative_gap_to_tight=ours.noise_multiplier / tight - 1.0)
+        else:
+            row.update(tight_sigma(ours, release, schedule, eps, delta))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    return rows
+    gaps = [r["relative_gap_to_tight"] for r in rows]
+    worst = max(rows, key=lambda r: r["relative_gap_to_tight"])
+    return {"rows": rows, "largest_gap": max(gaps), "smallest_gap": min(gaps),
+            "largest_gap_at": {k: worst[k] for k in ("threat", "epsilon", "delta", "steps",
+                                                     "neighbors")},
+            "smallest_epsilon_over_reference": min(
+                (r["epsilon_over_reference"] for r in rows if "epsilon_over_reference" in r),
+                default=None),
+            "wrong_side": [r for r in rows if r["relative_gap_to_tight"] < 0
+                           or r.get("epsilon_over_reference", 0.0) < 0],
+            "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
+            "accountants": sorted({r["accountant"] for r in rows})}
 
 
 def small_z_task() -> dict:
@@ -216,21 +281,102 @@ def small_z_task() -> dict:
             "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu}
 
 
+def below_floor(eps=0.01, delta=1e-12, steps=100_000) -> dict:
+    """Where the grid floor limits tightness (epsilon 0.01, large T): privzv's calibrated noise
+    multiplier, privzv's pld epsilon there at the floor and at steps below it, and the reference
+    (:func:`tight_sigma`)."""
+    release, schedule = _setting(eps, delta, steps, "add-remove", "eavesdropper")
+    _clear_caches()
+    ours = calibrate(eps, delta, release, schedule, "best")
+    exp = Exposure(ours.compositions, ours.sampling_rate)
+    steps_below = (accountants.PLD_DISCRETIZATION_RANGE[0], 5e-7, 2e-7)
+    return {"epsilon": eps, "delta": delta, "steps": steps,
+            "noise_multiplier": ours.noise_multiplier,
+            "pld_epsilon_at_step": {f"{d:g}": accountants.pld_epsilon(
+                ours.noise_multiplier, exp, "add-remove", delta, d) for d in steps_below},
+            **tight_sigma(ours, release, schedule, eps, delta)}
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in text.split(","))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
+    parser.add_argument("--below-floor", action="store_true",
+                        help="only privzv's pld below its grid floor at epsilon 0.01, T = 1e5")
+    parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
+    parser.add_argument("--epsilons", type=_floats, default=SWEEP_EPSILONS)
+    parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
+                        default=SWEEP_STEPS)
     args = parser.parse_args()
+    if args.below_floor:
+        print(json.dumps(below_floor()))
+        return
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")
+    out = {} if args.sweep_only else {"fresh_process": fresh_process()}
     calibrate(EPSILON, DELTA, release, Schedule(steps=10, dataset_size=DATASET,
                                                 threat="eavesdropper"), "best")   # imports
-    out = {} if args.sweep_only else compare(release, schedule)
+    if not args.sweep_only:
+        out.update(compare(release, schedule))
     if args.sweep or args.sweep_only:
-        out["sweep"] = sweep()
+        out["sweep"] = sweep(args.deltas, args.epsilons, args.steps)
     out["versions"] = {"privzv": privzv.__version__, "python": platform.python_version(),
-                       **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy")}}
+                       **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy",
+                                                            "scipy")}}
     print(json.dumps(out))
+
+
+CLI_SETTING = ["--epsilon", "1", "--delta", "1e-5", "--steps", str(STEPS), "--dataset-size",
+               str(DATASET), "--batch-size", str(BATCH), "--clip", "1", "--threat",
+               "eavesdropper", "--neighbors", "add-remove"]
+README_EXAMPLE = ["--epsilon", "1", "--delta", "1e-5", "--steps", "2000", "--dataset-size",
+                  "1437", "--batch-size", "32", "--clip", "1", "--devices", "4"]
+DP_ACCOUNTING_SCRIPT = f"""
+import dp_accounting as dpa
+from dp_accounting import mechanism_calibration
+from dp_accounting.pld import pld_privacy_accountant
+event = lambda z: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent({Q!r},
+                                                                     dpa.GaussianDpEvent(z)),
+                                          {STEPS})
+print(mechanism_calibration.calibrate_dp_mechanism(pld_privacy_accountant.PLDAccountant, event,
+                                                   {EPSILON}, {DELTA}))
+"""
+
+
+def _fresh(argv: list[str]) -> dict:
+    """Wall and CPU seconds (user + system, of the child) of one fresh Python process."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"command": " ".join(argv[1:]), "wall_seconds": wall, "cpu_seconds": cpu,
+            "output_tail": done.stdout.strip().splitlines()[-1][:120]}
+
+
+def fresh_process() -> dict:
+    """One fresh process each, imports included: ``privzv calibrate`` on the benchmark setting
+    and on the README's example, dp-accounting's PLD calibration of the benchmark setting, and
+    the bare imports (python alone, dp-accounting alone)."""
+    py = sys.executable
+    return {
+        "privzv_calibrate_benchmark_setting": _fresh([py, "-m", "privzv", "calibrate",
+                                                      *CLI_SETTING, "--json"]),
+        "privzv_calibrate_readme_example": _fresh([py, "-m", "privzv", "calibrate",
+                                                   *README_EXAMPLE, "--json"]),
+        "dp_accounting_calibration_benchmark_setting": _fresh([py, "-c", DP_ACCOUNTING_SCRIPT]),
+        "python_alone": _fresh([py, "-c", "print(0)"]),
+        "import_dp_accounting": _fresh([py, "-c", "import dp_accounting; print(0)"]),
+        "import_privzv_accounting": _fresh([py, "-c", "import privzv.accounting; print(0)"]),
+    }
 
 
 def compare(release: Release, schedule: Schedule) -> dict:
@@ -239,17 +385,21 @@ def compare(release: Release, schedule: Schedule) -> dict:
     _clear_caches()
     ours_pld, t_pld = timed(lambda: calibrate(EPSILON, DELTA, release, schedule, "pld"))
     _clear_caches()
-    ours, t_ours = timed(lambda: calibrate(EPSILON, DELTA, release, schedule, "best"))
-    dpacc, t_dpacc = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(
-        pld_privacy_accountant.PLDAccountant, event, EPSILON, DELTA))
+    (ours, t_ours), cpu_ours = cpu_timed(lambda: timed(
+        lambda: calibrate(EPSILON, DELTA, release, schedule, "best")))
+    (dpacc, t_dpacc), cpu_dpacc = cpu_timed(lambda: timed(
+        lambda: mechanism_calibration.calibrate_dp_mechanism(
+            pld_privacy_accountant.PLDAccountant, event, EPSILON, DELTA)))
     out = {
         "task": {"epsilon": EPSILON, "delta": DELTA, "sampling_rate": Q, "steps": STEPS,
                  "neighbors": "add-remove", "sampling": "poisson"},
         "privzv": {"noise_multiplier": ours.noise_multiplier, "epsilon": ours.epsilon,
-                   "accountant": ours.accountant, "requested": "best", "seconds": t_ours},
+                   "accountant": ours.accountant, "requested": "best", "seconds": t_ours,
+                   "cpu_seconds": cpu_ours},
         "privzv_pld": {"noise_multiplier": ours_pld.noise_multiplier,
                        "epsilon": ours_pld.epsilon, "seconds": t_pld},
-        "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc},
+        "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc,
+                              "cpu_seconds": cpu_dpacc},
     }
     try:
         from opacus.accountants.utils import get_noise_multiplier
@@ -260,20 +410,20 @@ def compare(release: Release, schedule: Schedule) -> dict:
             out[f"opacus_{name}"] = {"noise_multiplier": z, "seconds": t}
     except ImportError:
         out["opacus"] = "not installed (pip install .[bench])"
-    tight, t_tight = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(
-        lambda: pld_privacy_accountant.PLDAccountant(value_discretization_interval=FINE),
-        event, EPSILON, DELTA))
+    reference = tight_sigma(ours, release, schedule, EPSILON, DELTA)
+    tight = reference["tight_noise_multiplier"]
     recheck = pld_epsilon(ours.noise_multiplier, FINE)
-    out["tight_reference"] = {"noise_multiplier": tight, "value_discretization_interval": FINE,
-                              "seconds": t_tight}
+    out["tight_reference"] = reference
     out["privzv_vs_tight_relative"] = ours.noise_multiplier / tight - 1.0
     out["privzv_epsilon_at_fine_discretization"] = recheck
     out["speedup_vs_dp_accounting_pld"] = t_dpacc / t_ours
+    out["cpu_speedup_vs_dp_accounting_pld"] = cpu_dpacc / cpu_ours
     out["small_noise_multiplier"] = small = small_z_task()
     out["targets_met"] = {
         "within_0.1_percent": abs(ours.noise_multiplier / tight - 1.0) <= 1e-3,
         "epsilon_recheck_le_target": recheck <= EPSILON,
         "speedup_ge_5": t_dpacc / t_ours >= 5.0,
+        "cpu_speedup_ge_5": cpu_dpacc / cpu_ours >= 5.0,
         "small_z_speedup_ge_5": small["speedup_vs_dp_accounting_pld"] >= 5.0,
     }
     return out

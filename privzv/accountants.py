@@ -106,9 +106,10 @@ PLD_DISCRETIZATION_RANGE = (1.5e-6, 1.0)
 PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSED_POINTS = 4_000_000
-# dp-accounting composes PLDs by FFT, whose round-off (~1e-16 per probability mass) makes the
-# epsilon at delta below ~1e-13 erratic (non-monotone in sigma; tests/privzv/test_accounting.py
-# shows it): below this delta, pld does not answer and rdp (log-space, exact) does.
+# pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
+# --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
+# plain FFT composition was erratic below ~1e-13; the tilted one is not, but is not measured
+# there.)
 PLD_MIN_DELTA = 1e-12
 
 
@@ -117,17 +118,24 @@ class CannotAnswer(Exception):
     back to the next rigorous accountant and says so."""
 
 
-def pld_discretization(epsilon: float, compositions: int) -> float:
-    """The PLD value discretisation for an answer near ``epsilon`` after k = ``compositions``
-    releases: min(r epsilon, sqrt(r epsilon / k)), r = PLD_RELATIVE_DISCRETIZATION, clamped to
-    PLD_DISCRETIZATION_RANGE. The pessimistic (connect-the-dots) rounding moves epsilon by
-    about k Delta^2 (measured on dp-accounting 0.6 at k = 1e4 to 1e8), so this keeps its
-    relative effect near r; chosen from the answer, not from a GDP model."""
+def pld_discretization(epsilon: float, compositions: int, delta: float) -> float:
+    """The PLD value discretisation for an answer near ``epsilon`` at ``delta`` after k =
+    ``compositions`` releases: min(r epsilon, sqrt(6 r epsilon / (max(t, 6) k))),
+    r = PLD_RELATIVE_DISCRETIZATION, clamped to PLD_DISCRETIZATION_RANGE, with
+    t = sqrt(2 log(1/delta)) / mu the saddle point of the composed PLD (mu the GDP parameter of
+    (epsilon, delta)). The pessimistic (connect-the-dots) rounding splits each atom between two
+    grid points, which adds about Delta^2 / 6 of variance per release; a PLD of variance mu^2
+    moves its epsilon by about (t/2) d(mu^2) (Gaussian DP, Dong, Roth & Su 2022, Cor. 2.13), so
+    k releases move it by about t k Delta^2 / 12 (twice that with the two-stage composition),
+    which this keeps near r epsilon. Chosen from the answer, not from a GDP model of z."""
     low, high = PLD_DISCRETIZATION_RANGE
-    if not math.isfinite(epsilon):
+    if not math.isfinite(epsilon) or epsilon <= 0:
         return high
     r = PLD_RELATIVE_DISCRETIZATION * epsilon
-    return min(max(min(r, math.sqrt(r / compositions)), low), high)
+    mu = gdp.mu_from_epsilon(epsilon, delta)
+    t = math.sqrt(2.0 * math.log(1.0 / delta)) / mu if mu > 0 else math.inf
+    step = math.sqrt(6.0 * r / (max(t, 6.0) * compositions))
+    return min(max(min(r, step), low), high)
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
@@ -148,17 +156,18 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
     With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
     (module docstring for the pair), self-composed k times (in two stages for large k,
-    :func:`privzv.vector_pld.self_compose`), with the truncated tail masses (which a pessimistic
-    PLD adds to delta) kept below delta / 1e4, and epsilon read allowing for the FFT round-off
-    of the composition (:func:`privzv.vector_pld.epsilon_with_round_off`). An upper bound at any
-    discretisation. Raises CannotAnswer when a grid would be too large or overflows, where that
-    round-off reaches delta, and for delta < PLD_MIN_DELTA.
+    :func:`privzv.tilted_pld.self_compose`) after an exponential tilting at the saddle point of
+    delta, so that the FFT's round-off stays far below delta, with the truncated tail masses
+    (which a pessimistic PLD adds to delta) kept below delta / 1e4, and epsilon read from
+    entrywise upper bounds on the composed masses (:func:`privzv.tilted_pld.epsilon`). An upper
+    bound at any discretisation. Raises CannotAnswer when a grid would be too large or
+    overflows, and for delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
     if delta < PLD_MIN_DELTA:
-        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD's FFT "
-                           "round-off dominates")
+        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, the smallest delta "
+                           "pld was measured at")
     # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
     # noise units, t the tail quantile of the truncated mass
     log_truncation = min(-50.0, math.log(delta) - 10.0)
@@ -180,7 +189,7 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
 
 @functools.lru_cache(maxsize=4096)
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
-    from privzv import vector_pld
+    from privzv import tilted_pld, vector_pld
 
     # dp-accounting's from_gaussian_mechanism (pessimistic, connect-the-dots), built over arrays
     replace_one = neighbors == "replace-one"
@@ -188,18 +197,23 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
                                      replace_one=replace_one, discretization=discretization,
                                      log_mass_truncation_bound=log_truncation)
     tail = min(1e-15, 1e-4 * delta) / 3.0
-    try:
-        composed = vector_pld.self_compose(single, k, tail, PLD_MAX_COMPOSED_POINTS)
-    except vector_pld.GridTooLarge as exc:
-        raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
-                           f"discretisation {discretization:.3g}") from None
-    try:
-        eps = float(vector_pld.epsilon_with_round_off(composed, delta))
-    except vector_pld.RoundOffTooLarge as exc:
-        raise CannotAnswer(str(exc)) from None
+    # pylint: disable=protected-access
+    pmfs = [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add])
+    eps = -math.inf
+    for pmf in pmfs:
+        pmf = pmf.to_dense_pmf()
+        grid = (pmf._discretization, pmf._lower_loss, pmf._probs)
+        tilted = tilted_pld.tilt(*grid, pmf._infinity_mass,
+                                 tilted_pld.saddle_tilt(*grid, k, delta))
+        try:
+            composed = tilted_pld.self_compose(tilted, k, tail, PLD_MAX_COMPOSED_POINTS)
+        except tilted_pld.GridTooLarge as exc:
+            raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
+                               f"discretisation {discretization:.3g}") from None
+        eps = max(eps, tilted_pld.epsilon(composed, delta))
     if not math.isfinite(eps):
         raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
-    return eps
+    return float(eps)
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:

@@ -112,7 +112,7 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float, order
                 # discretise from an estimate of the answer (a function of z alone, so that
                 # calibrate, account and the ledger agree exactly)
                 disc = coarseness * accountants.pld_discretization(answers.get("rdp", _estimate(
-                    z, exp, neighbors, delta)), exp.compositions)
+                    z, exp, neighbors, delta)), exp.compositions, delta)
                 answers[name] = accountants.pld_epsilon(z, exp, neighbors, delta, disc)
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
@@ -296,13 +296,35 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
     def model_inverse(mu):
         return accountants.clt_noise_multiplier(mu, exp)
 
-    start = None
+    start = slope = None
     if accountant in ("pld", "best"):
-        start, _ = smallest_feasible(lambda z: bound(z, COARSE_FACTOR).epsilon, epsilon,
-                                     delta, model_mu, model_inverse, eps_rtol=2e-3)
+        start, slope = _coarse_start(epsilon, delta, release, exp, bound, model_mu,
+                                     model_inverse)
     z, _ = smallest_feasible(lambda z: bound(z).epsilon, epsilon, delta, model_mu,
-                             model_inverse, start=start)
+                             model_inverse, start=start, slope=slope)
     return _result(z, bound(z), release, schedule, exp, delta, accountant)
+
+
+def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
+    """(z, slope): a cheap first solve with pld alone at COARSE_FACTOR times the discretisation
+    that the target epsilon calls for (where pld cannot answer: ``bound`` at that coarseness),
+    and the slope of log epsilon against log z there, which the fine solve's first step uses."""
+    disc = COARSE_FACTOR * accountants.pld_discretization(epsilon, exp.compositions, delta)
+    seen = {}
+
+    def coarse(z):
+        try:
+            seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, disc)
+        except accountants.CannotAnswer:
+            seen[z] = bound(z, COARSE_FACTOR).epsilon
+        return seen[z]
+
+    start, e = smallest_feasible(coarse, epsilon, delta, model_mu, model_inverse, eps_rtol=2e-3)
+    others = [(z, v) for z, v in seen.items() if z != start and 0 < v != e]
+    if not others or not e > 0:
+        return start, None
+    z, v = min(others, key=lambda p: abs(math.log(p[0] / start)))
+    return start, (math.log(v) - math.log(e)) / (math.log(z) - math.log(start))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,13 +23,15 @@ Z_RANGE = (1e-4, 1e6)
 def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: float,
                       model_mu: Callable[[float], float],
                       model_inverse: Callable[[float], float], *, start: float | None = None,
-                      eps_rtol: float = 2e-4, z_rtol: float = 1e-6) -> tuple[float, float]:
+                      slope: float | None = None, eps_rtol: float = 2e-4,
+                      z_rtol: float = 1e-6) -> tuple[float, float]:
     """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
     or z within z_rtol (relative) of an infeasible z.
 
     ``model_mu(z)`` and its inverse ``model_inverse(mu)`` are a GDP approximation of the
-    accountant; ``start`` defaults to the model's answer. Raises PrivzvError if no z in Z_RANGE
-    reaches the target.
+    accountant; ``start`` defaults to the model's answer. ``slope`` (d log epsilon / d log z, if
+    known) replaces the model for the first step. Raises PrivzvError if no z in Z_RANGE reaches
+    the target.
     """
     aim = target * (1.0 - 0.5 * eps_rtol)
     mu_aim = gdp.mu_from_epsilon(aim, delta)
@@ -52,8 +54,12 @@ def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: f
                               f"{Z_RANGE[1]:g} gives epsilon {e:.4g})")
         if lo is not None and lo[0] >= Z_RANGE[1]:
             break
-        z_next = _secant(last, (z, e), aim) if last is not None else _rescaled(
-            z, e, delta, mu_aim, model_mu, model_inverse)
+        if last is not None:
+            z_next = _secant(last, (z, e), aim)
+        elif slope is not None and slope < 0 and math.isfinite(e) and e > 0:
+            z_next = z * math.exp((math.log(aim) - math.log(e)) / slope)
+        else:
+            z_next = _rescaled(z, e, delta, mu_aim, model_mu, model_inverse)
         low = lo[0] if lo is not None else 0.0
         high = hi[0] if hi is not None else math.inf
         if not (low < z_next < high):

@@ -11,10 +11,8 @@ formulas are dp-accounting's own (``privacy_loss_mechanism.py``: ``_inverse_priv
 ``_remove``, ``_replace`` and ``common.asinh_exp``), term by term, and its hockey-stick values
 cancel the sampled pair's shared part in closed form (more precise than dp-accounting's, see
 ``_sampled_hockey_stick``), so the PLD is dp-accounting's up to floating-point rounding
-(``tests/privzv/test_vector_pld.py`` compares the two). Also here: dp-accounting's epsilon walk
-(:func:`epsilon_for_delta`) and FFT self-composition over arrays, a two-stage composition for
-many releases (:func:`self_compose`, :func:`coarsen`) and an FFT round-off estimate
-(:func:`round_off_slack`).
+(``tests/privzv/test_vector_pld.py`` compares the two). The composition and the epsilon walk
+are :mod:`privzv.tilted_pld`.
 
 The privacy loss of the pair (Balle & Wang 2018 for the Gaussian; dp-accounting's docstrings for
 the sampled pairs), with sensitivity s, noise sigma and sampling rate q:
@@ -31,13 +29,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import fft
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
-
-# from this many compositions on, self_compose works in two stages
-STAGED_FROM = 10_000
 
 
 class ArrayGaussianPrivacyLoss(GaussianPrivacyLoss):
@@ -176,200 +170,3 @@ def gaussian_pld(standard_deviation: float, *, sampling_prob: float, replace_one
     if sampling_prob == 1.0:
         return pld.PrivacyLossDistribution(remove)
     return pld.PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
-
-
-def epsilon_for_delta(distribution: pld.PrivacyLossDistribution, delta: float) -> float:
-    """``distribution.get_epsilon_for_delta(delta)`` (the larger of the remove and the add PMF's),
-    with dp-accounting's loop over the privacy-loss grid (``pld_pmf._get_epsilon_for_delta``, a
-    Python loop, seconds for 1e6 points) written as cumulative sums. PMFs that are not dense
-    go to dp-accounting."""
-    # pylint: disable=protected-access
-    pmfs = [distribution._pmf_remove]
-    if not distribution._symmetric:
-        pmfs.append(distribution._pmf_add)
-    return max(_pmf_epsilon(pmf, delta) if isinstance(pmf, pld_pmf.DensePLDPmf)
-               else pmf.get_epsilon_for_delta(delta) for pmf in pmfs)
-
-
-def _pmf_epsilon(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
-    """dp-accounting's ``_get_epsilon_for_delta`` for a dense PMF. Walking the losses l_i from
-    the top, with U_i = inf mass + sum_{j<i} p_j and L_i = sum_{j<i} e^{-l_j} p_j (the masses of
-    the upper and lower distribution above l_i): epsilon = log((U_i - delta)/L_i) at the first i
-    where that is >= l_i (the hockey-stick divergence U - e^eps L reaches delta inside the
-    i-th gap), and 0 where U - delta <= L there; the top loss in dp-accounting's corner case
-    where L underflows to 0."""
-    # pylint: disable=protected-access
-    inf_mass = pmf._infinity_mass
-    if inf_mass > delta:
-        return math.inf
-    probs = np.flip(pmf._probs)
-    n = len(probs)
-    if n == 0:
-        return 0.0
-    losses = (pmf._lower_loss + n - 1 - np.arange(n)) * pmf._discretization
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        weights = np.where(probs != 0.0, np.exp(-losses) * probs, 0.0)
-        upper = np.cumsum(np.concatenate(([inf_mass], probs)))      # U_0 .. U_n
-        lower = np.cumsum(np.concatenate(([0.0], weights)))         # L_0 .. L_n
-        log_ratio = np.log((upper[:-1] - delta) / lower[:-1])
-        stop = (upper[:-1] > delta) & (lower[:-1] > 0.0) & (log_ratio >= losses)
-    corner = (upper[1:] >= delta) & (lower[1:] == 0.0)   # checked after adding element i
-    i_stop = int(np.argmax(stop)) if stop.any() else n
-    i_corner = int(np.argmax(corner)) if corner.any() else n
-    used = min(i_stop, i_corner + 1)   # dp-accounting evaluated exp(-l_j) for j < used
-    if used > 0 and -losses[used - 1] > 709.78:
-        raise OverflowError("math range error")   # where dp-accounting's math.exp overflows
-    if i_corner < i_stop:
-        return max(0.0, float(losses[i_corner]))
-    end = min(i_stop, n)   # the masses where the walk stopped (or all of them)
-    if upper[end] <= lower[end] + delta:
-        return 0.0
-    return math.log((upper[end] - delta) / lower[end])
-
-
-def coarsen(pmf: pld_pmf.DensePLDPmf, factor: int) -> pld_pmf.DensePLDPmf:
-    """The PMF moved onto the grid ``factor`` times coarser, pessimistically and exactly.
-
-    Each atom p at loss l, between the coarse grid points a <= l < b = a + D, is split into
-    p_b = p (e^{-(l-a)} - 1) / (e^{-D} - 1) at b and p_a = p - p_b at a: the split keeps both the
-    upper distribution's mass (p_a + p_b = p) and the lower one's (p_a e^{-a} + p_b e^{-b} =
-    p e^{-l}), so merging a and b back into l maps the new pair onto the old one. The old pair is
-    thus a post-processing of the new one, which dominates it (every hockey-stick divergence is at
-    least as large): Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022 (connect-the-dots, PETS),
-    applied to a discrete PLD. Infinity mass is kept."""
-    # pylint: disable=protected-access
-    if factor == 1:
-        return pmf
-    fine = pmf._lower_loss + np.arange(len(pmf._probs))
-    coarse = np.floor_divide(fine, factor)
-    offset = (fine - coarse * factor) * pmf._discretization           # l - a in [0, D)
-    upper_share = np.expm1(-offset) / math.expm1(-factor * pmf._discretization)
-    to_b = pmf._probs * upper_share
-    base = int(coarse[0])
-    index, size = coarse - base, int(coarse[-1]) - base + 2
-    probs = (np.bincount(index, weights=pmf._probs - to_b, minlength=size)
-             + np.bincount(index + 1, weights=to_b, minlength=size))
-    return pld_pmf.DensePLDPmf(pmf._discretization * factor, base, probs, pmf._infinity_mass,
-                               pmf._pessimistic_estimate)
-
-
-class GridTooLarge(Exception):
-    """A composition would need more grid points than allowed."""
-
-
-def _self_compose(pmf: pld_pmf.DensePLDPmf, times: int, tail: float,
-                  max_points: int) -> pld_pmf.DensePLDPmf:
-    """dp-accounting's ``DensePLDPmf.self_compose`` (``common.self_convolve``: the FFT to the
-    power ``times`` on the range that dp-accounting's Chernoff bounds keep, truncated tails to
-    the infinity mass), with those bounds computed in numpy and checked against ``max_points``
-    (GridTooLarge) before the FFT."""
-    # pylint: disable=protected-access
-    if times == 1:
-        return pmf
-    probs = pmf._probs
-    lower, upper = _self_convolve_bounds(probs, times, tail)
-    size = upper - lower + 1
-    if size > max_points:
-        raise GridTooLarge(f"{size:.3g} points after {times} compositions")
-    fast = fft.next_fast_len(max(size, len(probs)))
-    powered = np.real(fft.ifft(fft.fft(probs, fast) ** times))
-    out = np.roll(powered, -lower)[:size]
-    infinity = tail - math.expm1(times * math.log1p(-pmf._infinity_mass))
-    return pld_pmf.DensePLDPmf(pmf._discretization, pmf._lower_loss * times + lower, out,
-                               infinity, pmf._pessimistic_estimate)
-
-
-def _self_convolve_bounds(probs: np.ndarray, times: int, tail: float) -> tuple[int, int]:
-    """dp-accounting's ``common.compute_self_convolve_bounds`` at its default orders (Chernoff:
-    the mass beyond them is at most ``tail``), its log-sum-exp written in numpy."""
-    n = len(probs)
-    upper, lower = (n - 1) * times, 0
-    index = np.arange(n)
-    for order in np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n:
-        exponent = index * order
-        top = exponent[probs != 0].max()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_mgf = math.log(float(np.sum(probs * np.exp(exponent - top)))) + top
-            bound = (times * log_mgf + math.log(2.0 / tail)) / order
-        if not math.isfinite(bound):
-            continue
-        if order > 0:
-            upper = min(upper, math.ceil(bound))
-        else:
-            lower = max(lower, math.floor(bound))
-    return lower, upper
-
-
-def self_compose(distribution: pld.PrivacyLossDistribution, times: int, tail: float,
-                 max_points: int) -> pld.PrivacyLossDistribution:
-    """``distribution`` composed ``times`` times, in two stages for many compositions.
-
-    For k = ``times`` >= STAGED_FROM: m = floor(sqrt(k)) releases are composed at the fine
-    grid, the result is moved onto a grid c = floor(sqrt(m)) times coarser (:func:`coarsen`,
-    pessimistic and exact), and that is composed k // m times (plus the k mod m remaining
-    releases, coarsened too). The pessimistic rounding of a PLD moves epsilon by about
-    (number of compositions) x (grid step)^2, so both stages add about k Delta^2, while the
-    coarse stage needs sqrt(m) times fewer points: the composed grid of 1e8 releases shrinks
-    from about 1e7 points to 1e5. Every step keeps an upper bound. Each FFT's output size is
-    checked first (GridTooLarge above ``max_points``); truncated tails (``tail`` each) go to the
-    infinity mass, as dp-accounting does."""
-    # pylint: disable=protected-access
-    def compose(pmf):
-        pmf = pmf.to_dense_pmf()
-        if times < STAGED_FROM:
-            return _self_compose(pmf, times, tail, max_points)
-        m = math.isqrt(times)
-        factor = math.isqrt(m)
-        rounds, rest = divmod(times, m)
-        staged = _self_compose(coarsen(_self_compose(pmf, m, tail, max_points), factor),
-                               rounds, tail, max_points)
-        if rest:
-            staged = staged.compose(coarsen(_self_compose(pmf, rest, tail, max_points),
-                                            factor), tail_mass_truncation=tail)
-        return staged
-
-    if distribution._symmetric:
-        return pld.PrivacyLossDistribution(compose(distribution._pmf_remove))
-    return pld.PrivacyLossDistribution(compose(distribution._pmf_remove),
-                                       compose(distribution._pmf_add))
-
-
-def round_off_slack(distribution: pld.PrivacyLossDistribution, above: float = -math.inf) -> float:
-    """An estimate of how far FFT round-off can move a composed PLD's delta(eps) for eps >=
-    ``above``: the number of grid points with a loss above ``above`` times the largest negative
-    mass (true masses are >= 0, so a negative one is pure round-off and shows its level; FFT
-    round-off is spread evenly over the grid), the larger over the remove and add PMFs."""
-    # pylint: disable=protected-access
-    pmfs = [distribution._pmf_remove] + ([] if distribution._symmetric
-                                         else [distribution._pmf_add])
-    slack = 0.0
-    for p in pmfs:
-        if not isinstance(p, pld_pmf.DensePLDPmf) or not len(p._probs):
-            continue
-        first = math.floor(above / p._discretization) - p._lower_loss if math.isfinite(
-            above) else 0
-        count = len(p._probs) - min(max(first, 0), len(p._probs))
-        slack = max(slack, count * max(0.0, -float(np.min(p._probs))))
-    return slack
-
-
-def epsilon_with_round_off(distribution: pld.PrivacyLossDistribution, delta: float) -> float:
-    """The smaller of two epsilons that stay upper bounds under the FFT round-off estimate of
-    :func:`round_off_slack`: epsilon at delta minus the whole grid's slack (when that is at most
-    delta / 2), and epsilon at delta / 2 when the points above it carry at most delta / 2 of
-    slack. RoundOffTooLarge when neither holds."""
-    candidates = []
-    whole = round_off_slack(distribution)
-    if whole <= 0.5 * delta:
-        candidates.append(epsilon_for_delta(distribution, delta - whole))
-    half = epsilon_for_delta(distribution, 0.5 * delta)
-    if round_off_slack(distribution, above=half) <= 0.5 * delta:
-        candidates.append(half)
-    if not candidates:
-        raise RoundOffTooLarge(f"the FFT round-off of the composed PLD (~{whole:.2g}) is not "
-                               f"small against delta {delta:g}")
-    return min(candidates)
-
-
-class RoundOffTooLarge(Exception):
-    """The composed PLD's FFT round-off reaches delta."""
