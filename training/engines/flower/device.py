@@ -84,13 +84,13 @@ class DeviceParty:
         self.method.setup([self.device], _no_server(config, self.data.num_classes))
         self.pending: dict | None = None
         self.folder = folder if config.transcripts else None
-        self.recorder = Recorder([device_name(m)], {device_name(m): self._meta()},
-                                 enabled=self.folder is not None)
-        if self.folder is not None and (self.folder / f"{device_name(m)}{transcript.INDEX}").exists():
-            # the entries of earlier messages (each message runs in a new process); save() rewrites
-            self.recorder.transcripts[device_name(m)].entries = transcript.read_folder(
-                self.folder, device_name(m)).entries
+        self.recorder = self._recorder()
+        self.transcript_sizes: dict | None = None   # the transcript files' sizes after the last message
         self.device.note = self._note
+
+    def _recorder(self) -> Recorder:
+        return Recorder([device_name(self.m)], {device_name(self.m): self._meta()},
+                        enabled=self.folder is not None)
 
     def _meta(self) -> dict:
         return {"party": device_name(self.m), "dataset": self.data.name,
@@ -102,13 +102,23 @@ class DeviceParty:
 
     # state across messages ------------------------------------------------------------------
     def save(self) -> bytes:
+        self._append_transcript()
         buf = io.BytesIO()
         torch.save({"model": self.device.model.state_dict(), "step": self.device.step,
                     "noise": self.device.noise.state_dict(), "method": self.method.extra_state(),
-                    "pending": self.pending}, buf)
-        if self.folder is not None:
-            self.recorder.save(self.folder)
+                    "pending": self.pending, "transcript": self.transcript_sizes}, buf)
         return buf.getvalue()
+
+    def _append_transcript(self) -> None:
+        """Append this message's entries to the device's transcript files, continued from their
+        sizes after the last message (anything a failed message left after them is cut off):
+        the cost of a message does not grow with the run's length."""
+        if self.folder is None:
+            return
+        self.recorder.stream_to(self.folder, sizes=self.transcript_sizes)
+        self.transcript_sizes = self.recorder.sync()
+        self.recorder.close()
+        self.recorder = self._recorder()
 
     def restore(self, blob: bytes) -> None:
         state = torch.load(io.BytesIO(blob), weights_only=False)
@@ -117,6 +127,7 @@ class DeviceParty:
         self.device.noise.load_state_dict(state["noise"])
         self.method.load_extra_state(state["method"])
         self.pending = state["pending"]
+        self.transcript_sizes = state["transcript"]
 
     # the three halves -------------------------------------------------------------------------
     def send(self, round_: int, ids: torch.Tensor) -> Message:
