@@ -36,9 +36,9 @@ beside the new default (0.0125/sqrt(d), momentum 0.9) and the ZO step norms eta*
 of three model sizes at both rates.
 
 The report states, per setting and epsilon <= 5, whether DPZV beats the paired control by >= 0.05
-on every seed, and the signal-to-noise estimate per run SNR ~ sqrt(D B / M) / z (D records, B
-batch, M devices, z the downlink noise multiplier) with the D*B at which SNR would reach the
-level of the largest epsilon where DPZV did beat the control.
+on every seed, and the signal-to-noise estimate per run SNR = sqrt(E D B) / z (E epochs, D records, B batch, z the
+downlink noise multiplier; ~ sqrt(D B / M) at a fixed epsilon, ``_snr``) with the D*B at which
+SNR would reach the level of the smallest epsilon where DPZV did beat the control.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ SETTINGS = {
 EPSILONS = (1.0, 2.0, 5.0, 10.0, math.inf)
 ROWS = ("dpzv", "frozen", "fo-plain", "fo-vector", "rr-prior")
 # the grid's order: the most important cells first (each phase over every seed and setting)
-PHASES = ((("dpzv", "frozen"), (1.0, 2.0, 5.0, math.inf)), (("dpzv", "frozen"), (10.0,)),
+PHASES = ((("dpzv", "frozen"), (5.0, math.inf)), (("dpzv", "frozen"), (1.0, 2.0)), (("dpzv", "frozen"), (10.0,)),
           (("fo-plain",), (math.inf,)), (("fo-vector", "rr-prior"), (5.0,)),
           (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)))
 TARGET_GAIN = 0.05
@@ -216,10 +216,12 @@ def _stats(values: list[float]) -> dict | None:
 
 def report(out: Path) -> dict:
     rows = _read(out)
-    table, verdicts, snr, settings = {}, [], {}, {}
+    table, verdicts, snr, settings, resolved = {}, [], {}, {}, {}
     for name in dict.fromkeys(r["setting"] for r in rows):
         mine = [r for r in rows if r["setting"] == name]
         settings[name] = mine[0].get("setting_params", SETTINGS.get(name))
+        resolved[name] = {r["row"]: r["resolved"] for r in reversed(mine)
+                          if r.get("resolved") and r["epsilon"] is not None}
         table[name] = {}
         for row in ROWS:
             table[name][row] = {}
@@ -235,33 +237,37 @@ def report(out: Path) -> dict:
             for r in mine:
                 if r["epsilon"] == _num(eps) and r["row"] in ("dpzv", "frozen"):
                     pairs.setdefault(r["seed"], {})[r["row"]] = r["final"]
-            gains = [p["dpzv"] - p["frozen"] for p in pairs.values() if len(p) == 2]
+            paired = sorted(seed for seed, p in pairs.items() if len(p) == 2)
+            gains = [pairs[seed]["dpzv"] - pairs[seed]["frozen"] for seed in paired]
             if gains:
-                verdicts.append({"setting": name, "epsilon": _num(eps), "gains": gains,
+                verdicts.append({"setting": name, "epsilon": _num(eps), "seeds": paired, "gains": gains,
                                  "beats_by_0.05_every_seed": all(g >= TARGET_GAIN for g in gains)})
         snr[name] = _snr(settings[name], mine)
     hits = [v for v in verdicts if v["epsilon"] is not None and v["epsilon"] <= 5
             and v["beats_by_0.05_every_seed"]]
-    return {"settings": settings, "wall_seconds": sum(r["wall_seconds"] for r in rows),
+    return {"settings": settings, "resolved": resolved, "wall_seconds": sum(r["wall_seconds"] for r in rows),
             "runs": len(rows), "epsilons": [_num(e) for e in EPSILONS], "table": table,
             "paired_gain": verdicts, "goal_met": bool(hits), "goal_met_at": hits, "snr": snr}
 
 
 def _snr(setting: dict, mine: list[dict]) -> dict:
-    """Per-run SNR ~ sqrt(D B / M) / z at each epsilon (z: the downlink noise multiplier of the DPZV
-    runs), and the D*B at which epsilon 5's SNR would equal that of the reference epsilon: the
-    smallest where DPZV beat its control by TARGET_GAIN on every seed, else (marked) the smallest
-    where it did so on the mean over seeds. At a fixed epsilon and schedule z depends on the number
-    of releases per record (about M * epochs under the device threat), not on D, so SNR grows like
-    sqrt(D B) and D*B must grow by (SNR_reference / SNR_5)^2."""
+    """Per-run SNR = sqrt(E D B) / z at each epsilon (E epochs, D records, B batch; z the downlink
+    noise multiplier of the DPZV runs): each device takes E D / B steps on a clipped batch mean
+    whose noise is z 2C / B, so the noise on the summed signal shrinks like sqrt(E D / B) B / z.
+    Under the ``device`` threat z at a fixed epsilon grows like sqrt(E M) (a record is in about
+    E M releases), so SNR ~ sqrt(D B / M) up to a factor fixed by epsilon, whatever E. Also the
+    D*B at which epsilon 5's SNR would equal that of the reference epsilon: the smallest where
+    DPZV beat its control by TARGET_GAIN on every seed, else (marked) the smallest where it did so
+    on the mean over seeds; D*B must grow by (SNR_reference / SNR_5)^2."""
     records = len(data.load(setting["dataset"], setting["devices"]).y_train)
     db = records * setting["batch_size"]
-    out = {"D": records, "B": setting["batch_size"], "M": setting["devices"], "by_epsilon": {}}
+    out = {"D": records, "B": setting["batch_size"], "M": setting["devices"], "E": setting["epochs"],
+           "by_epsilon": {}}
     for eps in EPSILONS[:-1]:
         zs = [r["z_downlink"] for r in mine if r["row"] == "dpzv" and r["epsilon"] == eps and r["z_downlink"]]
         if zs:
             z = statistics.fmean(zs)
-            out["by_epsilon"][f"{eps:g}"] = {"z": z, "snr": math.sqrt(db / setting["devices"]) / z}
+            out["by_epsilon"][f"{eps:g}"] = {"z": z, "snr": math.sqrt(setting["epochs"] * db) / z}
     gains = {}
     for r in mine:
         if r["row"] in ("dpzv", "frozen"):
@@ -321,8 +327,11 @@ def markdown(rep: dict) -> str:
              "fo-plain": "first-order VFL, no noise", "rr-prior": "rr-prior (labels only, label DP)"}
     for name, table in rep["table"].items():
         s = rep["settings"][name]
+        used = "; ".join(f"{row}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.items() if v is not None)
+                         for row, r in rep.get("resolved", {}).get(name, {}).items())
         lines += [f"**{name}** ({s['devices']} devices, embed_dim {s['embed_dim']}, B = {s['batch_size']}, "
-                  f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]", "",
+                  f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]"
+                  + (f". Private runs used {used}" if used else ""), "",
                   "| row | eps=1 | eps=2 | eps=5 | eps=10 | eps=inf |", "|---|---|---|---|---|---|"]
         for row in ROWS:
             cells = []
@@ -337,6 +346,12 @@ def markdown(rep: dict) -> str:
         eps = "inf" if v["epsilon"] is None else f"{v['epsilon']:g}"
         gains = ", ".join(f"{g:+.3f}" for g in v["gains"])
         lines.append(f"| {v['setting']} | {eps} | {gains} | {'yes' if v['beats_by_0.05_every_seed'] else 'no'} |")
+    lines += ["", "| setting | D | B | M | E | z (eps 1 / 2 / 5 / 10) | SNR = sqrt(E D B) / z |", "|---|---|---|---|---|---|---|"]
+    for name, n in rep["snr"].items():
+        by = n["by_epsilon"]
+        zs = " / ".join(f"{by[k]['z']:.2f}" if k in by else "-" for k in ("1", "2", "5", "10"))
+        snrs = " / ".join(f"{by[k]['snr']:.1f}" if k in by else "-" for k in ("1", "2", "5", "10"))
+        lines.append(f"| {name} | {n['D']} | {n['B']} | {n['M']} | {n['E']:g} | {zs} | {snrs} |")
     return "\n".join(lines) + "\n"
 
 
