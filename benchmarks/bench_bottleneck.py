@@ -68,8 +68,8 @@ SETTINGS = {
 EPSILONS = (1.0, 2.0, 5.0, 10.0, math.inf)
 ROWS = ("dpzv", "frozen", "fo-plain", "fo-vector", "rr-prior")
 # the grid's order: the most important cells first (each phase over every seed and setting)
-PHASES = ((("dpzv", "frozen"), (5.0, math.inf)), (("dpzv", "frozen"), (1.0, 2.0)), (("dpzv", "frozen"), (10.0,)),
-          (("fo-plain",), (math.inf,)), (("fo-vector", "rr-prior"), (5.0,)),
+PHASES = ((("dpzv", "frozen"), (5.0, math.inf)), (("fo-plain",), (math.inf,)), (("dpzv", "frozen"), (1.0, 2.0)),
+          (("dpzv", "frozen"), (10.0,)), (("fo-vector", "rr-prior"), (5.0,)),
           (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)))
 TARGET_GAIN = 0.05
 DELTA = 1e-5
