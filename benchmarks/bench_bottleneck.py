@@ -320,6 +320,12 @@ def _shrinkage(gains: dict, by_eps: dict, db: int) -> dict | None:
     return out
 
 
+# the resolved values that matter per row (rr-prior has no DP head; the control trains no devices)
+SHOWN = {"dpzv": ("clip", "head_clip", "lr_device", "head_window"), "frozen": ("head_clip", "head_window"),
+         "fo-vector": ("clip", "head_clip", "lr_device", "head_window"), "rr-prior": ("lr_device", "lr_server"),
+         "fo-plain": ()}
+
+
 def markdown(rep: dict) -> str:
     """The report's tables (mean +- std [seeds] per row and epsilon; paired gains) as markdown."""
     lines = []
@@ -327,8 +333,9 @@ def markdown(rep: dict) -> str:
              "fo-plain": "first-order VFL, no noise", "rr-prior": "rr-prior (labels only, label DP)"}
     for name, table in rep["table"].items():
         s = rep["settings"][name]
-        used = "; ".join(f"{row}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.items() if v is not None)
-                         for row, r in rep.get("resolved", {}).get(name, {}).items())
+        used = "; ".join(f"{row}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.items()
+                                                if v is not None and k in SHOWN[row])
+                         for row, r in sorted(rep.get("resolved", {}).get(name, {}).items()))
         lines += [f"**{name}** ({s['devices']} devices, embed_dim {s['embed_dim']}, B = {s['batch_size']}, "
                   f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]"
                   + (f". Private runs used {used}" if used else ""), "",
