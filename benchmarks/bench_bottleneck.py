@@ -16,6 +16,9 @@ records the resolved values under ``resolved``). Rows, at epsilon in ``EPSILONS`
   ``FO_RATE[name]`` (device and server), picked by a rate sweep on the tuning seed;
 * ``fo-vector``: the downlink-noise first-order baseline, C = 0.1, device rate 5e-4 (the
   issue-3 sweep's choice on digits and mnist-5k, training/tuned.py), the DP head's defaults;
+* ``czofo``: VFL-CZOFO (a ZO device step on the downlink's noisy gradient vector), with
+  fo-vector's C and device rate (also the issue-3 sweep's choice for czofo), the DP head's
+  defaults;
 * ``rr-prior``: randomised response with a prior (Ghazi et al. 2021) then first-order VFL on the
   privatised labels at ``FO_RATE[name]``: **labels only, label neighbours, pure epsilon** (not
   comparable with the record-level epsilons of the other rows).
@@ -66,11 +69,11 @@ SETTINGS = {
     "mnist-5k": dict(dataset="mnist-5k", devices=7, embed_dim=2, batch_size=64, epochs=4.0),
 }
 EPSILONS = (1.0, 2.0, 5.0, 10.0, math.inf)
-ROWS = ("dpzv", "frozen", "fo-plain", "fo-vector", "rr-prior")
+ROWS = ("dpzv", "frozen", "fo-plain", "fo-vector", "czofo", "rr-prior")
 # the grid's order: the most important cells first (each phase over every seed and setting)
 PHASES = ((("dpzv", "frozen"), (5.0, math.inf)), (("fo-plain",), (math.inf,)), (("dpzv", "frozen"), (1.0, 2.0)),
           (("dpzv", "frozen"), (10.0,)), (("fo-vector", "rr-prior"), (5.0,)),
-          (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)))
+          (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)), (("czofo",), (5.0, 1.0, 2.0, 10.0)))
 TARGET_GAIN = 0.05
 DELTA = 1e-5
 TUNING_SEED = 100
@@ -102,8 +105,8 @@ def row_config(row: str, setting: dict, epsilon: float, seed: int, zo_rate: floa
                            lr_device=zo_rate / math.sqrt(device_dim(setting)),
                            freeze="devices" if frozen else None,
                            head_share=1.0 if frozen and math.isfinite(epsilon) else 0.5)
-    if row == "fo-vector":
-        return TrainConfig(**base, method="fo-vector", clip=0.1, lr_device=5e-4) \
+    if row in ("fo-vector", "czofo"):   # the issue-3 sweep's C and device rate for both
+        return TrainConfig(**base, method=row, clip=0.1, lr_device=5e-4) \
             if math.isfinite(epsilon) else None
     if row == "fo-plain":
         return TrainConfig(**base, method="fo-vector", clip=10.0, lr_device=fo_rate, lr_server=fo_rate) \
@@ -322,7 +325,8 @@ def _shrinkage(gains: dict, by_eps: dict, db: int) -> dict | None:
 
 # the resolved values that matter per row (rr-prior has no DP head; the control trains no devices)
 SHOWN = {"dpzv": ("clip", "head_clip", "lr_device", "head_window"), "frozen": ("head_clip", "head_window"),
-         "fo-vector": ("clip", "head_clip", "lr_device", "head_window"), "rr-prior": ("lr_device", "lr_server"),
+         "fo-vector": ("clip", "head_clip", "lr_device", "head_window"),
+         "czofo": ("clip", "head_clip", "lr_device", "head_window"), "rr-prior": ("lr_device", "lr_server"),
          "fo-plain": ()}
 
 
@@ -330,6 +334,7 @@ def markdown(rep: dict) -> str:
     """The report's tables (mean +- std [seeds] per row and epsilon; paired gains) as markdown."""
     lines = []
     names = {"dpzv": "dpzv", "frozen": "frozen devices (paired control)", "fo-vector": "fo-vector",
+             "czofo": "czofo (downlink vector noise)",
              "fo-plain": "first-order VFL, no noise", "rr-prior": "rr-prior (labels only, label DP)"}
     for name, table in rep["table"].items():
         s = rep["settings"][name]
@@ -382,7 +387,7 @@ def plot(out: Path, folder: Path) -> None:
         if pts:
             a.fill_between([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], alpha=0.25,
                            color="grey", label="frozen control (min..max over seeds)")
-        for row in ("dpzv", "fo-vector", "rr-prior", "fo-plain"):
+        for row in ("dpzv", "fo-vector", "czofo", "rr-prior", "fo-plain"):
             got = [(x, table[row][k]["mean"], table[row][k]["std"]) for x, k in zip(xs, labels)
                    if k in table.get(row, {})]
             if got:

@@ -37,7 +37,7 @@ def test_the_control_is_the_same_dpzv_run_frozen_with_the_whole_budget_on_the_he
 def test_private_rows_take_todays_head_defaults_not_a_pinned_head_clip():
     """C_h and the window are left open, so the run resolves them as the trainer does."""
     for name in bench.SETTINGS:
-        for row in ("dpzv", "frozen", "fo-vector"):
+        for row in ("dpzv", "frozen", "fo-vector", "czofo"):
             c = _config(row, name)
             assert c.head_clip is None and c.head_window is None
             assert c.threat == "device" and c.accountant == "pld" and c.delta == 1e-5
@@ -52,6 +52,7 @@ def test_rows_exist_where_they_are_defined():
     fo = _config("fo-plain", epsilon=math.inf)
     assert fo.lr_device == fo.lr_server == bench.FO_RATE["digits"]
     assert _config("rr-prior").method == "rr-prior"
+    assert _config("czofo").method == "czofo" and _config("czofo", epsilon=math.inf) is None
 
 
 def test_the_grid_refuses_the_tuning_seed_and_runs_important_cells_first(tmp_path):
