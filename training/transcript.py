@@ -182,6 +182,16 @@ class Recorder:
                 if sink is not None:
                     sink.close()
 
+    def save(self, folder: Path) -> None:
+        """Write the transcripts held in memory to ``folder`` (the on-disk format of a run)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for party, t in self.transcripts.items():
+            sink = _Sink(folder, party, t.meta)
+            for e in t.entries:
+                sink.append(e)
+            sink.sync()
+            sink.close()
+
 
 def load(run_dir: str | Path, party: str) -> Transcript:
     """The transcript of ``party`` (``"server"``, ``"device0"``, ...) saved in ``run_dir``."""

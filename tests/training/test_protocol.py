@@ -97,10 +97,7 @@ def test_device_transcript_holds_what_it_saw_and_nothing_else(tmp_path, tiny_sch
     sched = tiny_scheduler(devices=3, sigma=0.5)
     for _ in range(30):
         sched.step()
-    (tmp_path / "transcripts").mkdir()
-    sched.recorder.stream_to(tmp_path / "transcripts")   # the entries held so far go first
-    sched.recorder.sync()
-    sched.recorder.close()
+    sched.recorder.save(tmp_path / "transcripts")
     log = np.array(sched.traffic.log)
     server = transcript.load(tmp_path, SERVER)
     for m in range(3):
