@@ -184,12 +184,13 @@ def _setting(eps, delta, steps, neighbors, threat):
 
 def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
     """The reference at privzv's noise multiplier z on grids REFINEMENTS times finer than
-    privzv's (the coarser at least twice the 1.5e-6 floor, so that there are always two),
+    privzv's (the coarser at least twice privzv's round-off floor, so that there are always
+    two),
     extrapolated to step 0 by the k Delta^2 law of the pessimistic rounding; the tight noise multiplier solves reference(z') = target along the slope of log
     epsilon against log z, taken from privzv's pld at z and 0.999 z (a 1% error in the slope
     moves the gap by 1% of itself)."""
     z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
-    floor = accountants.PLD_DISCRETIZATION_RANGE[0]
+    floor = accountants.pld_grid_step(z, Exposure(k, q), delta, 0.0)
     coarse = max(accountants.pld_discretization(eps, k, delta) / REFINEMENTS[0], 2 * floor)
     grids = [coarse, coarse * REFINEMENTS[0] / REFINEMENTS[1]]
     start = time.process_time()
@@ -281,20 +282,32 @@ def small_z_task() -> dict:
             "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu}
 
 
-def below_floor(eps=0.01, delta=1e-12, steps=100_000) -> dict:
-    """Where the grid floor limits tightness (epsilon 0.01, large T): privzv's calibrated noise
-    multiplier, privzv's pld epsilon there at the floor and at steps below it, and the reference
-    (:func:`tight_sigma`)."""
-    release, schedule = _setting(eps, delta, steps, "add-remove", "eavesdropper")
-    _clear_caches()
-    ours = calibrate(eps, delta, release, schedule, "best")
-    exp = Exposure(ours.compositions, ours.sampling_rate)
-    steps_below = (accountants.PLD_DISCRETIZATION_RANGE[0], 5e-7, 2e-7)
-    return {"epsilon": eps, "delta": delta, "steps": steps,
-            "noise_multiplier": ours.noise_multiplier,
-            "pld_epsilon_at_step": {f"{d:g}": accountants.pld_epsilon(
-                ours.noise_multiplier, exp, "add-remove", delta, d) for d in steps_below},
-            **tight_sigma(ours, release, schedule, eps, delta)}
+# (q = 256/60000, add-remove) settings where privzv's calibration met the round-off floor:
+# (noise multiplier, T, delta)
+ROUNDOFF_SETTINGS = ((54.6, 10**7, 1e-5), (88.72, 10**7, 1e-12), (26036.0, 10**8, 1e-12),
+                     (781.77, 10**5, 1e-12))
+ROUNDOFF_MULTIPLES = (4.0, 2.0, 1.0, 0.5, 0.25)
+
+
+def roundoff() -> list[dict]:
+    """Where the round-off floor (privzv.accountants.pld_roundoff_floor) sits: privzv's pld
+    epsilon at each ROUNDOFF_SETTINGS on steps ROUNDOFF_MULTIPLES times the floor (above the
+    floor the pessimistic rounding shrinks with the step, below it round-off grows), and the
+    step where epsilon was smallest."""
+    from privzv.accountants import _log_truncation, _pld_epsilon
+
+    rows = []
+    for z, steps, delta in ROUNDOFF_SETTINGS:
+        exp = Exposure(steps, Q)
+        floor = accountants.pld_grid_step(z, exp, delta, 0.0)
+        values = {f"{m * floor:.3g}": _pld_epsilon(z, steps, Q, "add-remove", delta, m * floor,
+                                                   _log_truncation(delta))
+                  for m in ROUNDOFF_MULTIPLES}
+        rows.append({"noise_multiplier": z, "steps": steps, "delta": delta, "floor": floor,
+                     "pld_epsilon_at_step": values,
+                     "smallest_at_step": float(min(values, key=values.get))})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -305,15 +318,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
-    parser.add_argument("--below-floor", action="store_true",
-                        help="only privzv's pld below its grid floor at epsilon 0.01, T = 1e5")
+    parser.add_argument("--roundoff", action="store_true",
+                        help="only privzv's pld around its round-off floor")
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
     parser.add_argument("--epsilons", type=_floats, default=SWEEP_EPSILONS)
     parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
                         default=SWEEP_STEPS)
     args = parser.parse_args()
-    if args.below_floor:
-        print(json.dumps(below_floor()))
+    if args.roundoff:
+        print(json.dumps({"roundoff": roundoff()}))
         return
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")
