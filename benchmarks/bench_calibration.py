@@ -190,7 +190,8 @@ def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
     epsilon against log z, taken from privzv's pld at z and 0.999 z (a 1% error in the slope
     moves the gap by 1% of itself)."""
     z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
-    floor = accountants.pld_grid_step(z, Exposure(k, q), delta, 0.0)
+    floor = accountants.pld_roundoff_floor(z, Exposure(k, q), delta,
+                                           accountants.release_span(z, delta))
     coarse = max(accountants.pld_discretization(eps, k, delta) / REFINEMENTS[0], 2 * floor)
     grids = [coarse, coarse * REFINEMENTS[0] / REFINEMENTS[1]]
     start = time.process_time()
@@ -299,7 +300,7 @@ def roundoff() -> list[dict]:
     rows = []
     for z, steps, delta in ROUNDOFF_SETTINGS:
         exp = Exposure(steps, Q)
-        floor = accountants.pld_grid_step(z, exp, delta, 0.0)
+        floor = accountants.pld_roundoff_floor(z, exp, delta, accountants.release_span(z, delta))
         values = {f"{m * floor:.3g}": _pld_epsilon(z, steps, Q, "add-remove", delta, m * floor,
                                                    _log_truncation(delta))
                   for m in ROUNDOFF_MULTIPLES}

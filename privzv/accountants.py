@@ -142,14 +142,19 @@ def _log_truncation(delta: float) -> float:
     return min(-50.0, math.log(delta) - 10.0)
 
 
+def release_span(z: float, delta: float) -> float:
+    """The range of one release's privacy losses, about 2 (a t + a^2/2): a = 1/z the shift in
+    noise units, t the tail quantile of the truncated mass."""
+    a = 1.0 / z
+    return 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta)) + 0.5 * a * a)
+
+
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
     """The step :func:`pld_epsilon` uses when asked for ``discretization``: at least
     :func:`pld_roundoff_floor`, at most span / 20, and at least PLD_FLOOR_LARGE_Q for
-    q > PLD_SMALL_Q; CannotAnswer if the release's grid would exceed PLD_MAX_POINTS. The release's privacy losses span about
-    2 (a t + a^2/2), a = 1/z the shift in noise units, t the tail quantile of the truncated
-    mass."""
-    a = 1.0 / z
-    span = 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta)) + 0.5 * a * a)
+    q > PLD_SMALL_Q; CannotAnswer if the release's grid (:func:`release_span` / step) would
+    exceed PLD_MAX_POINTS."""
+    span = release_span(z, delta)
     step = min(max(discretization, pld_roundoff_floor(z, exposure, delta, span)), span / 20.0)
     if exposure.sampling_rate > PLD_SMALL_Q:
         step = max(step, PLD_FLOOR_LARGE_Q)

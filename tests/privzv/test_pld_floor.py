@@ -25,7 +25,8 @@ def test_the_roundoff_floor_sits_where_epsilon_is_smallest():
     """T = 1e8, epsilon about 0.01, delta 1e-12: above the floor the pessimistic rounding
     shrinks with the step, below it the single release's round-off grows."""
     z, steps, delta = 26036.0, 10**8, 1e-12
-    floor = accountants.pld_grid_step(z, Exposure(steps, Q), delta, 0.0)
+    floor = accountants.pld_roundoff_floor(z, Exposure(steps, Q), delta,
+                                           accountants.release_span(z, delta))
     at = {m: accountants._pld_epsilon(z, steps, Q, "add-remove", delta, m * floor,
                                       accountants._log_truncation(delta))
           for m in (0.25, 1.0, 4.0)}
