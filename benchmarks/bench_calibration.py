@@ -213,11 +213,11 @@ def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
             "reference_cpu_seconds": cpu}
 
 
-def sweep(deltas, epsilons, steps_list) -> dict:
+def sweep(deltas, epsilons, steps_list, reference=True) -> dict:
     """privzv's best calibration over the grid (CPU seconds of the calibration, caches cleared)
-    and its gap to the tight noise multiplier: exact GDP under ``device``, the reference PLD
-    (:func:`tight_sigma`) under ``eavesdropper`` and ``secret-subsampling`` (the latter at
-    T = 1000 only)."""
+    and, with ``reference``, its gap to the tight noise multiplier: exact GDP under ``device``,
+    the reference PLD (:func:`tight_sigma`) under ``eavesdropper`` and ``secret-subsampling``
+    (the latter at the smallest T only)."""
     rows = []
     for delta, eps, steps, neighbors, threat in itertools.product(
             deltas, epsilons, steps_list, ("add-remove", "replace-one"), THREATS):
@@ -231,26 +231,28 @@ def sweep(deltas, epsilons, steps_list) -> dict:
                "sampling_rate": ours.sampling_rate, "noise_multiplier": ours.noise_multiplier,
                "epsilon_reached": ours.epsilon, "accountant": ours.accountant,
                "fallback": ours.fallback, "cpu_seconds": cpu}
-        if ours.sampling_rate is None:
+        if reference and ours.sampling_rate is None:
             tight = exact_device_noise_multiplier(eps, delta, ours.compositions)
             row.update(reference="exact GDP (mpmath)", tight_noise_multiplier=tight,
                        relative_gap_to_tight=ours.noise_multiplier / tight - 1.0)
-        else:
+        elif reference:
             row.update(tight_sigma(ours, release, schedule, eps, delta))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    timing = {"rows": rows, "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
+              "accountants": sorted({r["accountant"] for r in rows})}
+    if not reference:
+        return timing
     gaps = [r["relative_gap_to_tight"] for r in rows]
     worst = max(rows, key=lambda r: r["relative_gap_to_tight"])
-    return {"rows": rows, "largest_gap": max(gaps), "smallest_gap": min(gaps),
+    return {**timing, "largest_gap": max(gaps), "smallest_gap": min(gaps),
             "largest_gap_at": {k: worst[k] for k in ("threat", "epsilon", "delta", "steps",
                                                      "neighbors")},
             "smallest_epsilon_over_reference": min(
                 (r["epsilon_over_reference"] for r in rows if "epsilon_over_reference" in r),
                 default=None),
             "wrong_side": [r for r in rows if r["relative_gap_to_tight"] < 0
-                           or r.get("epsilon_over_reference", 0.0) < 0],
-            "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
-            "accountants": sorted({r["accountant"] for r in rows})}
+                           or r.get("epsilon_over_reference", 0.0) < 0]}
 
 
 def small_z_task() -> dict:
@@ -321,6 +323,8 @@ def main() -> None:
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
     parser.add_argument("--roundoff", action="store_true",
                         help="only privzv's pld around its round-off floor")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="the grid's calibrations and CPU seconds, without the reference")
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
     parser.add_argument("--epsilons", type=_floats, default=SWEEP_EPSILONS)
     parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
@@ -337,7 +341,7 @@ def main() -> None:
     if not args.sweep_only:
         out.update(compare(release, schedule))
     if args.sweep or args.sweep_only:
-        out["sweep"] = sweep(args.deltas, args.epsilons, args.steps)
+        out["sweep"] = sweep(args.deltas, args.epsilons, args.steps, not args.timing_only)
     out["versions"] = {"privzv": privzv.__version__, "python": platform.python_version(),
                        **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy",
                                                             "scipy")}}

@@ -151,13 +151,14 @@ def release_span(z: float, delta: float) -> float:
 
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
     """The step :func:`pld_epsilon` uses when asked for ``discretization``: at least
-    :func:`pld_roundoff_floor`, at most span / 20, and at least PLD_FLOOR_LARGE_Q for
-    q > PLD_SMALL_Q; CannotAnswer if the release's grid (:func:`release_span` / step) would
+    :func:`pld_roundoff_floor` (and PLD_FLOOR_LARGE_Q for q > PLD_SMALL_Q), but at most
+    span / 20, so that a release has 20 grid points even at a huge noise multiplier; CannotAnswer if the release's grid (:func:`release_span` / step) would
     exceed PLD_MAX_POINTS."""
     span = release_span(z, delta)
-    step = min(max(discretization, pld_roundoff_floor(z, exposure, delta, span)), span / 20.0)
+    step = max(discretization, pld_roundoff_floor(z, exposure, delta, span))
     if exposure.sampling_rate > PLD_SMALL_Q:
         step = max(step, PLD_FLOOR_LARGE_Q)
+    step = min(step, span / 20.0)
     if not span / step <= PLD_MAX_POINTS:
         raise CannotAnswer(f"one release's privacy-loss grid would need about "
                            f"{span / step:.3g} points at discretisation {step:.3g}")

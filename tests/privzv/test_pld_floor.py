@@ -51,3 +51,18 @@ def test_small_epsilon_calibration_is_tight_and_one_sided(neighbors):
               for d in grids)
     reference = e2 - (e1 - e2) * grids[1] ** 2 / (grids[0] ** 2 - grids[1] ** 2)
     assert reference <= ours.epsilon <= reference * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("threat", ["secret-subsampling", "eavesdropper"])
+def test_huge_noise_multipliers_keep_a_usable_grid(threat):
+    """epsilon 0.01, delta 1e-12, T = 1e8: the noise multiplier is 2.5e4 to 4.5e5, so a release's
+    losses span 1e-5 to 1e-3. A fixed floor (1.5e-6, or 5e-6 for q > 0.01) left a few grid points
+    a release and 'unreachable' (epsilon 0.02 to 0.03 even at noise multiplier 1e6)."""
+    release = Release(clip=1.0, batch_size=256, neighbors="replace-one")
+    schedule = Schedule(steps=10**8, dataset_size=60000, threat=threat, super_batch=1024
+                        if threat == "secret-subsampling" else None)
+    ours = calibrate(0.01, 1e-12, release, schedule, "best")
+    assert ours.accountant == "pld" and 0.0099 < ours.epsilon <= 0.01
+    exp = Exposure(ours.compositions, ours.sampling_rate)
+    span = accountants.release_span(ours.noise_multiplier, 1e-12)
+    assert span / accountants.pld_grid_step(ours.noise_multiplier, exp, 1e-12, 1e-12) >= 20 - 1e-9
