@@ -97,8 +97,9 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 # pld_roundoff_floor the step below which the single release's round-off costs more than the
 # finer grid gains (PLD_ROUNDOFF_SCALE fitted to measurements, see there). For q > PLD_SMALL_Q
 # the step is at least 5e-6 (measured with dp-accounting's hockey-stick values). A single
-# release's grid is not built above PLD_MAX_POINTS points, and no composition of more than PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers
-# instead): this bounds one evaluation to well under a second.
+# release's grid is not built above PLD_MAX_POINTS points, and no composition of more than
+# PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
+# evaluation to well under a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
 PLD_ROUNDOFF_SCALE = 6e-6
@@ -152,8 +153,9 @@ def release_span(z: float, delta: float) -> float:
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
     """The step :func:`pld_epsilon` uses when asked for ``discretization``: at least
     :func:`pld_roundoff_floor` (and PLD_FLOOR_LARGE_Q for q > PLD_SMALL_Q), but at most
-    span / 20, so that a release has 20 grid points even at a huge noise multiplier; CannotAnswer if the release's grid (:func:`release_span` / step) would
-    exceed PLD_MAX_POINTS."""
+    span / 20, so that a release has 20 grid points even at a huge noise multiplier;
+    CannotAnswer if the release's grid (:func:`release_span` / step) would exceed
+    PLD_MAX_POINTS."""
     span = release_span(z, delta)
     step = max(discretization, pld_roundoff_floor(z, exposure, delta, span))
     if exposure.sampling_rate > PLD_SMALL_Q:
