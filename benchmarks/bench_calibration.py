@@ -184,12 +184,14 @@ def _setting(eps, delta, steps, neighbors, threat):
 
 def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
     """The reference at privzv's noise multiplier z on grids REFINEMENTS times finer than
-    privzv's (the coarser at least twice the 1.5e-6 floor, so that there are always two),
+    privzv's (the coarser at least twice privzv's round-off floor, so that there are always
+    two),
     extrapolated to step 0 by the k Delta^2 law of the pessimistic rounding; the tight noise multiplier solves reference(z') = target along the slope of log
     epsilon against log z, taken from privzv's pld at z and 0.999 z (a 1% error in the slope
     moves the gap by 1% of itself)."""
     z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
-    floor = accountants.PLD_DISCRETIZATION_RANGE[0]
+    floor = accountants.pld_roundoff_floor(z, Exposure(k, q), delta,
+                                           accountants.release_span(z, delta))
     coarse = max(accountants.pld_discretization(eps, k, delta) / REFINEMENTS[0], 2 * floor)
     grids = [coarse, coarse * REFINEMENTS[0] / REFINEMENTS[1]]
     start = time.process_time()
@@ -211,11 +213,11 @@ def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
             "reference_cpu_seconds": cpu}
 
 
-def sweep(deltas, epsilons, steps_list) -> dict:
+def sweep(deltas, epsilons, steps_list, reference=True) -> dict:
     """privzv's best calibration over the grid (CPU seconds of the calibration, caches cleared)
-    and its gap to the tight noise multiplier: exact GDP under ``device``, the reference PLD
-    (:func:`tight_sigma`) under ``eavesdropper`` and ``secret-subsampling`` (the latter at
-    T = 1000 only)."""
+    and, with ``reference``, its gap to the tight noise multiplier: exact GDP under ``device``,
+    the reference PLD (:func:`tight_sigma`) under ``eavesdropper`` and ``secret-subsampling``
+    (the latter at the smallest T only)."""
     rows = []
     for delta, eps, steps, neighbors, threat in itertools.product(
             deltas, epsilons, steps_list, ("add-remove", "replace-one"), THREATS):
@@ -229,26 +231,28 @@ def sweep(deltas, epsilons, steps_list) -> dict:
                "sampling_rate": ours.sampling_rate, "noise_multiplier": ours.noise_multiplier,
                "epsilon_reached": ours.epsilon, "accountant": ours.accountant,
                "fallback": ours.fallback, "cpu_seconds": cpu}
-        if ours.sampling_rate is None:
+        if reference and ours.sampling_rate is None:
             tight = exact_device_noise_multiplier(eps, delta, ours.compositions)
             row.update(reference="exact GDP (mpmath)", tight_noise_multiplier=tight,
                        relative_gap_to_tight=ours.noise_multiplier / tight - 1.0)
-        else:
+        elif reference:
             row.update(tight_sigma(ours, release, schedule, eps, delta))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    timing = {"rows": rows, "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
+              "accountants": sorted({r["accountant"] for r in rows})}
+    if not reference:
+        return timing
     gaps = [r["relative_gap_to_tight"] for r in rows]
     worst = max(rows, key=lambda r: r["relative_gap_to_tight"])
-    return {"rows": rows, "largest_gap": max(gaps), "smallest_gap": min(gaps),
+    return {**timing, "largest_gap": max(gaps), "smallest_gap": min(gaps),
             "largest_gap_at": {k: worst[k] for k in ("threat", "epsilon", "delta", "steps",
                                                      "neighbors")},
             "smallest_epsilon_over_reference": min(
                 (r["epsilon_over_reference"] for r in rows if "epsilon_over_reference" in r),
                 default=None),
             "wrong_side": [r for r in rows if r["relative_gap_to_tight"] < 0
-                           or r.get("epsilon_over_reference", 0.0) < 0],
-            "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
-            "accountants": sorted({r["accountant"] for r in rows})}
+                           or r.get("epsilon_over_reference", 0.0) < 0]}
 
 
 def small_z_task() -> dict:
@@ -281,20 +285,32 @@ def small_z_task() -> dict:
             "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu}
 
 
-def below_floor(eps=0.01, delta=1e-12, steps=100_000) -> dict:
-    """Where the grid floor limits tightness (epsilon 0.01, large T): privzv's calibrated noise
-    multiplier, privzv's pld epsilon there at the floor and at steps below it, and the reference
-    (:func:`tight_sigma`)."""
-    release, schedule = _setting(eps, delta, steps, "add-remove", "eavesdropper")
-    _clear_caches()
-    ours = calibrate(eps, delta, release, schedule, "best")
-    exp = Exposure(ours.compositions, ours.sampling_rate)
-    steps_below = (accountants.PLD_DISCRETIZATION_RANGE[0], 5e-7, 2e-7)
-    return {"epsilon": eps, "delta": delta, "steps": steps,
-            "noise_multiplier": ours.noise_multiplier,
-            "pld_epsilon_at_step": {f"{d:g}": accountants.pld_epsilon(
-                ours.noise_multiplier, exp, "add-remove", delta, d) for d in steps_below},
-            **tight_sigma(ours, release, schedule, eps, delta)}
+# (q = 256/60000, add-remove) settings where privzv's calibration met the round-off floor:
+# (noise multiplier, T, delta)
+ROUNDOFF_SETTINGS = ((54.6, 10**7, 1e-5), (88.72, 10**7, 1e-12), (26036.0, 10**8, 1e-12),
+                     (781.77, 10**5, 1e-12))
+ROUNDOFF_MULTIPLES = (4.0, 2.0, 1.0, 0.5, 0.25)
+
+
+def roundoff() -> list[dict]:
+    """Where the round-off floor (privzv.accountants.pld_roundoff_floor) sits: privzv's pld
+    epsilon at each ROUNDOFF_SETTINGS on steps ROUNDOFF_MULTIPLES times the floor (above the
+    floor the pessimistic rounding shrinks with the step, below it round-off grows), and the
+    step where epsilon was smallest."""
+    from privzv.accountants import _log_truncation, _pld_epsilon
+
+    rows = []
+    for z, steps, delta in ROUNDOFF_SETTINGS:
+        exp = Exposure(steps, Q)
+        floor = accountants.pld_roundoff_floor(z, exp, delta, accountants.release_span(z, delta))
+        values = {f"{m * floor:.3g}": _pld_epsilon(z, steps, Q, "add-remove", delta, m * floor,
+                                                   _log_truncation(delta))
+                  for m in ROUNDOFF_MULTIPLES}
+        rows.append({"noise_multiplier": z, "steps": steps, "delta": delta, "floor": floor,
+                     "pld_epsilon_at_step": values,
+                     "smallest_at_step": float(min(values, key=values.get))})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -305,15 +321,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
-    parser.add_argument("--below-floor", action="store_true",
-                        help="only privzv's pld below its grid floor at epsilon 0.01, T = 1e5")
+    parser.add_argument("--roundoff", action="store_true",
+                        help="only privzv's pld around its round-off floor")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="the grid's calibrations and CPU seconds, without the reference")
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
     parser.add_argument("--epsilons", type=_floats, default=SWEEP_EPSILONS)
     parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
                         default=SWEEP_STEPS)
     args = parser.parse_args()
-    if args.below_floor:
-        print(json.dumps(below_floor()))
+    if args.roundoff:
+        print(json.dumps({"roundoff": roundoff()}))
         return
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")
@@ -323,7 +341,7 @@ def main() -> None:
     if not args.sweep_only:
         out.update(compare(release, schedule))
     if args.sweep or args.sweep_only:
-        out["sweep"] = sweep(args.deltas, args.epsilons, args.steps)
+        out["sweep"] = sweep(args.deltas, args.epsilons, args.steps, not args.timing_only)
     out["versions"] = {"privzv": privzv.__version__, "python": platform.python_version(),
                        **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy",
                                                             "scipy")}}

@@ -93,16 +93,16 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
-# PLD value discretisation: see pld_discretization. Below a floor the connect-the-dots
-# construction (second differences of hockey-stick values over the grid step) loses its
-# precision to round-off and epsilon rises again (measured at q = 256/60000, T = 1e6 to 1e8:
-# noise from a step of 1e-6 down with privzv.vector_pld's cancellation-free deltas, from 3e-6
-# with dp-accounting's own). The floor is 1.5e-6 for q <= PLD_SMALL_Q, else 5e-6.
-# A single release's grid is not built above PLD_MAX_POINTS points, and no composition of more
-# than PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
+# PLD value discretisation: pld_discretization gives the step the answer needs;
+# pld_roundoff_floor the step below which the single release's round-off costs more than the
+# finer grid gains (PLD_ROUNDOFF_SCALE fitted to measurements, see there). For q > PLD_SMALL_Q
+# the step is at least 5e-6 (measured with dp-accounting's hockey-stick values). A single
+# release's grid is not built above PLD_MAX_POINTS points, and no composition of more than
+# PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
 # evaluation to well under a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
-PLD_DISCRETIZATION_RANGE = (1.5e-6, 1.0)
+PLD_MAX_DISCRETIZATION = 1.0
+PLD_ROUNDOFF_SCALE = 6e-6
 PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSED_POINTS = 4_000_000
@@ -121,21 +121,71 @@ class CannotAnswer(Exception):
 def pld_discretization(epsilon: float, compositions: int, delta: float) -> float:
     """The PLD value discretisation for an answer near ``epsilon`` at ``delta`` after k =
     ``compositions`` releases: min(r epsilon, sqrt(6 r epsilon / (max(t, 6) k))),
-    r = PLD_RELATIVE_DISCRETIZATION, clamped to PLD_DISCRETIZATION_RANGE, with
+    r = PLD_RELATIVE_DISCRETIZATION, at most PLD_MAX_DISCRETIZATION, with
     t = sqrt(2 log(1/delta)) / mu the saddle point of the composed PLD (mu the GDP parameter of
     (epsilon, delta)). The pessimistic (connect-the-dots) rounding splits each atom between two
     grid points, which adds about Delta^2 / 6 of variance per release; a PLD of variance mu^2
     moves its epsilon by about (t/2) d(mu^2) (Gaussian DP, Dong, Roth & Su 2022, Cor. 2.13), so
     k releases move it by about t k Delta^2 / 12 (twice that with the two-stage composition),
-    which this keeps near r epsilon. Chosen from the answer, not from a GDP model of z."""
-    low, high = PLD_DISCRETIZATION_RANGE
+    which this keeps near r epsilon. Chosen from the answer, not from a GDP model of z; no floor
+    here: :func:`pld_epsilon` keeps it above the round-off floor of the release's grid."""
     if not math.isfinite(epsilon) or epsilon <= 0:
-        return high
+        return PLD_MAX_DISCRETIZATION
     r = PLD_RELATIVE_DISCRETIZATION * epsilon
     mu = gdp.mu_from_epsilon(epsilon, delta)
     t = math.sqrt(2.0 * math.log(1.0 / delta)) / mu if mu > 0 else math.inf
     step = math.sqrt(6.0 * r / (max(t, 6.0) * compositions))
-    return min(max(min(r, step), low), high)
+    return min(r, step, PLD_MAX_DISCRETIZATION)
+
+
+def _log_truncation(delta: float) -> float:
+    """log of the tail mass cut from one release's PLD."""
+    return min(-50.0, math.log(delta) - 10.0)
+
+
+def release_span(z: float, delta: float) -> float:
+    """The range of one release's privacy losses, about 2 (a t + a^2/2): a = 1/z the shift in
+    noise units, t the tail quantile of the truncated mass."""
+    a = 1.0 / z
+    return 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta)) + 0.5 * a * a)
+
+
+def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
+    """The step :func:`pld_epsilon` uses when asked for ``discretization``: at least
+    :func:`pld_roundoff_floor` (and PLD_FLOOR_LARGE_Q for q > PLD_SMALL_Q), but at most
+    span / 20, so that a release has 20 grid points even at a huge noise multiplier;
+    CannotAnswer if the release's grid (:func:`release_span` / step) would exceed
+    PLD_MAX_POINTS."""
+    span = release_span(z, delta)
+    step = max(discretization, pld_roundoff_floor(z, exposure, delta, span))
+    if exposure.sampling_rate > PLD_SMALL_Q:
+        step = max(step, PLD_FLOOR_LARGE_Q)
+    step = min(step, span / 20.0)
+    if not span / step <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"one release's privacy-loss grid would need about "
+                           f"{span / step:.3g} points at discretisation {step:.3g}")
+    return float(step)
+
+
+def pld_roundoff_floor(z: float, exposure: Exposure, delta: float, span: float) -> float:
+    """The grid step below which round-off outweighs discretisation, for one release whose
+    privacy losses span ``span``: PLD_ROUNDOFF_SCALE (span^{3/2} / max(t, 6))^{2/7}, t =
+    sqrt(2 log(1/delta)) / mu the saddle point (mu: Bu et al. 2020's CLT mu of z, a model only
+    used to place the floor).
+
+    Each grid mass is a second difference of hockey-stick values over the step Delta, so an
+    absolute error eta in those values (about 1e-17 with privzv.vector_pld's cancellation-free
+    values) puts an error of about eta / Delta on each of the span / Delta masses; with random
+    signs they shift one release's mean privacy loss by about eta span^{3/2} Delta^{-3/2}, and k
+    releases move epsilon by k times that. The pessimistic rounding moves it by about
+    t k Delta^2 / 6 (:func:`pld_discretization`, two stages). The sum is smallest at Delta
+    proportional to (eta span^{3/2} / t)^{2/7}, whatever k. The constant is fitted to where
+    epsilon stopped decreasing with the step at q = 256/60000 (``python
+    benchmarks/bench_calibration.py --roundoff``: T = 1e7 at z = 54.6 and 88.7, T = 1e8 at
+    z = 26036, T = 1e5 at z = 782 gave 5.3e-6 to 7.2e-6, the last only an upper end)."""
+    mu = clt_mu(z, exposure)
+    t = math.sqrt(2.0 * math.log(1.0 / delta)) / mu if mu > 0 else math.inf
+    return PLD_ROUNDOFF_SCALE * (span ** 1.5 / max(t, 6.0)) ** (2.0 / 7.0)
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
@@ -160,29 +210,19 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     delta, so that the FFT's round-off stays far below delta, with the truncated tail masses
     (which a pessimistic PLD adds to delta) kept below delta / 1e4, and epsilon read from
     entrywise upper bounds on the composed masses (:func:`privzv.tilted_pld.epsilon`). An upper
-    bound at any discretisation. Raises CannotAnswer when a grid would be too large or
-    overflows, and for delta < PLD_MIN_DELTA.
+    bound at any discretisation; the step is :func:`pld_grid_step` of ``discretization``.
+    Raises CannotAnswer when a composed grid would be too large or overflows, and for
+    delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
     if delta < PLD_MIN_DELTA:
         raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, the smallest delta "
                            "pld was measured at")
-    # the single release's privacy losses span about 2 (a t + a^2/2), a = 1/z the shift in
-    # noise units, t the tail quantile of the truncated mass
-    log_truncation = min(-50.0, math.log(delta) - 10.0)
-    a = 1.0 / z
-    span = 2.0 * (a * math.sqrt(-2.0 * log_truncation) + 0.5 * a * a)
-    discretization = min(discretization, span / 20.0)   # >= 20 grid points per release
-    if exposure.sampling_rate > PLD_SMALL_Q:
-        discretization = max(discretization, PLD_FLOOR_LARGE_Q)
-    if not span / discretization <= PLD_MAX_POINTS:
-        raise CannotAnswer(f"one release's privacy-loss grid would need about "
-                           f"{span / discretization:.3g} points at discretisation "
-                           f"{discretization:.3g}")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                            float(delta), float(discretization), log_truncation)
+                            float(delta), pld_grid_step(z, exposure, delta, discretization),
+                            _log_truncation(delta))
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
         raise CannotAnswer(f"dp-accounting's PLD failed ({type(exc).__name__})") from None
 

@@ -270,14 +270,16 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     coarse stage needs sqrt(m) times fewer points: the composed grid of 1e8 releases shrinks
     from about 1e7 points to 1e5. Every step keeps an upper bound. Each FFT's output size is
     checked first (GridTooLarge above ``max_points``); truncated tails (``tail`` each) go to the
-    infinity mass, as dp-accounting does."""
+    infinity mass, as dp-accounting does; the first stage's is tail / (k // m), so that the
+    infinity mass of the whole stays about 3 ``tail`` plus k times the release's own."""
     if times < STAGED_FROM:
         return self_compose_once(pmf, times, tail, max_points)
     m = math.isqrt(times)
     factor = math.isqrt(m)
     rounds, rest = divmod(times, m)
-    staged = self_compose_once(coarsen(self_compose_once(pmf, m, tail, max_points), factor),
-                               rounds, tail, max_points)
+    # the first stage's truncated mass is composed `rounds` times: give it tail / rounds
+    block = self_compose_once(pmf, m, tail / rounds, max_points)
+    staged = self_compose_once(coarsen(block, factor), rounds, tail, max_points)
     if rest:
         staged = compose(staged, coarsen(self_compose_once(pmf, rest, tail, max_points), factor))
     return staged
