@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
 
-from privzv.training import transcript  # noqa: E402
+from privzv.training import run_folder, seeds, transcript  # noqa: E402
 from privzv.training.cli import main  # noqa: E402
 
 # 2 devices, 1 round (each message costs a ClientApp process: keep them few), evaluations at 0 and 1
@@ -39,6 +39,15 @@ def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
         ours, theirs = (transcript.load(tmp_path / run, party) for run in ("flower", "inprocess"))
         assert [(e.round, e.direction, e.kind) for e in ours.entries] == \
             [(e.round, e.direction, e.kind) for e in theirs.entries]
+    # no seed the parties' noise comes from reaches a public file of the run folder (the devices'
+    # noise-seed files stay in their own folders; only their transcripts are copied)
+    run_dir = tmp_path / "flower"
+    derived = [seeds.derive(5, "server"), *(seeds.derive(5, "device", m) for m in range(2))]
+    needles = [str(v).encode() for v in derived] + [v.to_bytes(8, "little") for v in derived]
+    for path in run_dir.rglob("*"):
+        if path.is_file() and run_folder.PRIVATE not in path.relative_to(run_dir).parts:
+            data = path.read_bytes()
+            assert not any(n in data for n in needles), path
 
 
 def test_flower_refuses_resume(tmp_path, capsys):
