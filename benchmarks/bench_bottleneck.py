@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -88,8 +89,15 @@ TUNE_FO_RATES = (0.02, 0.05, 0.2)   # the default, 0.4x and 4x
 
 
 def device_dim(setting: dict) -> int:
-    ds = data.load(setting["dataset"], setting["devices"])
-    return max(defaults.parameter_count(ds, m, setting["embed_dim"]) for m in range(ds.devices))
+    return _device_dim(setting["dataset"], setting["devices"], setting["embed_dim"])
+
+
+@functools.cache
+def _device_dim(dataset: str, devices: int, embed_dim: int) -> int:
+    """The largest device model's parameter count (the dataset is loaded once per setting, not
+    once per cell)."""
+    ds = data.load(dataset, devices)
+    return max(defaults.parameter_count(ds, m, embed_dim) for m in range(ds.devices))
 
 
 def row_config(row: str, setting: dict, epsilon: float, seed: int, zo_rate: float, fo_rate: float,
