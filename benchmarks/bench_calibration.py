@@ -90,9 +90,9 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
                       discretization: float, aim: float) -> float:
     """An estimate of the exact epsilon, independent of privzv's composition and reading.
 
-    The single release's pessimistic connect-the-dots PLD is dp-accounting's construction
-    (built over arrays by privzv.vector_pld, which tests/privzv/test_vector_pld.py checks
-    against dp-accounting's own builder). It is tilted by e^{t l} with t chosen so that the
+    The single release's pessimistic connect-the-dots PMF is privzv.gaussian_pmf's (checked
+    against 40-digit integrals and against dp-accounting's builder by
+    tests/privzv/test_gaussian_pmf.py). It is tilted by e^{t l} with t chosen so that the
     tilted mean of the k-fold composition is ``aim`` (the epsilon being read; any t is exact,
     t only puts the FFT's precision there), composed in ONE stage by dp-accounting's own
     ``common.self_convolve``, untilted in log space and delta(eps) = sum_{l > eps} (1 - e^{eps-l})
@@ -100,17 +100,17 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
     from dp_accounting.pld import common as dpa_common
     from scipy import optimize, special
 
-    from privzv import vector_pld
+    from privzv import gaussian_pmf
 
-    replace_one = neighbors == "replace-one"
-    single = vector_pld.gaussian_pld(2.0 * z if replace_one else z, sampling_prob=q,
-                                     replace_one=replace_one, discretization=discretization,
-                                     log_mass_truncation_bound=min(-50.0, math.log(delta) - 10))
+    kinds = ("replace",) if neighbors == "replace-one" else ("remove", "add")
+    singles = [gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z, sampling_prob=q,
+                                        kind=kind, discretization=discretization,
+                                        log_truncation=accountants._log_truncation(delta, steps))
+               for kind in kinds]
     eps = -math.inf
-    for pmf in [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add]):
-        pmf = pmf.to_dense_pmf()
-        probs = np.maximum(pmf._probs, 0.0)
-        losses = (pmf._lower_loss + np.arange(len(probs))) * discretization
+    for pmf in singles:
+        probs = np.maximum(pmf.probs, 0.0)
+        losses = (pmf.lower + np.arange(len(probs))) * discretization
         with np.errstate(divide="ignore"):
             log_p = np.log(probs)
 
@@ -131,10 +131,10 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
             mean_gap, 0.0, hi, xtol=1e-6 * hi)
         w, log_m = tilted(t)
         lower, out = dpa_common.self_convolve(w, steps, tail_mass_truncation=REFERENCE_TAIL)
-        composed = (steps * pmf._lower_loss + lower + np.arange(len(out))) * discretization
+        composed = (steps * pmf.lower + lower + np.arange(len(out))) * discretization
         with np.errstate(divide="ignore"):
             log_true = np.log(np.maximum(out, 0.0)) + steps * log_m - t * composed
-        infinity = -math.expm1(steps * math.log1p(-pmf._infinity_mass))
+        infinity = -math.expm1(steps * math.log1p(-pmf.infinity_mass))
         # entries below delta e^-80 change delta by less than 1e-20 of itself
         keep = log_true > math.log(delta) - 80.0
         composed, log_true = composed[keep], log_true[keep]
@@ -184,16 +184,14 @@ def _setting(eps, delta, steps, neighbors, threat):
 
 def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
     """The reference at privzv's noise multiplier z on grids REFINEMENTS times finer than
-    privzv's (the coarser at least twice privzv's round-off floor, so that there are always
-    two),
-    extrapolated to step 0 by the k Delta^2 law of the pessimistic rounding; the tight noise multiplier solves reference(z') = target along the slope of log
-    epsilon against log z, taken from privzv's pld at z and 0.999 z (a 1% error in the slope
-    moves the gap by 1% of itself)."""
+    privzv's, extrapolated to step 0 by the k Delta^2 law of the pessimistic rounding; the tight
+    noise multiplier solves reference(z') = target along the slope of log epsilon against log z,
+    taken from privzv's pld at z and 0.999 z (a 1% error in the slope moves the gap by 1% of
+    itself)."""
     z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
-    floor = accountants.pld_roundoff_floor(z, Exposure(k, q), delta,
-                                           accountants.release_span(z, delta))
-    coarse = max(accountants.pld_discretization(eps, k, delta) / REFINEMENTS[0], 2 * floor)
-    grids = [coarse, coarse * REFINEMENTS[0] / REFINEMENTS[1]]
+    step = accountants.pld_grid_step(z, Exposure(k, q), delta,
+                                     accountants.pld_discretization(eps, k, delta))
+    grids = [step / m for m in REFINEMENTS]
     start = time.process_time()
     values = [reference_epsilon(z, k, q, release.neighbors, delta, d, eps) for d in grids]
     reference = values[-1]
@@ -285,30 +283,39 @@ def small_z_task() -> dict:
             "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu}
 
 
-# (q = 256/60000, add-remove) settings where privzv's calibration met the round-off floor:
-# (noise multiplier, T, delta)
-ROUNDOFF_SETTINGS = ((54.6, 10**7, 1e-5), (88.72, 10**7, 1e-12), (26036.0, 10**8, 1e-12),
-                     (781.77, 10**5, 1e-12))
-ROUNDOFF_MULTIPLES = (4.0, 2.0, 1.0, 0.5, 0.25)
+# (epsilon, delta, T, neighbours) at q = 256/60000 where the composition is longest
+CONVERGENCE_SETTINGS = ((0.01, 1e-12, 10**8, "add-remove"), (1.0, 1e-12, 10**8, "replace-one"),
+                        (100.0, 1e-8, 10**8, "add-remove"), (1.0, 1e-5, 10**7, "add-remove"))
+CONVERGENCE_REFINEMENTS = (1, 2, 4, 8)
 
 
-def roundoff() -> list[dict]:
-    """Where the round-off floor (privzv.accountants.pld_roundoff_floor) sits: privzv's pld
-    epsilon at each ROUNDOFF_SETTINGS on steps ROUNDOFF_MULTIPLES times the floor (above the
-    floor the pessimistic rounding shrinks with the step, below it round-off grows), and the
-    step where epsilon was smallest."""
-    from privzv.accountants import _log_truncation, _pld_epsilon
-
+def convergence() -> list[dict]:
+    """Where no independent reference fits in memory (T = 1e7, 1e8): privzv's calibration, then
+    its pld epsilon at the calibrated z on its own step and on steps 2, 4 and 8 times finer
+    (same two-stage composition), extrapolated to step 0 by the Delta^2 law from the two finest,
+    and the relative gap of privzv's answer to that limit (epsilon, and z through the slope of
+    log epsilon against log z)."""
     rows = []
-    for z, steps, delta in ROUNDOFF_SETTINGS:
-        exp = Exposure(steps, Q)
-        floor = accountants.pld_roundoff_floor(z, exp, delta, accountants.release_span(z, delta))
-        values = {f"{m * floor:.3g}": _pld_epsilon(z, steps, Q, "add-remove", delta, m * floor,
-                                                   _log_truncation(delta))
-                  for m in ROUNDOFF_MULTIPLES}
-        rows.append({"noise_multiplier": z, "steps": steps, "delta": delta, "floor": floor,
-                     "pld_epsilon_at_step": values,
-                     "smallest_at_step": float(min(values, key=values.get))})
+    for eps, delta, steps, neighbors in CONVERGENCE_SETTINGS:
+        release, schedule = _setting(eps, delta, steps, neighbors, "eavesdropper")
+        _clear_caches()
+        ours, cpu = cpu_timed(lambda: calibrate(eps, delta, release, schedule, "best"))
+        z = ours.noise_multiplier
+        step = accountants.pld_grid_step(z, Exposure(steps, Q), delta,
+                                         accountants.pld_discretization(eps, steps, delta))
+        values = [accountants._pld_epsilon(z, steps, Q, neighbors, delta, step / m)
+                  for m in CONVERGENCE_REFINEMENTS]
+        (d1, d2), (e1, e2) = [step / m for m in CONVERGENCE_REFINEMENTS[-2:]], values[-2:]
+        limit = e2 - (e1 - e2) * d2 ** 2 / (d1 ** 2 - d2 ** 2)
+        near = accountants._pld_epsilon(0.999 * z, steps, Q, neighbors, delta, step)
+        slope = (math.log(values[0]) - math.log(near)) / -math.log(0.999)
+        rows.append({"epsilon": eps, "delta": delta, "steps": steps, "neighbors": neighbors,
+                     "noise_multiplier": z, "accountant": ours.accountant, "cpu_seconds": cpu,
+                     "steps_tried": [step / m for m in CONVERGENCE_REFINEMENTS],
+                     "pld_epsilons": values, "extrapolated_epsilon": limit,
+                     "epsilon_over_limit": values[0] / limit - 1.0,
+                     "relative_gap_to_tight": math.exp(-(math.log(values[0]) - math.log(limit))
+                                                       / slope) - 1.0})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -321,8 +328,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
-    parser.add_argument("--roundoff", action="store_true",
-                        help="only privzv's pld around its round-off floor")
+    parser.add_argument("--convergence", action="store_true",
+                        help="only privzv's pld at T = 1e7 and 1e8 on finer and finer grids")
     parser.add_argument("--timing-only", action="store_true",
                         help="the grid's calibrations and CPU seconds, without the reference")
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
@@ -330,8 +337,8 @@ def main() -> None:
     parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
                         default=SWEEP_STEPS)
     args = parser.parse_args()
-    if args.roundoff:
-        print(json.dumps({"roundoff": roundoff()}))
+    if args.convergence:
+        print(json.dumps({"convergence": convergence()}))
         return
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")

@@ -93,17 +93,12 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
-# PLD value discretisation: pld_discretization gives the step the answer needs;
-# pld_roundoff_floor the step below which the single release's round-off costs more than the
-# finer grid gains (PLD_ROUNDOFF_SCALE fitted to measurements, see there). For q > PLD_SMALL_Q
-# the step is at least 5e-6 (measured with dp-accounting's hockey-stick values). A single
+# PLD value discretisation: pld_discretization gives the step the answer needs. A single
 # release's grid is not built above PLD_MAX_POINTS points, and no composition of more than
 # PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
 # evaluation to well under a second.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
-PLD_ROUNDOFF_SCALE = 6e-6
-PLD_SMALL_Q, PLD_FLOOR_LARGE_Q = 0.01, 5e-6
 PLD_MAX_POINTS = 1_000_000
 PLD_MAX_COMPOSED_POINTS = 4_000_000
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
@@ -138,54 +133,29 @@ def pld_discretization(epsilon: float, compositions: int, delta: float) -> float
     return min(r, step, PLD_MAX_DISCRETIZATION)
 
 
-def _log_truncation(delta: float) -> float:
-    """log of the tail mass cut from one release's PLD."""
-    return min(-50.0, math.log(delta) - 10.0)
+def _log_truncation(delta: float, compositions: float) -> float:
+    """log of the P-mass cut from one release's PLD (it goes to the infinity mass): k of them
+    add at most 1e-5 delta."""
+    return min(-50.0, math.log(1e-5 * delta / compositions))
 
 
-def release_span(z: float, delta: float) -> float:
+def release_span(z: float, delta: float, compositions: float) -> float:
     """The range of one release's privacy losses, about 2 (a t + a^2/2): a = 1/z the shift in
     noise units, t the tail quantile of the truncated mass."""
     a = 1.0 / z
-    return 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta)) + 0.5 * a * a)
+    return 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta, compositions)) + 0.5 * a * a)
 
 
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
-    """The step :func:`pld_epsilon` uses when asked for ``discretization``: at least
-    :func:`pld_roundoff_floor` (and PLD_FLOOR_LARGE_Q for q > PLD_SMALL_Q), but at most
-    span / 20, so that a release has 20 grid points even at a huge noise multiplier;
-    CannotAnswer if the release's grid (:func:`release_span` / step) would exceed
-    PLD_MAX_POINTS."""
-    span = release_span(z, delta)
-    step = max(discretization, pld_roundoff_floor(z, exposure, delta, span))
-    if exposure.sampling_rate > PLD_SMALL_Q:
-        step = max(step, PLD_FLOOR_LARGE_Q)
-    step = min(step, span / 20.0)
+    """The step :func:`pld_epsilon` uses when asked for ``discretization``: at most span / 20, so
+    that a release has 20 grid points even at a huge noise multiplier; CannotAnswer if the
+    release's grid (:func:`release_span` / step) would exceed PLD_MAX_POINTS."""
+    span = release_span(z, delta, exposure.compositions)
+    step = min(discretization, span / 20.0)
     if not span / step <= PLD_MAX_POINTS:
         raise CannotAnswer(f"one release's privacy-loss grid would need about "
                            f"{span / step:.3g} points at discretisation {step:.3g}")
     return float(step)
-
-
-def pld_roundoff_floor(z: float, exposure: Exposure, delta: float, span: float) -> float:
-    """The grid step below which round-off outweighs discretisation, for one release whose
-    privacy losses span ``span``: PLD_ROUNDOFF_SCALE (span^{3/2} / max(t, 6))^{2/7}, t =
-    sqrt(2 log(1/delta)) / mu the saddle point (mu: Bu et al. 2020's CLT mu of z, a model only
-    used to place the floor).
-
-    Each grid mass is a second difference of hockey-stick values over the step Delta, so an
-    absolute error eta in those values (about 1e-17 with privzv.vector_pld's cancellation-free
-    values) puts an error of about eta / Delta on each of the span / Delta masses; with random
-    signs they shift one release's mean privacy loss by about eta span^{3/2} Delta^{-3/2}, and k
-    releases move epsilon by k times that. The pessimistic rounding moves it by about
-    t k Delta^2 / 6 (:func:`pld_discretization`, two stages). The sum is smallest at Delta
-    proportional to (eta span^{3/2} / t)^{2/7}, whatever k. The constant is fitted to where
-    epsilon stopped decreasing with the step at q = 256/60000 (``python
-    benchmarks/bench_calibration.py --roundoff``: T = 1e7 at z = 54.6 and 88.7, T = 1e8 at
-    z = 26036, T = 1e5 at z = 782 gave 5.3e-6 to 7.2e-6, the last only an upper end)."""
-    mu = clt_mu(z, exposure)
-    t = math.sqrt(2.0 * math.log(1.0 / delta)) / mu if mu > 0 else math.inf
-    return PLD_ROUNDOFF_SCALE * (span ** 1.5 / max(t, 6.0)) ** (2.0 / 7.0)
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
@@ -198,20 +168,21 @@ def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
 
 def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                 discretization: float) -> float:
-    """Pessimistic PLD epsilon of the exposure (dp-accounting's ``privacy_loss_distribution``,
-    built and read over arrays by :mod:`privzv.vector_pld`).
+    """Pessimistic PLD epsilon of the exposure.
 
     Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
     (mu = sqrt(k)/z; Dong, Roth & Su 2022, Cor. 3.3) and its (epsilon, delta) curve is the
     closed form of Cor. 2.13 (= Balle & Wang 2018's analytic Gaussian), so it is used exactly.
-    With sampling: dp-accounting's pessimistic (connect-the-dots) PLD of the sampled Gaussian
-    (module docstring for the pair), self-composed k times (in two stages for large k,
+    With sampling: the pessimistic (connect-the-dots) PLD of the sampled Gaussian (module
+    docstring for the pair; :mod:`privzv.gaussian_pmf`, whose masses are upper bounds with a
+    relative error of about 1e-13), self-composed k times (in two stages for large k,
     :func:`privzv.tilted_pld.self_compose`) after an exponential tilting at the saddle point of
     delta, so that the FFT's round-off stays far below delta, with the truncated tail masses
     (which a pessimistic PLD adds to delta) kept below delta / 1e4, and epsilon read from
-    entrywise upper bounds on the composed masses (:func:`privzv.tilted_pld.epsilon`). An upper
-    bound at any discretisation; the step is :func:`pld_grid_step` of ``discretization``.
-    Raises CannotAnswer when a composed grid would be too large or overflows, and for
+    entrywise upper bounds on the composed masses (:func:`privzv.tilted_pld.epsilon`), plus k
+    times the release's ``loss_shift`` (where its atoms may sit above the computed ones). An
+    upper bound at any discretisation; the step is :func:`pld_grid_step` of ``discretization``.
+    Raises CannotAnswer when a grid would be too large or overflows, and for
     delta < PLD_MIN_DELTA.
     """
     if exposure.sampling_rate is None:
@@ -221,38 +192,41 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                            "pld was measured at")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                            float(delta), pld_grid_step(z, exposure, delta, discretization),
-                            _log_truncation(delta))
+                            float(delta), pld_grid_step(z, exposure, delta, discretization))
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
-        raise CannotAnswer(f"dp-accounting's PLD failed ({type(exc).__name__})") from None
+        raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
+
+
+# the directions of one release's pair, per neighbour relation (q = 1: REMOVE and ADD coincide)
+_DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization, log_truncation):
-    from privzv import tilted_pld, vector_pld
+def _pld_epsilon(z, k, q, neighbors, delta, discretization):
+    from privzv import gaussian_pmf, tilted_pld
 
-    # dp-accounting's from_gaussian_mechanism (pessimistic, connect-the-dots), built over arrays
-    replace_one = neighbors == "replace-one"
-    single = vector_pld.gaussian_pld(2.0 * z if replace_one else z, sampling_prob=q,
-                                     replace_one=replace_one, discretization=discretization,
-                                     log_mass_truncation_bound=log_truncation)
+    directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
     tail = min(1e-15, 1e-4 * delta) / 3.0
-    # pylint: disable=protected-access
-    pmfs = [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add])
     eps = -math.inf
-    for pmf in pmfs:
-        pmf = pmf.to_dense_pmf()
-        grid = (pmf._discretization, pmf._lower_loss, pmf._probs)
-        tilted = tilted_pld.tilt(*grid, pmf._infinity_mass,
+    for kind in directions:
+        try:
+            pmf = gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z,
+                                           sampling_prob=q, kind=kind,
+                                           discretization=discretization,
+                                           log_truncation=_log_truncation(delta, k))
+        except gaussian_pmf.TooManyPieces as exc:
+            raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
+        grid = (pmf.discretization, pmf.lower, pmf.probs)
+        tilted = tilted_pld.tilt(*grid, pmf.infinity_mass,
                                  tilted_pld.saddle_tilt(*grid, k, delta))
         try:
             composed = tilted_pld.self_compose(tilted, k, tail, PLD_MAX_COMPOSED_POINTS)
         except tilted_pld.GridTooLarge as exc:
             raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
                                f"discretisation {discretization:.3g}") from None
-        eps = max(eps, tilted_pld.epsilon(composed, delta))
+        eps = max(eps, tilted_pld.epsilon(composed, delta) + k * pmf.loss_shift)
     if not math.isfinite(eps):
-        raise CannotAnswer("dp-accounting's PLD gave no finite epsilon at this delta")
+        raise CannotAnswer("the PLD gave no finite epsilon at this delta")
     return float(eps)
 
 

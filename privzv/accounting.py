@@ -172,7 +172,7 @@ def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Ex
 
 
 _HOW = {
-    "pld": "dp-accounting PLD, pessimistic",
+    "pld": "PLD, pessimistic connect-the-dots, tilted FFT composition",
     "rdp": "dp-accounting RDP",
     "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
                        "Renyi divergence, dp-accounting's conversion",

@@ -5,16 +5,20 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld
 
-from privzv import gdp, tilted_pld, vector_pld
+from privzv import gaussian_pmf, gdp, tilted_pld
 
 Q = 256 / 60000
 
 
 def _single(sd, q=Q, replace_one=False, disc=1e-4):
-    return vector_pld.gaussian_pld(sd, sampling_prob=q, replace_one=replace_one,
-                                   discretization=disc, log_mass_truncation_bound=-60.0)
+    """One release's PLD (privzv.gaussian_pmf's first direction) as a dp-accounting object."""
+    pmf = gaussian_pmf.release_pmf(sd, sampling_prob=q, kind="replace" if replace_one
+                                   else "remove", discretization=disc, log_truncation=-60.0)
+    return pld.PrivacyLossDistribution(pld_pmf.DensePLDPmf(
+        pmf.discretization, pmf.lower, pmf.probs, pmf.infinity_mass, pessimistic_estimate=True))
 
 
 def _tilted(dense, times, delta):
@@ -102,8 +106,7 @@ def test_composed_gaussians_are_exact_gdp_from_above_within_0_1_percent(k, disc,
     Cor. 3.3 and 2.13): the tilted PLD composition (one stage for 1000, two stages for 40000)
     must give an epsilon above the exact one and within 0.1% of it, down to delta 1e-12."""
     z = math.sqrt(k) / 0.8
-    dense = vector_pld.gaussian_pld(z, sampling_prob=1.0, replace_one=False, discretization=disc,
-                                    log_mass_truncation_bound=-60.0)._pmf_remove.to_dense_pmf()
+    dense = _single(z, q=1.0, disc=disc)._pmf_remove.to_dense_pmf()
     composed = tilted_pld.self_compose(_tilted(dense, k, delta), k, 1e-4 * delta / 3, 10 ** 7)
     ours = tilted_pld.epsilon(composed, delta)
     exact = gdp.epsilon_from_delta(0.8, delta)
@@ -139,8 +142,6 @@ def test_saddle_tilt_of_a_gaussian_pld_is_its_closed_form():
     """For a Gaussian PLD of parameter mu, t K'(t) - K(t) = t^2 mu^2 / 2, so the saddle point
     of delta is sqrt(2 log(1/delta)) / mu."""
     z, k = 50.0, 400
-    dense = vector_pld.gaussian_pld(z, sampling_prob=1.0, replace_one=False,
-                                    discretization=1e-4,
-                                    log_mass_truncation_bound=-60.0)._pmf_remove.to_dense_pmf()
+    dense = _single(z, q=1.0)._pmf_remove.to_dense_pmf()
     t = tilted_pld.saddle_tilt(dense._discretization, dense._lower_loss, dense._probs, k, 1e-12)
     assert t == pytest.approx(math.sqrt(2 * math.log(1e12)) / (math.sqrt(k) / z), rel=0.03)
