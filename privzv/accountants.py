@@ -25,7 +25,7 @@ Mapping to dp-accounting (read from its source, version 0.6):
 - Poisson sampling, replace-one, RDP: dp-accounting refuses this event. privzv computes the
   exact Renyi divergence of the same pair as the PLD path, (1-q) N(0,1) + q N(-a,1) against
   (1-q) N(0,1) + q N(a,1) with a = 1/(2z), by 1-D quadrature (:func:`replace_one_rdp`), and
-  converts with dp-accounting's ``compute_epsilon``. This replaces the earlier bound by
+  converts with dp-accounting's conversion (:func:`privzv.rdp.epsilon`). This replaces the earlier bound by
   Mironov's weak triangle inequality (Mironov 2017, "Renyi differential privacy",
   arXiv:1702.07476, Prop. 11), which bounds the same divergence from above and is 15% to
   several times looser.
@@ -48,7 +48,6 @@ The non-dp-accounting accountants work in Gaussian DP:
 from __future__ import annotations
 
 import functools
-import logging
 import math
 
 import numpy as np
@@ -231,7 +230,8 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization):
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:
-    """RDP epsilon (dp-accounting, default orders); see module docs for replace-one."""
+    """RDP epsilon (:mod:`privzv.rdp`, dp-accounting's formulas and default orders); see module
+    docs for replace-one."""
     try:
         eps = _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
                            float(delta))
@@ -244,32 +244,17 @@ def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> f
 
 @functools.lru_cache(maxsize=4096)
 def _rdp_epsilon(z, k, q, neighbors, delta):
-    # dp-accounting logs (through absl) each RDP order it cannot evaluate and then leaves out;
-    # leaving an order out keeps the bound valid, so silence those lines on the CLI.
-    absl = logging.getLogger("absl")
-    level = absl.level
-    absl.setLevel(logging.ERROR)
-    try:
-        with np.errstate(all="ignore"):
-            return _rdp_epsilon_unlogged(z, k, q, neighbors, delta)
-    finally:
-        absl.setLevel(level)
-
-
-def _rdp_epsilon_unlogged(z, k, q, neighbors, delta):
-    import dp_accounting as dpa
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+    from privzv import rdp
 
     if q is None and not float(k).is_integer():   # an effective count (a pooled DP head):
         z, k = z / math.sqrt(k), 1                  # k Gaussians at z = one at z / sqrt(k)
-    if q is None or neighbors == "add-remove":
-        event = dpa.GaussianDpEvent(z) if q is None else dpa.PoissonSampledDpEvent(
-            q, dpa.GaussianDpEvent(z))
-        accountant = rdp.RdpAccountant()
-        accountant.compose(event, int(k))
-        return float(accountant.get_epsilon(delta))
-    orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
-    return float(rdp.compute_epsilon(orders, k * replace_one_rdp(q, z, orders), delta)[0])
+    orders = rdp.DEFAULT_ORDERS
+    with np.errstate(all="ignore"):
+        if q is None or neighbors == "add-remove":
+            values = rdp.gaussian_rdp(z, orders, q)
+        else:
+            values = replace_one_rdp(q, z, orders)
+        return rdp.epsilon(orders, int(k) * values, delta)
 
 
 # Quadrature for replace_one_rdp: trapezoid step (in noise units) and half-width around the

@@ -173,7 +173,7 @@ def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Ex
 
 _HOW = {
     "pld": "PLD, pessimistic connect-the-dots, tilted FFT composition",
-    "rdp": "dp-accounting RDP",
+    "rdp": "RDP of the sampled Gaussian, dp-accounting's formulas and conversion",
     "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
                        "Renyi divergence, dp-accounting's conversion",
     "unamplified": "closed form without amplification: k Gaussian releases are sqrt(k)/z-GDP",

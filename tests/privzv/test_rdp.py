@@ -1,0 +1,113 @@
+"""privzv.rdp: dp-accounting's RDP accountant for the (Poisson-sampled) Gaussian, over arrays and
+without importing dp-accounting, must give dp-accounting's epsilon; and the accounting path
+(pld, rdp, best) must not import dp-accounting at all (its import costs about 2 s)."""
+import itertools
+import math
+import subprocess
+import sys
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp
+
+from privzv import accountants, rdp
+from privzv.threats import Exposure
+
+QS = (1e-6, 1e-4, 256 / 60000, 0.01, 0.1, 0.5, 1.0)
+ZS = (0.3, 0.7, 1.0, 2.0, 5.0, 50.0, 1e4)
+KS = (1, 1000, 10**8)
+DELTAS = (1e-5, 1e-12, 1e-300)
+
+
+def _theirs(q, z, k, delta):
+    accountant = dpa_rdp.RdpAccountant()
+    event = dpa.GaussianDpEvent(z) if q == 1.0 else dpa.PoissonSampledDpEvent(
+        q, dpa.GaussianDpEvent(z))
+    accountant.compose(event, k)
+    return accountant.get_epsilon(delta)
+
+
+def test_orders_are_dp_accountings():
+    np.testing.assert_array_equal(rdp.DEFAULT_ORDERS, dpa_rdp.DEFAULT_RDP_ORDERS)
+
+
+@pytest.mark.parametrize("q, z", list(itertools.product(QS, ZS)))
+def test_rdp_values_are_dp_accountings(q, z):
+    """Every order, integer and fractional, to 1e-12 relative or 1e-15 absolute (log A_alpha is a
+    log-sum-exp near 0 at tiny q, summed in another order: a few ulps of 1 apart), inf where
+    dp-accounting leaves the order out."""
+    ours = rdp.gaussian_rdp(z, rdp.DEFAULT_ORDERS, None if q == 1.0 else q)
+    theirs = dpa_rdp._compute_rdp_poisson_subsampled_gaussian(q, z, dpa_rdp.DEFAULT_RDP_ORDERS)
+    finite = np.isfinite(theirs)
+    np.testing.assert_array_equal(np.isfinite(ours), finite)
+    np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("q, z", list(itertools.product(QS, ZS)))
+def test_epsilons_are_dp_accountings(q, z):
+    """To 1e-11 relative, or k x 1e-15 absolute: k multiplies the per-order RDP values'
+    last-digit differences (above)."""
+    for k, delta in itertools.product(KS, DELTAS):
+        exposure = Exposure(k, None if q == 1.0 else q)
+        theirs = _theirs(q, z, k, delta)
+        try:
+            ours = accountants.rdp_epsilon(z, exposure, "add-remove", delta)
+        except accountants.CannotAnswer:
+            assert not math.isfinite(theirs)
+            continue
+        assert ours == pytest.approx(theirs, rel=1e-11, abs=k * 1e-15), (k, delta)
+
+
+@pytest.mark.parametrize("q, z", [(1e-6, 0.7), (0.01, 1e4), (256 / 60000, 50.0), (0.5, 2.0)])
+def test_integer_orders_match_40_digit_arithmetic(q, z):
+    """A_alpha of Mironov, Talwar & Zhang 2019 (Sec. 3.2) in mpmath: privzv's RDP at every
+    integer order within 1e-12 relative, also where A_alpha - 1 is below 1e-15."""
+    import mpmath
+
+    mpmath.mp.dps = 40
+    for alpha in (2, 3, 10, 33, 63, 256):
+        exact = mpmath.log(mpmath.fsum(
+            mpmath.binomial(alpha, i) * mpmath.mpf(q) ** i * (1 - mpmath.mpf(q)) ** (alpha - i)
+            * mpmath.e ** (mpmath.mpf(i * i - i) / (2 * mpmath.mpf(z) ** 2))
+            for i in range(alpha + 1))) / (alpha - 1)
+        ours = rdp.gaussian_rdp(z, [alpha], q)[0]
+        assert ours == pytest.approx(float(exact), rel=1e-12), alpha
+
+
+def test_conversion_is_dp_accountings_including_its_corner_cases():
+    orders = rdp.DEFAULT_ORDERS
+    for values in (np.zeros(len(orders)), np.full(len(orders), 1e-30), orders * 0.01,
+                   orders * 1e3, np.where(orders > 5, np.inf, orders)):
+        for delta in (0.0, 1e-300, 1e-12, 0.5):
+            theirs = dpa_rdp.compute_epsilon(orders, values, delta)[0]
+            assert rdp.epsilon(orders, values, delta) == pytest.approx(theirs, rel=1e-13)
+
+
+@pytest.mark.parametrize("z, q", [(1e-12, 0.01), (1e-12, None), (1e12, 0.5), (0.01, 1e-9)])
+def test_extremes_answer_or_decline_never_crash(z, q):
+    for k, delta in itertools.product((1, 10**8), (1e-300, 0.5)):
+        try:
+            eps = accountants.rdp_epsilon(z, Exposure(k, q), "add-remove", delta)
+        except accountants.CannotAnswer:
+            continue
+        assert math.isfinite(eps) and eps >= 0.0
+
+
+def test_the_accounting_path_does_not_import_dp_accounting():
+    """A calibration on a sampled threat (best: pld and rdp) and an rdp account, in a fresh
+    process: dp_accounting is never imported."""
+    code = (
+        "import sys\n"
+        "from privzv.accounting import account, calibrate\n"
+        "from privzv.release import Release, Schedule\n"
+        "release = Release(clip=1.0, batch_size=256, neighbors='add-remove')\n"
+        "schedule = Schedule(steps=1000, dataset_size=60000, threat='eavesdropper')\n"
+        "result = calibrate(1.0, 1e-5, release, schedule, 'best')\n"
+        "account(release.with_noise_multiplier(result.noise_multiplier), schedule, 1e-5, 'rdp')\n"
+        "assert 'dp_accounting' not in sys.modules, sorted(m for m in sys.modules if "
+        "m.startswith('dp_accounting'))\n"
+        "print(result.noise_multiplier)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) > 0
