@@ -15,8 +15,10 @@ Statist. 25(4)). Koskela, Jalko & Honkela 2020 ("Computing tight differential pr
 guarantees using FFT", AISTATS) bound the truncation and aliasing errors of FFT accounting with
 the same moment generating function.
 
-Every step keeps an upper bound on the true masses, up to the FFT's own round-off, which is
-estimated (:func:`_fft_noise`; not a proven bound) and tracked per entry (``noise``): composing k times multiplies an entrywise error bound e by at most
+Every step keeps an upper bound on the true masses. The FFT's own round-off is bounded per entry
+(:func:`_power_noise`, :func:`_product_noise`, from the componentwise form of Higham's FFT
+error bound, :func:`_fft_error`)
+and tracked (``noise``): composing k times multiplies an entrywise error bound e by at most
 ((1 + n e)^k - 1) / (n e) (the binomial expansion of (x + d)^{*k} with |x|_1 <= 1 and
 |d * y|_inf <= |d|_inf |y|_1), coarsening by the split weights. :func:`epsilon` reads epsilon from
 the entrywise upper bounds min(1, (max(p~, 0) + noise) M^k e^{-t l}); delta(eps) =
@@ -169,17 +171,62 @@ def _propagated(noise: float, n: int, times: int) -> float:
     return noise * math.expm1(times * math.log1p(spread)) / spread
 
 
-def _fft_noise(out: np.ndarray, fft_size: int) -> float:
-    """An estimate of the FFT round-off in each entry of a result: its largest negative entry
-    (true masses are >= 0), at least u log2(N) |out|_2 (the usual size of the FFT's entrywise
-    error: Higham 2002, "Accuracy and Stability of Numerical Algorithms", Thm. 24.2, bounds the
-    2-norm error by about log2(N) u times the 2-norm of the result; measured entrywise errors
-    are about a tenth of this, tests/privzv/test_tilted_pld.py)."""
-    return max(-float(np.min(out)),
-               _UNIT * math.log2(max(fft_size, 2)) * float(np.linalg.norm(out)))
+def _fft_error(size: int, unit: float = _UNIT) -> float:
+    """A bound on the componentwise error of one FFT of ``size`` points, relative to the sum of
+    the input's magnitudes: |fl(F x)_j - (F x)_j| <= this x sum_i |x_i| for every j. The radix-2
+    FFT is a product of L = log2(size) butterfly stages A_L ... A_1, computed as (A_L + D_L) ...
+    (A_1 + D_1) x with |D_k| <= eta |A_k| componentwise, eta = mu + gamma_4 (sqrt 2 + mu) (Higham
+    2002, "Accuracy and Stability of Numerical Algorithms", 2nd ed., Sec. 24.1, the proof of
+    Thm. 24.2; mu, the twiddle factors' error, taken as u), so the error is at most
+    ((1 + eta)^L - 1) |A_L| ... |A_1| |x|, and every entry of |A_L| ... |A_1| is 1 (one path from
+    each input to each output, twiddles of modulus 1). scipy's pocketfft uses radices 2 to 11
+    and a generic pass, for which this is not proven: the bound is taken 4 times over (measured
+    errors are far below it, tests/privzv/test_tilted_pld.py)."""
+    eta = unit + 4.0 * unit / (1.0 - 4.0 * unit) * (math.sqrt(2.0) + unit)
+    return 4.0 * math.expm1(math.log2(max(size, 2)) * math.log1p(eta))
 
 
-def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> TiltedPmf:
+def _full_sum(half: np.ndarray) -> float:
+    """sum_j over the full spectrum of a real signal, from its rfft half (mirror entries equal in
+    magnitude): at most twice the half's sum."""
+    return 2.0 * float(np.sum(half))
+
+
+def _power_noise(probs: np.ndarray, spectrum: np.ndarray, times: int, size: int,
+                 powered_spectrum: np.ndarray, unit: float = _UNIT) -> float:
+    """A bound on every entry's round-off in irfft(rfft(probs, size) ** times, size).
+
+    Forward (:func:`_fft_error`): each computed frequency Y^_j is within b = f sum |p_i| of the
+    exact one. Power: |Y^_j^k - Y_j^k| <= k (|Y^_j| + b)^(k-1) b, and numpy's complex power
+    (exp(k log z) for large k) adds at most (4 + k (|log |z|| + pi)) u |z|^k of its own.
+    Inverse (the 1/size scaling of a sum over all frequencies): an entry moves by at most the
+    mean over the full spectrum of those spectral errors, plus f times the mean of |Y^_j^k|.
+    ``unit``: the working precision's machine epsilon."""
+    f = _fft_error(size, unit)
+    b = f * float(np.sum(np.abs(probs)))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
+        magnitude = np.abs(spectrum)
+        carried = times * np.exp((times - 1) * np.log(magnitude + b)) * b
+        own = (4.0 + times * (np.abs(np.log(magnitude)) + math.pi)) * unit * np.abs(
+            powered_spectrum)
+    spectral = np.where(np.isfinite(carried), carried, math.inf) + np.where(
+        np.isfinite(own), own, 0.0)
+    return float((_full_sum(spectral) + f * _full_sum(np.abs(powered_spectrum))) / size)
+
+
+def _product_noise(a_spectrum: np.ndarray, b_spectrum: np.ndarray, a: np.ndarray,
+                   b: np.ndarray, size: int) -> float:
+    """A bound on every entry's round-off in irfft(rfft(a) rfft(b)) (as :func:`_power_noise`:
+    |E_a| |B^| + |A^| |E_b| + |E_a| |E_b| and the product's own 2 u |A^ B^|, then the inverse)."""
+    f = _fft_error(size)
+    ea, eb = f * float(np.sum(np.abs(a))), f * float(np.sum(np.abs(b)))
+    ma, mb = np.abs(a_spectrum), np.abs(b_spectrum)
+    spectral = ea * (mb + eb) + eb * (ma + ea) + 2.0 * _UNIT * ma * mb
+    return (_full_sum(spectral) + f * _full_sum(ma * mb)) / size
+
+
+def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int,
+                      extended: bool = False) -> TiltedPmf:
     """``pmf`` composed ``times`` times by one FFT power, like dp-accounting's
     ``DensePLDPmf.self_compose`` (:func:`_ranges` for the Chernoff bounds): the range kept runs
     from the lower bound of the true masses to the upper bound of the tilted ones (which lies
@@ -201,12 +248,19 @@ def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int) 
         tilted_tail[0] - tilted_tail[1] * high))))
     size = high - low + 1
     fast = fft.next_fast_len(max(size, n), real=True)
-    powered = fft.irfft(fft.rfft(pmf.probs, fast) ** times, fast)
+    dtype = np.longdouble if extended else float
+    spectrum = fft.rfft(pmf.probs.astype(dtype), fast)
+    powered_spectrum = spectrum ** times
+    powered = fft.irfft(powered_spectrum, fast)
+    unit = float(np.finfo(dtype).eps)
+    rounding = _power_noise(pmf.probs, spectrum, times, fast, powered_spectrum, unit)
+    if extended:   # back to float64: at most half an ulp of the largest entry each
+        rounding += _UNIT * float(np.max(np.abs(powered)))
+        powered = powered.astype(float)
     if not np.all(np.isfinite(powered)):
         raise FloatingPointError("the FFT power overflowed")
     out = np.roll(powered, base - low)[:size]
-    noise = (_fft_noise(out, fast) + tail + wrapped
-             + _propagated(pmf.noise, n, times))
+    noise = (max(-float(np.min(out)), rounding) + tail + wrapped + _propagated(pmf.noise, n, times))
     infinity = tail - math.expm1(times * math.log1p(-pmf.infinity_mass))
     return dataclasses.replace(pmf, lower=low, probs=out, log_scale=times * pmf.log_scale,
                                infinity_mass=infinity, log_mgf=times * pmf.log_mgf,
@@ -217,8 +271,11 @@ def compose(a: TiltedPmf, b: TiltedPmf) -> TiltedPmf:
     """The composition of two PMFs with the same grid and tilt (full linear convolution)."""
     size = len(a.probs) + len(b.probs) - 1
     fast = fft.next_fast_len(size, real=True)
-    out = fft.irfft(fft.rfft(a.probs, fast) * fft.rfft(b.probs, fast), fast)[:size]
-    noise = (_fft_noise(out, fast) + a.noise * float(np.sum(np.abs(b.probs)) + len(b.probs) * b.noise)
+    a_spectrum, b_spectrum = fft.rfft(a.probs, fast), fft.rfft(b.probs, fast)
+    out = fft.irfft(a_spectrum * b_spectrum, fast)[:size]
+    noise = (max(-float(np.min(out)),
+                 _product_noise(a_spectrum, b_spectrum, a.probs, b.probs, fast))
+             + a.noise * float(np.sum(np.abs(b.probs)) + len(b.probs) * b.noise)
              + b.noise * float(np.sum(np.abs(a.probs))))
     infinity = 1.0 - (1.0 - a.infinity_mass) * (1.0 - b.infinity_mass)
     return dataclasses.replace(a, lower=a.lower + b.lower, probs=out,
@@ -278,7 +335,7 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     factor = math.isqrt(m)
     rounds, rest = divmod(times, m)
     # the first stage's truncated mass is composed `rounds` times: give it tail / rounds
-    block = self_compose_once(pmf, m, tail / rounds, max_points)
+    block = self_compose_once(pmf, m, tail / rounds, max_points, extended=True)
     staged = self_compose_once(coarsen(block, factor), rounds, tail, max_points)
     if rest:
         staged = compose(staged, coarsen(self_compose_once(pmf, rest, tail, max_points), factor))

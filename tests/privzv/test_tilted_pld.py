@@ -145,3 +145,27 @@ def test_saddle_tilt_of_a_gaussian_pld_is_its_closed_form():
     dense = _single(z, q=1.0)._pmf_remove.to_dense_pmf()
     t = tilted_pld.saddle_tilt(dense._discretization, dense._lower_loss, dense._probs, k, 1e-12)
     assert t == pytest.approx(math.sqrt(2 * math.log(1e12)) / (math.sqrt(k) / z), rel=0.03)
+
+
+@pytest.mark.parametrize("n, times", [(50, 10_000), (200, 1000), (300, 7)])
+def test_fft_power_round_off_bound_holds(n, times):
+    """The bound on irfft(rfft(p) ** k)'s round-off (componentwise FFT error, the power's
+    propagation, the inverse) is above the error measured against the same transform in long
+    double (1e-19 precision) at every entry. At n = 50, k = 1e4 the former estimate,
+    u log2(N) |out|_2, was below the measured error (1.7e-16 against 8.9e-17)."""
+    from scipy import fft
+
+    rng = np.random.default_rng(0)
+    x = np.exp(-0.5 * ((np.arange(n) - n / 2) / (n / 8)) ** 2) * (1 + 0.3 * rng.random(n))
+    p = x / x.sum()
+    size = fft.next_fast_len(n * times, real=True)
+    spectrum = fft.rfft(p, size)
+    powered_spectrum = spectrum ** times
+    out = fft.irfft(powered_spectrum, size)
+    exact = fft.irfft(fft.rfft(p.astype(np.longdouble), size) ** times, size)
+    error = float(np.max(np.abs(out - exact)))
+    bound = tilted_pld._power_noise(p, spectrum, times, size, powered_spectrum)
+    assert error <= bound
+    if times == 10_000:
+        eps = float(np.finfo(float).eps)
+        assert error > eps * math.log2(size) * float(np.linalg.norm(out))
