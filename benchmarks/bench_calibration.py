@@ -320,6 +320,32 @@ def convergence() -> list[dict]:
     return rows
 
 
+# (GDP mu of the whole run, delta, neighbours): 1e8 unsampled releases, exactly mu-GDP
+EXACT_SETTINGS = ((0.0013, 1e-12, "add-remove"), (0.14, 1e-12, "add-remove"),
+                  (0.14, 1e-12, "replace-one"), (5.0, 1e-8, "add-remove"),
+                  (0.2, 1e-5, "add-remove"))
+
+
+def gaussians_vs_exact() -> list[dict]:
+    """1e8 Gaussian releases without sampling (q = 1) through the whole pld pipeline (one
+    release's PMF, the two-stage tilted composition, the reading), against the exact epsilon
+    of sqrt(k)/z-GDP (Dong, Roth & Su 2022, Cor. 3.3 and 2.13)."""
+    from privzv import gdp
+
+    rows, k = [], 10**8
+    for mu, delta, neighbors in EXACT_SETTINGS:
+        z = math.sqrt(k) / mu
+        exact = gdp.epsilon_from_delta(mu, delta)
+        step = accountants.pld_grid_step(z, Exposure(k, 1.0), delta,
+                                         accountants.pld_discretization(exact, k, delta))
+        ours, cpu = cpu_timed(lambda: accountants._pld_epsilon(z, k, 1.0, neighbors, delta, step))
+        rows.append({"mu": mu, "delta": delta, "neighbors": neighbors, "exact_epsilon": exact,
+                     "pld_epsilon": ours, "relative_excess": ours / exact - 1.0,
+                     "cpu_seconds": cpu})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(v) for v in text.split(","))
 
@@ -329,7 +355,8 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
     parser.add_argument("--convergence", action="store_true",
-                        help="only privzv's pld at T = 1e7 and 1e8 on finer and finer grids")
+                        help="only privzv's pld at T = 1e7 and 1e8 on finer and finer grids, "
+                             "and 1e8 unsampled releases against exact GDP")
     parser.add_argument("--timing-only", action="store_true",
                         help="the grid's calibrations and CPU seconds, without the reference")
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
@@ -338,7 +365,7 @@ def main() -> None:
                         default=SWEEP_STEPS)
     args = parser.parse_args()
     if args.convergence:
-        print(json.dumps({"convergence": convergence()}))
+        print(json.dumps({"convergence": convergence(), "gaussians_vs_exact": gaussians_vs_exact()}))
         return
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")
