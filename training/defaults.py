@@ -113,7 +113,7 @@ def with_clip(config):
     """``config`` with C and C_h filled when open (tuned, else the fallback): enough for planning
     a release without the dataset (``privzv.training.privacy``)."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
-    return dataclasses.replace(config, **{name: entry.get(name, FALLBACK[name][0])
+    return dataclasses.replace(config, **{name: _default(name, config, None, entry, "")[0]
                                           for name in FALLBACK if getattr(config, name) is None})
 
 
