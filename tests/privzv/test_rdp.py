@@ -20,43 +20,39 @@ KS = (1, 1000, 10**8)
 DELTAS = (1e-5, 1e-12, 1e-300)
 
 
-def _theirs(q, z, k, delta):
-    accountant = dpa_rdp.RdpAccountant()
-    event = dpa.GaussianDpEvent(z) if q == 1.0 else dpa.PoissonSampledDpEvent(
-        q, dpa.GaussianDpEvent(z))
-    accountant.compose(event, k)
-    return accountant.get_epsilon(delta)
-
-
 def test_orders_are_dp_accountings():
     np.testing.assert_array_equal(rdp.DEFAULT_ORDERS, dpa_rdp.DEFAULT_RDP_ORDERS)
 
 
 @pytest.mark.parametrize("q, z", list(itertools.product(QS, ZS)))
-def test_rdp_values_are_dp_accountings(q, z):
+def test_rdp_values_and_epsilons_are_dp_accountings(q, z):
     """Every order, integer and fractional, to 1e-12 relative or 1e-15 absolute (log A_alpha is a
-    log-sum-exp near 0 at tiny q, summed in another order: a few ulps of 1 apart), inf where
-    dp-accounting leaves the order out."""
+    log-sum-exp near 0 at tiny q, which privzv sums as A_alpha - 1 and dp-accounting as logs: a
+    few ulps of 1 apart), inf where dp-accounting leaves the order out. Epsilon of k releases
+    (dp-accounting's RdpAccountant composes k x these values and converts) to 1e-11 relative or
+    k x 1e-15 absolute, for every k and delta."""
     ours = rdp.gaussian_rdp(z, rdp.DEFAULT_ORDERS, None if q == 1.0 else q)
     theirs = dpa_rdp._compute_rdp_poisson_subsampled_gaussian(q, z, dpa_rdp.DEFAULT_RDP_ORDERS)
     finite = np.isfinite(theirs)
     np.testing.assert_array_equal(np.isfinite(ours), finite)
     np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-12, atol=1e-15)
-
-
-@pytest.mark.parametrize("q, z", list(itertools.product(QS, ZS)))
-def test_epsilons_are_dp_accountings(q, z):
-    """To 1e-11 relative, or k x 1e-15 absolute: k multiplies the per-order RDP values'
-    last-digit differences (above)."""
     for k, delta in itertools.product(KS, DELTAS):
-        exposure = Exposure(k, None if q == 1.0 else q)
-        theirs = _theirs(q, z, k, delta)
+        expected = dpa_rdp.compute_epsilon(dpa_rdp.DEFAULT_RDP_ORDERS, k * theirs, delta)[0]
         try:
-            ours = accountants.rdp_epsilon(z, exposure, "add-remove", delta)
+            got = accountants.rdp_epsilon(z, Exposure(k, None if q == 1.0 else q), "add-remove",
+                                          delta)
         except accountants.CannotAnswer:
-            assert not math.isfinite(theirs)
+            assert not math.isfinite(expected)
             continue
-        assert ours == pytest.approx(theirs, rel=1e-11, abs=k * 1e-15), (k, delta)
+        assert got == pytest.approx(expected, rel=1e-11, abs=k * 1e-15), (k, delta)
+
+
+def test_the_accountant_composes_as_dp_accountings_rdp_accountant():
+    """The shortcut above (k x one release's RDP) is what RdpAccountant does."""
+    accountant = dpa_rdp.RdpAccountant()
+    accountant.compose(dpa.PoissonSampledDpEvent(256 / 60000, dpa.GaussianDpEvent(1.1)), 14062)
+    ours = accountants.rdp_epsilon(1.1, Exposure(14062, 256 / 60000), "add-remove", 1e-5)
+    assert ours == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-12)
 
 
 @pytest.mark.parametrize("q, z", [(1e-6, 0.7), (0.01, 1e4), (256 / 60000, 50.0), (0.5, 2.0)])
