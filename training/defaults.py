@@ -17,7 +17,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 
 A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
 Where the run's C (given) differs from the entry's, or its embedding size from the sweep's
-(``tuned.SWEPT_EMBED_DIM``), the tuned rates do not apply and both rates fall back to the
+(``tuned.SWEPT_EMBED_DIM``), or the run adds no noise and the entry's rates were picked for
+private runs (``tuned.PRIVATE_RATES``), the tuned rates do not apply and both rates fall back to the
 built-in defaults above (the printed source says why); the tuned C and C_h still apply where
 left open. On digits, ``--clip 10`` with the tuned rates (device 0.03, as 0.003 at momentum 0.9)
 diverges with 2-dim embeddings (docs/results.md, "Stable defaults") and falls from 0.783 to
@@ -76,9 +77,13 @@ def resolve(config, dataset):
 
 def unfit(config, entry: dict, classes: int) -> str | None:
     """Why the tuned rates of ``entry`` do not fit ``config`` (None: they do): they were swept at
-    the entry's C and at the table's embedding size (``tuned.SWEPT_EMBED_DIM``)."""
+    the entry's C and at the table's embedding size (``tuned.SWEPT_EMBED_DIM``), some for private
+    runs only (``tuned.PRIVATE_RATES``)."""
     if not any(name in entry for name in RATES):
         return None
+    if not config.private and (config.dataset, config.method) in tuned.PRIVATE_RATES \
+            and config.server_kind == "mlp":
+        return "picked for private runs, this run adds no noise"
     if config.clip is not None and "clip" in entry and config.clip != entry["clip"]:
         return f"swept at C {entry['clip']:g}, this run has C {config.clip:g}"
     swept = tuned.SWEPT_EMBED_DIM[config.server_kind]

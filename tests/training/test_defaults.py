@@ -191,3 +191,20 @@ def test_the_tuned_head_clip_is_applied_and_the_fallback_elsewhere(monkeypatch):
     assert "tuned.py" in sources["head_clip"]["source"]
     monkeypatch.setattr(tuned, "lookup", lambda *a: None)
     assert defaults.resolve(config, ds)[0].head_clip == defaults.HEAD_CLIP == defaults.with_clip(config).head_clip
+
+
+def test_rates_picked_for_private_runs_do_not_apply_without_noise():
+    """vafl's tuned rates (0.005) were picked so that private runs do not diverge; a run without
+    noise takes the method's default rates and says why; a private run keeps the tuned device
+    rate; the tuned C applies to both."""
+    ds = data.load("digits", 2)
+    entry = tuned.lookup("digits", "vafl", "mlp")
+    assert ("digits", "vafl") in tuned.PRIVATE_RATES
+    plain, sources = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl"}), ds)
+    assert plain.lr_device is None and plain.lr_server is None   # the method's own (0.05)
+    assert "picked for private runs" in sources["lr_device"]["source"]
+    assert plain.clip == entry["clip"]
+    private, _ = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl", "epsilon": 1.0}), ds)
+    assert private.lr_device == entry["lr_device"] and private.clip == entry["clip"]
+    dpzv, _ = defaults.resolve(TrainConfig(**SMALL), ds)   # dpzv's rates are not marked
+    assert dpzv.lr_device == pytest.approx(tuned.lookup("digits", "dpzv", "mlp")["lr_device"] * 0.1)
