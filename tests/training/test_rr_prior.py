@@ -98,3 +98,44 @@ def test_infinite_epsilon_keeps_the_labels_and_a_run_states_what_it_protects(tmp
     summary = run.train(config, tmp_path / "r", secret_seed=1)
     assert summary["epsilon_spent"] == 2.0 and summary["delta"] == 0.0 and summary["sigma"] == 0.0
     assert summary["protects"].startswith("labels only")
+
+
+def _wire(epsilon, labels_seed):
+    """Every party's transcript of a run on digits whose training labels are permuted by
+    ``labels_seed`` (None: the true labels); features, seeds and secret seed fixed."""
+    import copy
+
+    from privzv.training import data
+
+    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=0.5, batch_size=64,
+                         epsilon=epsilon, seed=4, transcripts=True)
+    ds = copy.copy(data.load("digits", 2))
+    if labels_seed is not None:
+        g = torch.Generator().manual_seed(labels_seed)
+        ds.y_train = ds.y_train[torch.randperm(len(ds.y_train), generator=g)]
+    sched = run.build(config, ds, secret_seed=5)
+    for _ in range(run.rounds_for(config, len(ds.y_train))):
+        sched.step()
+    assert sched.method.second                       # both stages ran
+    return {p: [(e.round, e.direction, {k: torch.as_tensor(v) for k, v in e.fields.items()})
+                for e in t.entries] for p, t in sched.recorder.transcripts.items()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(
+        len(a[p]) == len(b[p]) and all(
+            x[:2] == y[:2] and x[2].keys() == y[2].keys()
+            and all(torch.equal(x[2][k], y[2][k]) for k in x[2]) for x, y in zip(a[p], b[p]))
+        for p in a)
+
+
+def test_at_epsilon_near_zero_no_message_of_the_run_depends_on_the_true_labels():
+    """The whole-run claim, end to end: every message is post-processing of the privatised
+    labels. At epsilon 1e-12 RRWithPrior's output is (up to 1e-12 in each draw's probabilities)
+    independent of the true label: plain RR is uniform, and with a prior k* = 1 sends every record
+    to its top class. So a run on 90%-permuted training labels must send exactly the same bytes;
+    a message computed from a true label (a head stepping on clean labels, a gradient against
+    them) would change. At epsilon 1 the same permutation does change the messages."""
+    true = _wire(1e-12, None)
+    assert _same(true, _wire(1e-12, 0))
+    assert not _same(_wire(1.0, None), _wire(1.0, 0))
