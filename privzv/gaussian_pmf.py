@@ -16,7 +16,7 @@ points with shares that keep both its P-mass and its Q-mass p e^{-l}: p (e^{l_{i
 (e^D - 1) at l_i and the rest at l_{i+1} (:func:`privzv.tilted_pld.coarsen` is the same split of a
 discrete PMF). The pair is a post-processing of the result, which therefore dominates it.
 dp-accounting computes these masses as second differences of hockey-stick values, which leaves
-an absolute error of about 1e-17 / D in each: composing 1e8 releases multiplies that by 1e8, so
+an absolute error of about 1e-16 / D in each: composing 1e8 releases multiplies that by 1e8, so
 accounting at that many releases had to keep the grid coarse (a "round-off floor"). Here each
 mass is an integral of a positive integrand over u, by 3-point Gauss-Legendre on pieces short
 enough for its remainder to be negligible, so every mass has a small RELATIVE error:

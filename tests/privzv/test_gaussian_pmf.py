@@ -2,7 +2,10 @@
 integrals) within its stated errors; it must be dp-accounting's PMF up to
 dp-accounting's own round-off; its hockey-stick curve must lie above the exact one. And the
 epsilon walk (privzv.tilted_pld.walk_epsilon) must be dp-accounting's."""
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import dp_accounting as dpa
 import mpmath
@@ -11,6 +14,13 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
 
 from privzv import gaussian_pmf, tilted_pld
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_pmf_masses.py"
+_spec = importlib.util.spec_from_file_location("bench_pmf_masses", _PATH)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+_exact_mass = bench.exact_mass    # 40-digit mpmath mass of one grid point
 
 Q = 256 / 60000
 # (noise std, sampling rate, direction, discretisation)
@@ -23,45 +33,6 @@ SETTINGS = [(1.0, 0.01, "remove", 1e-3), (1.0, 0.01, "add", 1e-3), (1.2, Q, "rep
 def _ours(sd, q, kind, disc, truncation=-50.0):
     return gaussian_pmf.release_pmf(sd, sampling_prob=q, kind=kind, discretization=disc,
                                     log_truncation=truncation)
-
-
-def _exact_mass(sd, q, kind, disc, grid_loss):
-    """The connect-the-dots mass at ``grid_loss``: the P-integral of its split share over the
-    two buckets around it, in 40-digit arithmetic (cut points by root finding)."""
-    mpmath.mp.dps = 40
-    a, q, step = mpmath.mpf(1) / sd, mpmath.mpf(q), mpmath.mpf(disc)
-
-    def mix(x):
-        return mpmath.log(1 - q + q * mpmath.e ** x)
-
-    def loss(u):
-        remove, add = mix(-a * u - a * a / 2), mix(a * u - a * a / 2)
-        return {"remove": remove, "add": -add, "replace": remove - add}[kind]
-
-    comps = [(1, 0)] if kind == "add" else [(1 - q, 0), (q, -a)]
-
-    def density(u):
-        return sum(w * mpmath.npdf(u, m) for w, m in comps)
-
-    pair = gaussian_pmf._Pair(float(a), float(q), kind)
-    total = mpmath.mpf(0)
-    for low, high, share_up in ((grid_loss - step, grid_loss, True),
-                                (grid_loss, grid_loss + step, False)):
-        cuts = []
-        for target, beyond in ((high, -mpmath.inf), (low, mpmath.inf)):
-            # outside L's range (near q's asymptotes) the bucket runs to infinity
-            inside = (kind != "remove" or target > mpmath.log(1 - q)) and (
-                kind != "add" or target < -mpmath.log(1 - q))
-            if not inside:
-                cuts.append(beyond)
-                continue
-            guess = float(pair.inverse(np.array([float(target)]))[0])
-            cuts.append(mpmath.findroot(lambda u: loss(u) - target, guess))
-        def share(u):
-            down = mpmath.expm1(high - loss(u)) / mpmath.expm1(step)
-            return 1 - down if share_up else down
-        total += mpmath.quad(lambda u: density(u) * share(u), cuts)
-    return total
 
 
 @pytest.mark.parametrize("sd, q, kind, disc", SETTINGS)

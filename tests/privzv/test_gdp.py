@@ -1,7 +1,10 @@
 """privzv.gdp against high-precision (mpmath) references, dp-accounting and GDP identities."""
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import dp_accounting
 import mpmath as mp
@@ -14,51 +17,24 @@ from hypothesis import strategies as st
 from privzv import gdp
 from privzv.errors import PrivzvError
 
-LOG_1E_300 = math.log(1e-300)
 
 
 # ------------------------------------------------------------------ mpmath references
-def _dps(mu: float) -> int:
-    """Digits enough for the cancellation in Phi(a) - e^eps Phi(b) (relative gap >= mu^2/eps)."""
-    return 60 + int(2 * max(0.0, -math.log10(mu)))
-
-
-def ref_delta(eps: float, mu: float):
-    """delta(eps; mu) of Dong et al. Cor. 2.13 as an mpf, straight from the formula."""
-    with mp.workdps(_dps(mu)):
-        e, m = mp.mpf(eps), mp.mpf(mu)
-        return +(mp.ncdf(-e / m + m / 2) - mp.exp(e) * mp.ncdf(-e / m - m / 2))
-
-
-def ref_log_delta(eps: float, mu: float) -> float:
-    with mp.workdps(_dps(mu)):
-        return float(mp.log(ref_delta(eps, mu)))
-
-
-def eps_rel_error(eps: float, mu: float, delta: float) -> float:
-    """|eps - eps*| / eps* for the root eps* of delta(.; mu) = delta, to first order (exact up
-    to O(error^2)): (delta(eps) - delta) / (d delta / d eps), d delta/d eps = -e^eps Phi(b)."""
-    with mp.workdps(_dps(mu)):
-        e, m = mp.mpf(eps), mp.mpf(mu)
-        slope = -mp.exp(e) * mp.ncdf(-e / m - m / 2)
-        return float(abs((ref_delta(eps, mu) - mp.mpf(delta)) / slope) / e)
-
-
-def mu_rel_error(mu: float, eps: float, delta: float) -> float:
-    """As eps_rel_error for the root in mu; d delta / d mu = phi(-eps/mu + mu/2)."""
-    with mp.workdps(_dps(mu)):
-        e, m = mp.mpf(eps), mp.mpf(mu)
-        slope = mp.npdf(-e / m + m / 2)
-        return float(abs((ref_delta(eps, mu) - mp.mpf(delta)) / slope) / m)
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gdp_accuracy.py"
+_spec = importlib.util.spec_from_file_location("bench_gdp_accuracy", _PATH)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+ref_delta, ref_log_delta = bench.ref_delta, bench.ref_log_delta
+eps_rel_error, mu_rel_error = bench.eps_rel_error, bench.mu_rel_error
+LOG_1E_300 = bench.LOG_1E_300
 
 
 # ------------------------------------------------------------------ delta(eps; mu)
-EPS_GRID = np.concatenate([[0.0], np.logspace(-8, 4, 25)])
-MU_GRID = np.logspace(-6, 3, 19)
 
 
 def test_log_delta_matches_mpmath_on_dense_grid():
-    eps, mu = (a.ravel() for a in np.meshgrid(EPS_GRID, MU_GRID))
+    eps, mu = bench.grid_points()
     ours = gdp.log_delta_from_epsilon(eps, mu)
     ref = np.array([ref_log_delta(e, m) for e, m in zip(eps, mu)])
     assert np.all(np.isfinite(ours))
@@ -72,14 +48,7 @@ def test_log_delta_matches_mpmath_on_dense_grid():
 
 
 def test_delta_matches_mpmath_at_random_points_and_switch_regions():
-    rng = np.random.default_rng(11)
-    eps = np.concatenate([10 ** rng.uniform(-8, 4, 150), np.zeros(10)])
-    mu = 10 ** rng.uniform(-6, 3, 160)
-    # t = eps/mu - mu/2 near 0 and near 10, where the evaluation switches method
-    mu2 = 10 ** rng.uniform(-6, 0.5, 80)
-    t2 = np.concatenate([rng.uniform(-0.5, 0.5, 40), rng.uniform(9, 11, 40)])
-    eps = np.concatenate([eps, np.maximum((t2 + mu2 / 2) * mu2, 0.0)])
-    mu = np.concatenate([mu, mu2])
+    eps, mu = bench.random_points()   # t = eps/mu - mu/2 near 0 and 10 among them
     ours = gdp.delta_from_epsilon(eps, mu)
     ref = np.array([float(ref_delta(e, m)) for e, m in zip(eps, mu)])
     keep = ref >= 1e-300
@@ -104,9 +73,7 @@ def test_delta_underflow_is_graceful():
 
 # ------------------------------------------------------------------ inverses
 def test_epsilon_from_delta_matches_mpmath():
-    rng = np.random.default_rng(5)
-    mu = 10 ** rng.uniform(-6, 3, 200)
-    delta = np.exp(rng.uniform(LOG_1E_300, math.log(0.9), 200))
+    mu, delta = bench.inverse_points(5, 0)
     eps = gdp.epsilon_from_delta(mu, delta)
     for e, m, d in zip(eps, mu, delta):
         if e == 0.0:  # answer 0 exactly when delta >= delta(0; mu)
@@ -116,9 +83,7 @@ def test_epsilon_from_delta_matches_mpmath():
 
 
 def test_mu_from_epsilon_matches_mpmath():
-    rng = np.random.default_rng(6)
-    eps = np.concatenate([10 ** rng.uniform(-6, 4, 190), np.zeros(10)])
-    delta = np.exp(rng.uniform(LOG_1E_300, math.log(0.9), 200))
+    eps, delta = bench.inverse_points(6, 10)
     mu = gdp.mu_from_epsilon(eps, delta)
     for m, e, d in zip(mu, eps, delta):
         assert mu_rel_error(m, e, d) <= 1e-10
