@@ -4,7 +4,8 @@ Task (issues 2 and 9): the noise multiplier for epsilon=1, delta=1e-5, Poisson q
 T=14062, add-remove (privzv's eavesdropper threat). Prints one JSON object: fresh-process wall
 and CPU seconds (``privzv calibrate`` on this setting and on the README's example,
 dp-accounting's PLD calibration, the bare imports), each tool's noise multiplier and seconds
-in this process (privzv with ``best``, its default, and with ``pld``), privzv's speed-up over
+in this process (privzv with ``best``, its default, with ``pld``, and ``rdp`` beside
+dp-accounting's RDP calibration), privzv's speed-up over
 dp-accounting's PLD calibration, the tight reference (:func:`tight_sigma`) and privzv's epsilon
 re-checked by dp-accounting's PLD at discretisation 1e-5.
 
@@ -31,6 +32,7 @@ import numpy as np
 import dp_accounting as dpa
 from dp_accounting import mechanism_calibration
 from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
 
 import privzv
 from privzv import accountants
@@ -453,6 +455,17 @@ def compare(release: Release, schedule: Schedule) -> dict:
         "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc,
                               "cpu_seconds": cpu_dpacc},
     }
+    _clear_caches()
+    (ours_rdp, t_rdp), cpu_rdp = cpu_timed(lambda: timed(
+        lambda: calibrate(EPSILON, DELTA, release, schedule, "rdp")))
+    (dp_rdp, t_dp_rdp), cpu_dp_rdp = cpu_timed(lambda: timed(
+        lambda: mechanism_calibration.calibrate_dp_mechanism(
+            rdp_privacy_accountant.RdpAccountant, event, EPSILON, DELTA)))
+    out["rdp"] = {"privzv": {"noise_multiplier": ours_rdp.noise_multiplier, "seconds": t_rdp,
+                             "cpu_seconds": cpu_rdp},
+                  "dp_accounting": {"noise_multiplier": dp_rdp, "seconds": t_dp_rdp,
+                                    "cpu_seconds": cpu_dp_rdp},
+                  "cpu_speedup": cpu_dp_rdp / cpu_rdp}
     try:
         from opacus.accountants.utils import get_noise_multiplier
         for name in ("rdp", "prv"):
