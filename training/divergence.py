@@ -45,15 +45,17 @@ def collapse(rows: list[dict], chance: float) -> dict | None:
     last, first = rows[-1], rows[0]
     floor = best["test_accuracy"] - max(DROP, DROP_SHARE * (best["test_accuracy"] - chance))
     learned = min(r["test_loss"] for r in rows) < first["test_loss"]
-    reasons = []
+    reasons, hint = [], "lower --lr-device / --lr-server"
     if last["test_accuracy"] < floor:
         reasons.append(f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
                        f"to {last['test_accuracy']:.3f} (chance {chance:.3f})")
     if learned and last["round"] > first["round"] and last["test_loss"] > first["test_loss"]:
         reasons.append(f"test loss {last['test_loss']:.3g} is above the untrained model's "
                        f"{first['test_loss']:.3g}")
+        if len(reasons) == 1:   # accuracy held: overconfident predictions (README's demo check)
+            hint = "predictions grew overconfident; a lower --lr-server stops the loss rise"
     if not reasons:
         return None
     return {"round": last["round"], "best_round": best["round"], "best_accuracy": best["test_accuracy"],
             "last_accuracy": last["test_accuracy"],
-            "reason": "training diverged: " + "; ".join(reasons) + " (lower --lr-device / --lr-server)"}
+            "reason": "training diverged: " + "; ".join(reasons) + f" ({hint})"}
