@@ -6,7 +6,12 @@ The run is trained with training's own builder and scheduler; the attacker (devi
 its transcript and scores each canary by s_i = sum over its rows of g[b_i] - g[a_i], g the
 per-sample gradient it can tell (``View.gradient_rows``: the gradient itself for first-order
 methods, Delta * (h+ - h-) for DPZV). Under a summing server dL/dz is negative only at the true
-label, so s_i > 0 points to a_i.
+label, so s_i > 0 points to a_i. The ``model`` attacker instead reads the run's output, the
+trained models (every device's and the server head, as the checkpoint holds them): s_i =
+logit_{a_i} - logit_{b_i} of the final model on the canary's features, white-box label
+inference on what the run releases at its end. Under a DP head this is the attack on the
+head's own updates that the transcript attacker cannot make behind an MLP; whole-run DP covers
+it (the final models are post-processing of every release and head step).
 
 All canaries share one training run, so they are not independent trials. The bound uses the
 one-run audit of Steinke, Nasr & Jagielski (NeurIPS 2023, Thm. 5.2, as in jax_privacy
@@ -122,7 +127,8 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
 
 def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
         epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0,
-        secret_seed: int | None = None, server_kind: str = "sum") -> dict:
+        secret_seed: int | None = None, server_kind: str = "sum",
+        attacker: str = "transcript") -> dict:
     """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below.
 
     ``seed`` is public (data, canaries, model init); the parties' noise comes from ``secret_seed``
@@ -130,16 +136,19 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     summing server (no head; the score's sign reads the label); "mlp": an MLP head that trains
     as a DP mechanism of its own (the whole run, head included; the same score, now without the
     summing server's alignment of embedding and class). ``epsilon_upper`` is the run's ledger's
-    epsilon after the last round (every release, the head's included).
+    epsilon after the last round (every release, the head's included). ``attacker``:
+    "transcript" (device 0's messages) or "model" (the trained models at the end).
     """
     import torch
 
-    from privzv.attacks.study_settings import CLIP
+    from privzv.attacks.study_settings import CANARY_ATTACKERS, CLIP
     from privzv.attacks.transcript_view import wire_view
     from privzv.training import data, methods, privacy
     from privzv.training import run as training_run
     from privzv.training.config import TrainConfig
 
+    if attacker not in CANARY_ATTACKERS:
+        raise PrivzvError(f"--attacker {attacker!r}: choose one of {', '.join(CANARY_ATTACKERS)}")
     ds = data.load(dataset, TrainConfig().devices, seed=seed)
     n, k = len(ds.y_train), ds.num_classes
     if not 2 <= canaries <= n:
@@ -162,20 +171,31 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     sched = training_run.build(cfg, ds, release=plan.release if plan.private else None,
                                ledger=ledger, secret_seed=secret_seed)
     sched.run(rounds, lambda r: False, lambda r: None)
-    view = wire_view(sched.recorder.transcripts["device0"])
-    g = view.gradient_rows()
-    pos = {int(r): i for i, r in enumerate(ids)}
-    scores = np.zeros(canaries)
-    for row, rec in enumerate(view.records):
-        i = pos.get(int(rec))
-        if i is not None:
-            scores[i] += g[row, b[i]] - g[row, a[i]]
+    if attacker == "model":
+        logits = final_logits(sched, [x[torch.as_tensor(ids)] for x in ds.x_train])
+        scores = logits[np.arange(canaries), a] - logits[np.arange(canaries), b]
+    else:
+        view = wire_view(sched.recorder.transcripts["device0"])
+        g = view.gradient_rows()
+        pos = {int(r): i for i, r in enumerate(ids)}
+        scores = np.zeros(canaries)
+        for row, rec in enumerate(view.records):
+            i = pos.get(int(rec))
+            if i is not None:
+                scores[i] += g[row, b[i]] - g[row, a[i]]
     bound = eps_lower_bound(scores, bit, delta)
     upper = ledger.epsilon_spent() if ledger is not None else math.inf
     head = plan.release.head if plan.private else None
     return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
             "sigma": plan.sigma, "head_sigma": head and head.sigma,
-            "head_window": head and head.window, "server_kind": server_kind,
+            "head_window": head and head.window, "server_kind": server_kind, "attacker": attacker,
             "rounds": sched.round, "epsilon_upper": upper, "accountant": cfg.accountant,
             "threat": cfg.threat, "epochs": epochs, "seed": seed,
             "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}
+
+
+def final_logits(sched, features) -> np.ndarray:
+    """The trained models' logits (devices' outputs into the server head) on ``features`` (one
+    tensor per device), in eval mode, as :meth:`Scheduler.evaluate` computes them."""
+    with sched.evaluating():
+        return sched.server.head(sched.engine.embeddings(features, slice(None))).double().numpy()

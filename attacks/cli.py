@@ -77,6 +77,10 @@ def build_parser() -> Parser:
     can.add_argument("--server-kind", type=_choice("--server-kind", ("sum", "mlp")), default="sum",
                      help="sum: a summing server (no head); mlp: a DP-trained MLP head (the "
                           "whole run, head included)")
+    can.add_argument("--attacker", type=_choice("--attacker", study_settings.CANARY_ATTACKERS),
+                     default="transcript",
+                     help="transcript: device 0's messages; model: the trained models the run "
+                          "ends with (white-box, the head's updates included)")
     can.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
@@ -207,10 +211,11 @@ def _canary_audit(args) -> int:
 
     torch.set_num_threads(1)
     out = canary_audit.run(args.method, args.dataset, args.canaries, args.epsilon, args.delta,
-                           args.epochs, args.seed, args.secret_seed, args.server_kind)
+                           args.epochs, args.seed, args.secret_seed, args.server_kind,
+                           args.attacker)
     emit(out, args.json, lambda o: (
         f"{o['method']} on {o['dataset']}, sigma {o['sigma']:.4g}: {o['canaries']} label canaries, "
-        f"{o['correct']}/{o['guesses']} guesses right\n"
+        f"{o['correct']}/{o['guesses']} guesses right ({o['attacker']} attacker)\n"
         f"lower bound (one run, 95%, Steinke et al.): eps >= {o['eps_lb']:.4g}\n"
         f"lower bound (one run, 95%, f-DP, {o['fdp_correct']}/{o['fdp_guesses']} right): "
         f"mu >= {o['mu_lb']:.4g}, eps >= {o['fdp_eps_lb']:.4g}\n"

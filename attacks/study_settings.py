@@ -14,6 +14,7 @@ SERVER_KIND = "sum"   # Fu et al.'s direct label inference needs logits = sum of
 # (Also attacks.canary_audit's clips.)
 CLIP = {"dpzv": 10.0, "vafl": 10.0, "fo-vector": 1.0}
 EPOCHS = {"digits": 5.0, "breast-cancer": 10.0, "mnist-5k": 1.0}
+CANARY_ATTACKERS = ("transcript", "model")    # attacks.canary_audit: device 0's messages, final models
 
 
 def hyperparameters(dataset: str, method: str) -> dict:

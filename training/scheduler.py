@@ -25,6 +25,7 @@ messages. The scheduler counts the messages' bytes (eq. (23)), records the serve
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import math
 from typing import Callable, Sequence
 
@@ -146,22 +147,30 @@ class Scheduler:
             if eval_at(self.round):
                 on_eval(self.round)
 
-    def evaluate(self, x_test: Sequence[torch.Tensor], y_test: torch.Tensor, chunk: int = 2048) -> Evaluation:
-        """Accuracy and mean cross-entropy on the test split with the current (fresh) embeddings."""
-        correct, loss = 0, 0.0
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Every model (devices' and head) in eval mode without gradients; modes restored after."""
         models = self.engine.models() + [self.server.head]
         modes = [mod.training for mod in models]
         for mod in models:
             mod.eval()
-        with torch.no_grad():
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            for mod, mode in zip(models, modes):
+                mod.train(mode)
+
+    def evaluate(self, x_test: Sequence[torch.Tensor], y_test: torch.Tensor, chunk: int = 2048) -> Evaluation:
+        """Accuracy and mean cross-entropy on the test split with the current (fresh) embeddings."""
+        correct, loss = 0, 0.0
+        with self.evaluating():
             for start in range(0, len(y_test), chunk):
                 sl = slice(start, start + chunk)
                 logits = self.server.head(self.engine.embeddings(x_test, sl))
                 y = y_test[sl]
                 loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
                 correct += int((logits.argmax(1) == y).sum())
-        for mod, mode in zip(models, modes):
-            mod.train(mode)
         n = len(y_test)
         loss = loss / n if math.isfinite(loss) else float("nan")
         return Evaluation(self.round, correct / n, loss, self.traffic.total_up, self.traffic.total_down)
