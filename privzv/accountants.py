@@ -99,6 +99,7 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
 PLD_MAX_POINTS = 1_000_000
+PLD_MAX_COARSENING = 4.0
 PLD_MAX_COMPOSED_POINTS = 4_000_000
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
 # --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
@@ -138,23 +139,43 @@ def _log_truncation(delta: float, compositions: float) -> float:
     return min(-50.0, math.log(1e-5 * delta / compositions))
 
 
-def release_span(z: float, delta: float, compositions: float) -> float:
-    """The range of one release's privacy losses, about 2 (a t + a^2/2): a = 1/z the shift in
-    noise units, t the tail quantile of the truncated mass."""
-    a = 1.0 / z
-    return 2.0 * (a * math.sqrt(-2.0 * _log_truncation(delta, compositions)) + 0.5 * a * a)
+def release_span(z: float, exposure: Exposure, delta: float) -> float:
+    """The range of one release's privacy losses on its grid: the largest over the directions
+    (remove and add at z, replace at 2z) of the losses between the truncation quantiles
+    (:func:`privzv.gaussian_pmf.loss_span`). With sampling it is far below the unsampled
+    2 (a t + a^2 / 2) (a = 1/z, t the tail quantile): the losses of a sampled release are
+    squeezed by q."""
+    from privzv import gaussian_pmf
+
+    q = 1.0 if exposure.sampling_rate is None else exposure.sampling_rate
+    cut = _log_truncation(delta, exposure.compositions)
+    return max(gaussian_pmf.loss_span(zk, sampling_prob=q, kind=kind, log_truncation=cut)
+               for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace")))
 
 
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
     """The step :func:`pld_epsilon` uses when asked for ``discretization``: at most span / 20, so
-    that a release has 20 grid points even at a huge noise multiplier; CannotAnswer if the
-    release's grid (:func:`release_span` / step) would exceed PLD_MAX_POINTS."""
-    span = release_span(z, delta, exposure.compositions)
+    that a release has 20 grid points even at a huge noise multiplier, and at least
+    span / PLD_MAX_POINTS (:func:`release_span`): a grid up to PLD_MAX_COARSENING times coarser
+    than asked for is still an upper bound, only a looser one; beyond that CannotAnswer (the
+    next rigorous accountant answers, faster)."""
+    span = release_span(z, exposure, delta)
     step = min(discretization, span / 20.0)
-    if not span / step <= PLD_MAX_POINTS:
+    if not span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS:
         raise CannotAnswer(f"one release's privacy-loss grid would need about "
                            f"{span / step:.3g} points at discretisation {step:.3g}")
-    return float(step)
+    return float(max(step, span / PLD_MAX_POINTS))
+
+
+def sampled_at_all(exposure: Exposure) -> float:
+    """The chance 1 - (1 - q)^k that Poisson sampling puts the record in any of its k releases.
+
+    Couple the runs on two neighbouring datasets through the same sampling and noise: their
+    outputs differ only when the differing record is sampled, so the total variation distance
+    between the two output distributions is at most this chance, i.e. the mechanism is
+    (0, 1 - (1 - q)^k)-DP whatever the noise (also for adaptive releases: the coupling is per
+    step). At a delta at least this large, epsilon is 0 for any noise multiplier."""
+    return -math.expm1(exposure.compositions * math.log1p(-exposure.sampling_rate))
 
 
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:

@@ -17,14 +17,17 @@ from privzv import gdp
 from privzv.errors import PrivzvError
 
 MAX_EVALUATIONS = 60
-Z_RANGE = (1e-4, 1e6)
+# Noise multipliers searched. The top reaches epsilon 1e-8 after 1e8 unsampled releases
+# (z = sqrt(T) / mu, mu about 1e-8 there at delta 1e-5); at the bottom, where any z meets the
+# target, the answer is the bottom itself.
+Z_RANGE = (1e-4, 1e15)
 
 
 def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: float,
                       model_mu: Callable[[float], float],
                       model_inverse: Callable[[float], float], *, start: float | None = None,
                       slope: float | None = None, eps_rtol: float = 2e-4,
-                      z_rtol: float = 1e-6) -> tuple[float, float]:
+                      z_rtol: float = 1e-4) -> tuple[float, float]:
     """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
     or z within z_rtol (relative) of an infeasible z.
 
@@ -46,7 +49,7 @@ def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: f
             hi = (z, e) if hi is None or z < hi[0] else hi
         else:
             lo = (z, e) if lo is None or z > lo[0] else lo
-        if hi is not None and (target - hi[1] <= eps_rtol * target
+        if hi is not None and (target - hi[1] <= eps_rtol * target or hi[0] <= Z_RANGE[0]
                                or (lo is not None and hi[0] - lo[0] <= z_rtol * hi[0])):
             return hi
         if hi is None and z >= Z_RANGE[1]:
@@ -86,8 +89,10 @@ def _rescaled(z, e, delta, mu_aim, model_mu, model_inverse) -> float:
 def _secant(p0, p1, aim) -> float:
     """Secant step for log epsilon against log z through two points, aimed at ``aim``."""
     (z0, e0), (z1, e1) = p0, p1
-    if not (math.isfinite(e0) and math.isfinite(e1) and e0 > 0 and e1 > 0) or e0 == e1:
+    if not (math.isfinite(e0) and math.isfinite(e1) and e0 > 0 and e1 > 0):
         return math.nan
     x0, x1, y0, y1 = math.log(z0), math.log(z1), math.log(e0), math.log(e1)
+    if y0 == y1 or x0 == x1:      # epsilons an ulp apart can have equal logs
+        return math.nan
     step = x1 + (math.log(aim) - y1) * (x1 - x0) / (y1 - y0)
     return math.exp(step) if abs(step) < 700 else math.nan   # nan: the caller bisects

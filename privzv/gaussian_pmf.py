@@ -147,6 +147,23 @@ def _truncation_point(log_truncation: float) -> float:
     return -float(special.ndtri_exp(math.log(0.5) + log_truncation))
 
 
+def _support(pair: _Pair, log_truncation: float) -> tuple[float, float, float, float]:
+    """(u_lo, u_hi, l_bottom, l_top): the u-quantiles of ``log_truncation`` that bound the PMF's
+    P-mass and the losses there (L decreases in u)."""
+    z_t, a = _truncation_point(log_truncation), pair.a
+    u_lo, u_hi = (-z_t, z_t + a) if pair.kind == "add" else (-z_t - a, z_t)
+    l_bottom, l_top = (float(v) for v in pair.loss(np.array([u_hi, u_lo])))
+    return u_lo, u_hi, l_bottom, l_top
+
+
+def loss_span(noise_multiplier: float, *, sampling_prob: float, kind: str,
+              log_truncation: float) -> float:
+    """The range of losses :func:`release_pmf` puts on its grid (its points: this / step)."""
+    _, _, l_bottom, l_top = _support(_Pair(1.0 / noise_multiplier, sampling_prob, kind),
+                                     log_truncation)
+    return l_top - l_bottom
+
+
 def release_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str,
                 discretization: float, log_truncation: float) -> ReleasePmf:
     """The connect-the-dots PMF (upper bounds, module docstring) of one direction ``kind``
@@ -157,9 +174,7 @@ def release_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str,
     does. TooManyPieces if the quadrature would need more than MAX_PIECES pieces."""
     pair = _Pair(1.0 / noise_multiplier, sampling_prob, kind)
     d, a = discretization, pair.a
-    z_t = _truncation_point(log_truncation)
-    u_lo, u_hi = (-z_t, z_t + a) if kind == "add" else (-z_t - a, z_t)
-    l_bottom, l_top = (float(v) for v in pair.loss(np.array([u_hi, u_lo])))
+    u_lo, u_hi, l_bottom, l_top = _support(pair, log_truncation)
     lower, upper = math.floor(l_bottom / d), math.ceil(l_top / d)
     upper = max(upper, lower + 1)
     n = upper - lower + 1

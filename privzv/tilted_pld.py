@@ -334,6 +334,14 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     m = math.isqrt(times)
     factor = math.isqrt(m)
     rounds, rest = divmod(times, m)
+    # the second stage's size, from the whole composition's range on the fine grid, before the
+    # first stage's (extended-precision) FFT is spent on it
+    low, high_true, _, _ = _ranges(pmf, times, tail)
+    low = max(low, times * pmf.lower)
+    high_true = min(high_true, times * (pmf.lower + len(pmf.probs) - 1))
+    if (high_true - low) / factor > 1.1 * max_points:
+        raise GridTooLarge(f"about {(high_true - low) / factor:.3g} points after {times} "
+                           "compositions")
     # the first stage's truncated mass is composed `rounds` times: give it tail / rounds
     block = self_compose_once(pmf, m, tail / rounds, max_points, extended=True)
     staged = self_compose_once(coarsen(block, factor), rounds, tail, max_points)

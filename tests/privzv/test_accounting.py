@@ -1,4 +1,5 @@
 """Accounting and calibration: threats, accountants, the seed formula, dp-accounting mappings."""
+import dataclasses
 import math
 
 import dp_accounting as dpa
@@ -242,11 +243,33 @@ def test_calibrate_is_one_sided_and_minimal(accountant, threat, super_batch):
 
 
 def test_unreachable_target_is_a_clear_error():
-    # the numerical solver (sampled pld, rdp) searches noise multipliers up to 1e6
+    # the numerical solver (sampled pld, rdp) searches noise multipliers up to 1e15: epsilon
+    # 1e-14 at delta 1e-300 needs about 4e16 (the unamplified closed form, exact, is the
+    # smallest bound there; rdp and pld floor above it)
     release, schedule = small("eavesdropper")
-    for accountant in ("pld", "rdp"):
+    for accountant in ("best", "pld", "rdp"):
         with pytest.raises(PrivzvError, match="unreachable"):
-            calibrate(1e-9, 1e-12, release, schedule, accountant)
+            calibrate(1e-14, 1e-300, release, schedule, accountant)
+
+
+def test_small_targets_below_the_old_search_range_are_answered():
+    """The search used to stop at noise multiplier 1e6: epsilon 1e-9 at delta 1e-12 (noise
+    multiplier 8e8 here) was refused as unreachable."""
+    release, schedule = small("eavesdropper")
+    for accountant in ("best", "pld", "rdp"):
+        result = calibrate(1e-9, 1e-12, release, schedule, accountant)
+        assert result.rigorous and result.noise_multiplier > 1e6 and result.epsilon <= 1e-9
+
+
+def test_a_target_one_accountant_cannot_reach_is_answered_by_the_smallest_bound():
+    """Without sampling rdp's finite orders floor its epsilon (0.175 at delta 5.6e-82 here even
+    at noise multiplier 1e15): the exact closed form answers, and the answer says so."""
+    release, schedule = small("eavesdropper", steps=70_756_845)
+    schedule = dataclasses.replace(schedule, dataset_size=100)
+    release = dataclasses.replace(release, batch_size=100)
+    result = calibrate(0.015, 5.6e-82, release, schedule, "rdp")
+    assert result.requested == "rdp" and result.accountant == "pld" and result.epsilon <= 0.015
+    assert "rdp: epsilon 0.015: unreachable" in result.fallback and "pld answered" in result.note
 
 
 def test_tiny_targets_without_sampling_have_exact_closed_form_answers():

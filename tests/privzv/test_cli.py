@@ -80,7 +80,7 @@ def test_all_answers_the_rows_it_can_and_says_why_not_for_the_others(capsys):
     code, out, err = run(capsys, *argv)
     assert code == 0 and not err and "no answer: " in out and "device" in out
     # an unreachable target: calibrate says so in its rows and answers the others
-    obj = run_json(capsys, "calibrate", "--epsilon", "1e-9", "--delta", "1e-12", *RELEASE[2:],
+    obj = run_json(capsys, "calibrate", "--epsilon", "1e-14", "--delta", "1e-300", *RELEASE[2:],
                    "--all")
     reasons = {(r["threat"], r["requested"]): r["reason"] for r in obj["results"]
                if r["accountant"] is None}
@@ -148,7 +148,7 @@ BAD = [
     (["calibrate", "--epsilon", "1", *RELEASE, "--accountant", "moments"], "'moments'"),
     (["calibrate", "--epsilon", "1", *RELEASE, "--neighbors", "swap"], "'swap'"),
     (["calibrate", *RELEASE], "--epsilon"),
-    (["calibrate", "--epsilon", "1e-9", *RELEASE[:1], "1e-12", *RELEASE[2:], "--threat",
+    (["calibrate", "--epsilon", "1e-14", *RELEASE[:1], "1e-300", *RELEASE[2:], "--threat",
       "eavesdropper"], "unreachable"),
     (["account", "--sigma", "0", *RELEASE], "--sigma '0'"),
     (["account", "--sigma", "abc", *RELEASE], "--sigma 'abc'"),

@@ -170,3 +170,42 @@ def test_the_pld_grid_is_fine_enough_for_a_large_saddle_point():
     assert 0.09 < at[chosen / 2] < 0.11
     assert at[chosen] == pytest.approx(at[chosen / 2], rel=2e-4)
     assert at[ignoring_t] > at[chosen / 2] * (1 + 5e-4)
+
+
+def test_a_secant_through_epsilons_with_equal_logs_bisects_instead_of_dividing_by_zero():
+    """Two epsilons an ulp apart can have equal logarithms (a ZeroDivisionError in the secant,
+    found by fuzzing at q <= 1.4e-6 and tiny delta)."""
+    from privzv import calibration
+
+    e = 4.2187490100110985
+    assert np.isnan(calibration._secant((1.0, e), (1.1, np.nextafter(e, 10.0)), 4.0))
+    r = privzv.noise_multiplier(e, 2.885931350998402e-264, sample_rate=1e-8, steps=8)
+    assert r.rigorous and r.epsilon <= e
+
+
+@pytest.mark.parametrize("neighbors", ["add-remove", "replace-one"])
+def test_at_a_delta_above_the_chance_of_ever_being_sampled_any_noise_gives_epsilon_0(neighbors):
+    """1 - (1-q)^k is the chance that the record is in any release; the runs on neighbouring
+    datasets, coupled through the same sampling and noise, differ only then, so (0, that)-DP
+    holds at any noise. It is the exact limit for one release at tiny noise: the remove pair's
+    total variation is q (2 Phi(a/2) - 1) -> q, so just below it epsilon is large."""
+    q, k = 3e-4, 68
+    chance = -np.expm1(k * np.log1p(-q))
+    r = privzv.noise_multiplier(303.73, chance * 1.0001, sample_rate=q, steps=k,
+                                neighbors=neighbors)
+    assert r.epsilon == 0.0 and r.accountant == "sampling" and r.noise_multiplier == 1e-4
+    assert "sampled at all" in r.note
+    below = privzv.epsilon(1e-3, chance * 0.9, sample_rate=q, steps=k, neighbors=neighbors)
+    assert below.epsilon > 10 and below.accountant != "sampling"
+    one = gdp.delta_from_epsilon(0.0, 1.0 / 1e-3) * q          # remove pair at z = 1e-3, k = 1
+    assert q * 0.999 < one <= q
+
+
+def test_pld_answers_small_epsilons_after_few_releases_instead_of_handing_over_to_rdp():
+    """A release's grid was sized from the unsampled span, about 7x too wide at q = 0.04, so pld
+    declined and rdp answered 88% above the tight noise multiplier (fuzzing; the exact check
+    is in test_pld_tightness.py)."""
+    r = privzv.noise_multiplier(0.021813277366518165, 0.001639155863730288,
+                                sample_rate=0.040523513932264284, steps=1)
+    assert r.accountant == "pld" and r.fallback is None
+    assert r.noise_multiplier < 2.3746 * 1.001        # tight: 2.3745347 (50-digit hockey stick)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import privzv
 from privzv import accountants, gdp
 from privzv.accounting import calibrate
 from privzv.release import Release, Schedule
@@ -18,6 +19,12 @@ _spec = importlib.util.spec_from_file_location("bench_calibration", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = bench
 _spec.loader.exec_module(bench)
+_FUZZ = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_accounting.py"
+_spec = importlib.util.spec_from_file_location("fuzz_accounting", _FUZZ)
+fuzz = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fuzz
+_spec.loader.exec_module(fuzz)
+_exact_sampled_delta = fuzz.exact_sampled_delta
 
 Q = 256 / 60000
 
@@ -72,7 +79,7 @@ def test_huge_noise_multipliers_keep_a_usable_grid(threat):
     ours = calibrate(0.01, 1e-12, release, schedule, "best")
     assert ours.accountant == "pld" and 0.0099 < ours.epsilon <= 0.01
     exp = Exposure(ours.compositions, ours.sampling_rate)
-    span = accountants.release_span(ours.noise_multiplier, 1e-12, ours.compositions)
+    span = accountants.release_span(ours.noise_multiplier, exp, 1e-12)
     wanted = accountants.pld_discretization(0.01, ours.compositions, 1e-12)
     assert span / accountants.pld_grid_step(ours.noise_multiplier, exp, 1e-12, wanted) >= 20
 
@@ -92,3 +99,16 @@ def test_a_hundred_million_gaussians_are_exact_gdp_from_above(mu, delta, neighbo
                                      accountants.pld_discretization(exact, k, delta))
     ours = accountants._pld_epsilon(z, k, 1.0, neighbors, delta, step)
     assert exact <= ours <= exact * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("eps, delta, q", [
+    (0.021813277366518165, 0.001639155863730288, 0.040523513932264284),   # was +88% (rdp)
+    (0.01, 1e-5, 0.05), (0.01, 1e-12, 0.05), (1.0, 1e-10, 0.3), (50.0, 1e-8, 0.01)])
+def test_one_sampled_release_is_within_0_1_percent_of_its_exact_hockey_stick(eps, delta, q):
+    """T = 1, against the exact delta of the pair: the calibrated noise multiplier meets the
+    target exactly (one-sided) and 0.1% less noise does not. At small epsilon pld used to
+    decline (a release's grid estimated from the unsampled span, 7x too wide) and rdp answered
+    88% above the tight value."""
+    z = privzv.noise_multiplier(eps, delta, sample_rate=q, steps=1).noise_multiplier
+    assert _exact_sampled_delta(eps, q, z) <= delta
+    assert _exact_sampled_delta(eps, q, z * (1 - 1e-3)) > delta

@@ -1,0 +1,123 @@
+"""Random calibrations and accountings across the documented ranges, checked against exact
+references where they exist.
+
+Draws ``--n`` settings (epsilon 10^U(-4, 4); delta 10^U(-12, -1) or, one in three, 10^U(-300,
+-12); T 10^U(0, 8); sample rate 1 (one in four) or 10^U(-8, 0); both neighbour relations;
+accountants best, pld and rdp) and for each calls ``privzv.noise_multiplier`` and
+``privzv.epsilon`` at the answer. Prints one JSON object: how many answered, were refused as
+unreachable (a PrivzvError naming why) or raised anything else (a crash: listed with its
+input), the CPU seconds (largest, and how many took over 2 s, listed), and the one-sided checks:
+
+- sample rate 1: k Gaussian releases are exactly sqrt(k)/z-GDP (Dong, Roth & Su 2022,
+  Cor. 3.3), so epsilon(z) must be at least the exact value, and for ``best`` within 0.1%;
+- T = 1 with sampling, add-remove: the exact hockey-stick divergence of the pair (50-digit
+  closed form, :func:`exact_sampled_delta`) at the answer must be at most delta.
+
+    python benchmarks/fuzz_accounting.py [--n 300] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+
+import privzv
+from privzv import gdp
+from privzv.errors import PrivzvError
+
+
+def exact_sampled_delta(eps: float, q: float, z: float) -> float:
+    """delta(eps) of one Poisson-sampled Gaussian release (sensitivity 1, noise z), add-remove:
+    the larger of the remove and add directions' hockey-stick divergences, in closed form at
+    50 digits (the loss is monotone in the output, so each is a difference of normal tails)."""
+    import mpmath as mp
+
+    with mp.workdps(50):
+        e, q, a = mp.mpf(eps), mp.mpf(q), 1 / mp.mpf(z)
+        # remove: P = (1-q) N(0) + q N(a) against Q = N(0); loss > eps above thr
+        thr = (mp.log((mp.expm1(e) + q) / q) + a * a / 2) / a
+        out = (1 - q) * mp.ncdf(-thr) + q * mp.ncdf(a - thr) - mp.exp(e) * mp.ncdf(-thr)
+        c = -mp.expm1(-e)
+        if q > c:   # add: P = N(0) against Q = (1-q) N(0) + q N(a); loss > eps below thr
+            thr = (mp.log((q - c) / q) + a * a / 2) / a
+            out = max(out, mp.ncdf(thr) - mp.exp(e) * ((1 - q) * mp.ncdf(thr)
+                                                       + q * mp.ncdf(thr - a)))
+        return float(out)
+
+
+def draw(rng: np.random.Generator) -> dict:
+    tiny = rng.random() < 1 / 3
+    return {"epsilon": float(10 ** rng.uniform(-4, 4)),
+            "delta": float(10 ** (rng.uniform(-300, -12) if tiny else rng.uniform(-12, -1))),
+            "steps": int(10 ** rng.uniform(0, 8)),
+            "sample_rate": 1.0 if rng.random() < 0.25 else float(10 ** rng.uniform(-8, 0)),
+            "neighbors": str(rng.choice(["add-remove", "replace-one"])),
+            "accountant": str(rng.choice(["best", "pld", "rdp"]))}
+
+
+def check(case: dict) -> dict:
+    start = time.process_time()
+    try:
+        found = privzv.noise_multiplier(**case)
+    except PrivzvError as exc:
+        return {"outcome": "refused", "reason": str(exc), "cpu": time.process_time() - start}
+    except Exception as exc:   # a crash: reported, not raised
+        return {"outcome": "crash", "reason": f"{type(exc).__name__}: {exc}",
+                "cpu": time.process_time() - start}
+    cpu = time.process_time() - start
+    z, eps, delta, q, k = (found.noise_multiplier, case["epsilon"], case["delta"],
+                           case["sample_rate"], found.compositions)
+    out = {"outcome": "answered", "cpu": cpu, "z": z, "accountant": found.accountant,
+           "finite": math.isfinite(z) and math.isfinite(found.epsilon),
+           "within_target": found.epsilon <= eps}
+    back = privzv.epsilon(z, delta, sample_rate=q, steps=case["steps"],
+                          neighbors=case["neighbors"], accountant=case["accountant"])
+    out["epsilon_agrees"] = back.epsilon == found.epsilon
+    if q == 1.0:
+        exact = gdp.epsilon_from_delta(math.sqrt(k) / z, delta)   # z: per sensitivity
+        out["exact"] = exact
+        out["one_sided"] = back.epsilon >= exact * (1 - 1e-12)
+    elif case["steps"] == 1 and case["neighbors"] == "add-remove":
+        out["exact_delta"] = exact_sampled_delta(found.epsilon, q, z)
+        out["one_sided"] = out["exact_delta"] <= delta * (1 + 1e-9)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for _ in range(args.n):
+        case = draw(rng)
+        rows.append({**case, **check(case)})
+    answered = [r for r in rows if r["outcome"] == "answered"]
+    checked = [r for r in answered if "one_sided" in r]
+    print(json.dumps({
+        "n": args.n, "seed": args.seed,
+        "answered": len(answered),
+        "refused": [{k: r[k] for k in ("epsilon", "delta", "steps", "sample_rate", "neighbors",
+                                       "accountant", "reason")}
+                    for r in rows if r["outcome"] == "refused"],
+        "crashes": [r for r in rows if r["outcome"] == "crash"],
+        "not_finite_or_above_target": [r for r in answered
+                                       if not (r["finite"] and r["within_target"])],
+        "epsilon_disagrees": sum(not r["epsilon_agrees"] for r in answered),
+        "one_sided_checked": len(checked),
+        "one_sided_failures": [r for r in checked if not r["one_sided"]],
+        "max_cpu_seconds": max(r["cpu"] for r in rows),
+        "over_2_cpu_seconds": sorted(({k: r[k] for k in ("epsilon", "delta", "steps",
+                                                          "sample_rate", "neighbors",
+                                                          "accountant", "cpu")}
+                                      for r in rows if r["cpu"] > 2.0),
+                                     key=lambda r: -r["cpu"]),
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
