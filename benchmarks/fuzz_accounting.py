@@ -6,7 +6,8 @@ Draws ``--n`` settings (epsilon 10^U(-4, 4); delta 10^U(-12, -1) or, one in thre
 accountants best, pld and rdp) and for each calls ``privzv.noise_multiplier`` and
 ``privzv.epsilon`` at the answer. Prints one JSON object: how many answered, were refused as
 unreachable (a PrivzvError naming why) or raised anything else (a crash: listed with its
-input), the CPU seconds (largest, and how many took over 2 s, listed), and the one-sided checks:
+input), where ``privzv.epsilon`` at the answer differs from the calibration's epsilon (listed),
+the CPU seconds (largest, and how many took over 2 s, listed), and the one-sided checks:
 
 - sample rate 1: k Gaussian releases are exactly sqrt(k)/z-GDP (Dong, Roth & Su 2022,
   Cor. 3.3), so epsilon(z) must be at least the exact value, and for ``best`` within 0.1%;
@@ -76,6 +77,8 @@ def check(case: dict) -> dict:
     back = privzv.epsilon(z, delta, sample_rate=q, steps=case["steps"],
                           neighbors=case["neighbors"], accountant=case["accountant"])
     out["epsilon_agrees"] = back.epsilon == found.epsilon
+    out["epsilon_back"], out["epsilon_found"] = back.epsilon, found.epsilon
+    out["fallback"] = found.fallback
     if q == 1.0:
         exact = gdp.epsilon_from_delta(math.sqrt(k) / z, delta)   # z: per sensitivity
         out["exact"] = exact
@@ -107,7 +110,7 @@ def main() -> None:
         "crashes": [r for r in rows if r["outcome"] == "crash"],
         "not_finite_or_above_target": [r for r in answered
                                        if not (r["finite"] and r["within_target"])],
-        "epsilon_disagrees": sum(not r["epsilon_agrees"] for r in answered),
+        "epsilon_disagrees": [r for r in answered if not r["epsilon_agrees"]],
         "one_sided_checked": len(checked),
         "one_sided_failures": [r for r in checked if not r["one_sided"]],
         "max_cpu_seconds": max(r["cpu"] for r in rows),
