@@ -278,62 +278,16 @@ def _rdp_epsilon(z, k, q, neighbors, delta):
         return rdp.epsilon(orders, int(k) * values, delta)
 
 
-# Quadrature for replace_one_rdp: trapezoid step (in noise units) and half-width around the
-# integrand's mass; orders whose integrand sits further out than _RDP_MAX_REACH give inf.
-_RDP_STEP = 0.1
-_RDP_HALF_WIDTH = 15.0
-_RDP_MAX_REACH = 2e3
-# relative and absolute margin added to the quadrature so the value stays an upper bound
-_RDP_MARGIN = (1e-9, 1e-18)
-
-
-def _log1p_mix(q: float, u: np.ndarray) -> np.ndarray:
-    """log((1 - q) + q e^u) = log1p(q expm1(u)), accurate also where it is tiny; log-sum-exp
-    where e^u would overflow."""
-    out = np.empty_like(u)
-    big = u > 50.0
-    out[~big] = np.log1p(q * np.expm1(u[~big]))
-    out[big] = np.logaddexp(math.log1p(-q), math.log(q) + u[big])
-    return out
-
-
 def replace_one_rdp(q: float, z: float, orders) -> np.ndarray:
     """Exact Renyi divergence of order alpha between dp-accounting's replace-one pair of one
     Poisson-sampled Gaussian release, P = (1-q) N(0,1) + q N(-a,1) and Q = (1-q) N(0,1) +
-    q N(a,1), a = 1/(2z) (the pair of the PLD path, module docstring), by 1-D quadrature:
+    q N(a,1), a = 1/(2z) (the pair of the PLD path, module docstring), by 1-D quadrature
+    (:func:`privzv.rdp.sampled_pair_renyi`). Mironov 2017's Prop. 11 (weak triangle inequality
+    through the add-remove neighbour) bounds the same quantity from above and is 15% to several
+    times larger (``tests/privzv/test_peer_values.py`` compares both)."""
+    from privzv import rdp
 
-        eps(alpha) = log( integral p(x)^alpha q(x)^(1-alpha) dx ) / (alpha - 1).
-
-    P(x) = Q(-x), so the divergence is symmetric and one direction suffices. The integrand is
-    smooth and decays like a Gaussian around x ~ -alpha a, where the trapezoid rule converges
-    geometrically (Trefethen & Weideman 2014, "The exponentially convergent trapezoidal rule",
-    SIAM Review 56(3), Sec. 5); a margin of 1e-9 relative keeps the value an upper bound.
-    Mironov 2017's Prop. 11 (weak triangle inequality through the add-remove neighbour) bounds
-    the same quantity from above and is 15% to several times larger
-    (``tests/privzv/test_peer_values.py`` compares both). Orders whose mass lies beyond
-    2000 noise units give inf (a valid, useless bound)."""
-    from scipy.special import logsumexp
-
-    orders = np.asarray(orders, dtype=float)
-    a = 0.5 / z
-    out = np.full(orders.shape, np.inf)
-    for i, alpha in enumerate(orders):
-        reach = alpha * a
-        if reach > _RDP_MAX_REACH:
-            continue
-        x = np.arange(-reach - a - _RDP_HALF_WIDTH, a + _RDP_HALF_WIDTH, _RDP_STEP)
-        # log(p/phi) and log(q/phi), phi the N(0,1) density: small where the two are close
-        shift = -0.5 * a * a
-        log_p, log_r = _log1p_mix(q, shift - a * x), _log1p_mix(q, shift + a * x)
-        g = alpha * log_p + (1.0 - alpha) * log_r     # log of the integrand over phi
-        log_phi = -0.5 * x * x - 0.5 * math.log(2.0 * math.pi) + math.log(_RDP_STEP)
-        if g.max() < 700.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
-            log_int = math.log1p(max(float(np.sum(np.exp(log_phi) * np.expm1(g))), 0.0))
-        else:
-            log_int = float(logsumexp(log_phi + g))
-        value = max(log_int, 0.0) / (alpha - 1.0)
-        out[i] = value * (1.0 + _RDP_MARGIN[0]) + _RDP_MARGIN[1]
-    return out
+    return rdp.sampled_pair_renyi(q, z, orders, "replace-one")
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
