@@ -387,4 +387,5 @@ def walk_epsilon(losses: np.ndarray, probs: np.ndarray, inf_mass: float, delta: 
     end = min(i_stop, n)   # the masses where the walk stopped (or all of them)
     if upper[end] <= lower[end] + delta:
         return 0.0
-    return math.log((upper[end] - delta) / lower[end])
+    above, below = float(upper[end] - delta), float(lower[end])
+    return math.log(above) - math.log(below) if below > 0.0 else math.inf   # no overflow

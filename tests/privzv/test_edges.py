@@ -209,3 +209,11 @@ def test_pld_answers_small_epsilons_after_few_releases_instead_of_handing_over_t
                                 sample_rate=0.040523513932264284, steps=1)
     assert r.accountant == "pld" and r.fallback is None
     assert r.noise_multiplier < 2.3746 * 1.001        # tight: 2.3745347 (50-digit hockey stick)
+
+
+def test_a_delta_one_ulp_below_the_chance_of_being_sampled_is_not_epsilon_0():
+    """-expm1(k log1p(-q)) came out one ulp below 1 - (1-q)^k (q = 0.23, k = 1: 0.22999999999999998
+    where the exact chance is 0.23 + 1e-18), and that delta got epsilon 0 at noise 1e-4, where
+    the true epsilon is huge."""
+    r = privzv.epsilon(1e-4, 0.22999999999999998, sample_rate=0.23, steps=1)
+    assert r.accountant != "sampling" and r.epsilon > 1.0
