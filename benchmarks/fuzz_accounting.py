@@ -71,7 +71,7 @@ def check(case: dict) -> dict:
     cpu = time.process_time() - start
     z, eps, delta, q, k = (found.noise_multiplier, case["epsilon"], case["delta"],
                            case["sample_rate"], found.compositions)
-    out = {"outcome": "answered", "cpu": cpu, "z": z, "accountant": found.accountant,
+    out = {"outcome": "answered", "cpu": cpu, "z": z, "answered_by": found.accountant,
            "finite": math.isfinite(z) and math.isfinite(found.epsilon),
            "within_target": found.epsilon <= eps}
     back = privzv.epsilon(z, delta, sample_rate=q, steps=case["steps"],
@@ -116,7 +116,7 @@ def main() -> None:
         "max_cpu_seconds": max(r["cpu"] for r in rows),
         "over_2_cpu_seconds": sorted(({k: r[k] for k in ("epsilon", "delta", "steps",
                                                           "sample_rate", "neighbors",
-                                                          "accountant", "cpu")}
+                                                          "accountant", "answered_by", "cpu")}
                                       for r in rows if r["cpu"] > 2.0),
                                      key=lambda r: -r["cpu"]),
     }, indent=1))
