@@ -77,16 +77,6 @@ _MAX_REACH = 2e3
 _MARGIN = (1e-9, 1e-18)
 
 
-def _log1p_mix(q: float, u: np.ndarray) -> np.ndarray:
-    """log((1 - q) + q e^u) = log1p(q expm1(u)), accurate also where it is tiny; log-sum-exp
-    where e^u would overflow."""
-    out = np.empty_like(u)
-    big = u > 50.0
-    out[~big] = np.log1p(q * np.expm1(u[~big]))
-    out[big] = np.logaddexp(math.log1p(-q), math.log(q) + u[big])
-    return out
-
-
 def sampled_pair_renyi(q: float, z: float, orders, pair: str) -> np.ndarray:
     """Renyi divergence D_alpha(P || Q) of one Poisson-sampled Gaussian release, by 1-D
     quadrature of log( integral p(x)^alpha q(x)^(1-alpha) dx ) / (alpha - 1), in noise units:
@@ -106,6 +96,8 @@ def sampled_pair_renyi(q: float, z: float, orders, pair: str) -> np.ndarray:
     relative and 1e-18 absolute keep the value an upper bound. Orders whose mass lies beyond
     2000 noise units give inf (a valid, useless bound)."""
     from scipy.special import logsumexp
+
+    from privzv.gaussian_pmf import _log1p_mix
 
     orders = np.asarray(orders, dtype=float)
     a = (1.0 if pair == "add-remove" else 0.5) / z
