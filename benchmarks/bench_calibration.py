@@ -433,17 +433,25 @@ def fresh_process() -> dict:
     }
 
 
+def _calibrations(release: Release, schedule: Schedule, accountant: str, reference):
+    """((privzv's Result, wall s, CPU s), (dp-accounting's z, wall s, CPU s)): privzv's
+    ``accountant`` and dp-accounting's ``reference`` accountant class calibrating the benchmark
+    setting one after the other, privzv's caches cleared first."""
+    _clear_caches()
+    (ours, t_ours), cpu_ours = cpu_timed(lambda: timed(
+        lambda: calibrate(EPSILON, DELTA, release, schedule, accountant)))
+    (theirs, t_theirs), cpu_theirs = cpu_timed(lambda: timed(
+        lambda: mechanism_calibration.calibrate_dp_mechanism(reference, event, EPSILON, DELTA)))
+    return (ours, t_ours, cpu_ours), (theirs, t_theirs, cpu_theirs)
+
+
 def compare(release: Release, schedule: Schedule) -> dict:
     """The benchmark setting side by side (privzv, dp-accounting, opacus, the tight reference),
     then the small-noise-multiplier task."""
     _clear_caches()
     ours_pld, t_pld = timed(lambda: calibrate(EPSILON, DELTA, release, schedule, "pld"))
-    _clear_caches()
-    (ours, t_ours), cpu_ours = cpu_timed(lambda: timed(
-        lambda: calibrate(EPSILON, DELTA, release, schedule, "best")))
-    (dpacc, t_dpacc), cpu_dpacc = cpu_timed(lambda: timed(
-        lambda: mechanism_calibration.calibrate_dp_mechanism(
-            pld_privacy_accountant.PLDAccountant, event, EPSILON, DELTA)))
+    (ours, t_ours, cpu_ours), (dpacc, t_dpacc, cpu_dpacc) = _calibrations(
+        release, schedule, "best", pld_privacy_accountant.PLDAccountant)
     out = {
         "task": {"epsilon": EPSILON, "delta": DELTA, "sampling_rate": Q, "steps": STEPS,
                  "neighbors": "add-remove", "sampling": "poisson"},
@@ -455,12 +463,8 @@ def compare(release: Release, schedule: Schedule) -> dict:
         "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc,
                               "cpu_seconds": cpu_dpacc},
     }
-    _clear_caches()
-    (ours_rdp, t_rdp), cpu_rdp = cpu_timed(lambda: timed(
-        lambda: calibrate(EPSILON, DELTA, release, schedule, "rdp")))
-    (dp_rdp, t_dp_rdp), cpu_dp_rdp = cpu_timed(lambda: timed(
-        lambda: mechanism_calibration.calibrate_dp_mechanism(
-            rdp_privacy_accountant.RdpAccountant, event, EPSILON, DELTA)))
+    (ours_rdp, t_rdp, cpu_rdp), (dp_rdp, t_dp_rdp, cpu_dp_rdp) = _calibrations(
+        release, schedule, "rdp", rdp_privacy_accountant.RdpAccountant)
     out["rdp"] = {"privzv": {"noise_multiplier": ours_rdp.noise_multiplier, "seconds": t_rdp,
                              "cpu_seconds": cpu_rdp},
                   "dp_accounting": {"noise_multiplier": dp_rdp, "seconds": t_dp_rdp,

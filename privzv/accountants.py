@@ -181,6 +181,11 @@ def sampled_at_all(exposure: Exposure) -> float:
     return min(1.0, chance * (1.0 + 1e-12))   # rounded up: its round-off is a few ulps
 
 
+def any_noise_suffices(exposure: Exposure, delta: float) -> bool:
+    """True where Poisson sampling alone gives (0, delta)-DP (:func:`sampled_at_all`)."""
+    return exposure.sampling_rate is not None and delta >= sampled_at_all(exposure)
+
+
 def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
     """epsilon of k Gaussian releases ignoring any sampling: exactly sqrt(k)/z-GDP (Dong, Roth &
     Su 2022, Cor. 3.3 and 2.13). With Poisson sampling it stays a rigorous upper bound (sampling

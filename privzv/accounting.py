@@ -109,8 +109,9 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float, order
     for name in order:
         try:
             if name == "pld":
-                answers[name] = _pld(z, exp, neighbors, delta, answers.get("rdp", _estimate(
-                    z, exp, neighbors, delta)), coarseness)
+                estimate = (answers["rdp"] if "rdp" in answers
+                            else _estimate(z, exp, neighbors, delta))
+                answers[name] = _pld(z, exp, neighbors, delta, estimate, coarseness)
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
         except accountants.CannotAnswer as exc:
@@ -171,7 +172,7 @@ def evaluate(z: float, release: Release, schedule: Schedule, exp: Exposure, delt
         return Bound(accountants.gdp_epsilon(mu, delta), "gdp-clt", mu)
     if exp.sampling_rate is None and accountant != "rdp":   # exact closed form, below rdp
         return Bound(accountants.unamplified_epsilon(z, exp, delta), "pld")
-    if exp.sampling_rate is not None and delta >= accountants.sampled_at_all(exp):
+    if accountants.any_noise_suffices(exp, delta):
         return Bound(0.0, "sampling")
     order = {"best": ("rdp", "pld"), "pld": ("pld", "rdp"), "rdp": ("rdp", "pld")}[accountant]
     bound = _rigorous_bound(z, exp, release.neighbors, delta,
@@ -311,7 +312,7 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
         raise PrivzvError(f"epsilon={epsilon!r}: the closed form could not be brought below "
                           "the target")
 
-    if exp.sampling_rate is not None and delta >= accountants.sampled_at_all(exp):
+    if accountants.any_noise_suffices(exp, delta):
         z = Z_RANGE[0]     # any noise meets the target: the bottom of the search range
         return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
@@ -334,10 +335,9 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
         # rdp's finite orders (or pld's grids) floor its epsilon: the smallest rigorous bound
         # answers, and says why
         other = calibrate_exposure(epsilon, delta, release, schedule, exp, "best")
-        why = f"{accountant}: {exc}; {other.accountant} answered"
-        return dataclasses.replace(other, requested=accountant, fallback=why,
-                                   note=other.note.replace(" (best: the smallest rigorous bound)",
-                                                           "") + f"; fallback: {why}")
+        answered = Bound(other.epsilon, other.accountant, other.mu,
+                         f"{accountant}: {exc}; {other.accountant} answered")
+        return _result(other.noise_multiplier, answered, release, schedule, exp, delta, accountant)
     return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
 

@@ -148,7 +148,8 @@ def _ranges(pmf: TiltedPmf, times: int, tail: float) -> tuple[int, int, int, np.
     theta < 0, P(L >= a) <= e^{times K(theta) - theta a} for theta > 0): the lowest index with
     at most tail/2 of true mass below, the highest with at most tail/2 above, the highest with
     at most tail/2 of tilted mass above, and per theta > t the log of the tilted mass above an
-    index i being at most ``times K(theta) - times log_scale - (theta - t) i D``."""
+    index i being at most ``times K(theta) - times log_scale - (theta - t) i D``. The indices
+    are kept inside the support of the composition, times the PMF's first to last index."""
     k = times * pmf.log_mgf
     d, log_half = pmf.discretization, math.log(0.5 * tail)
     neg, pos = pmf.thetas < 0, pmf.thetas > 0
@@ -159,8 +160,9 @@ def _ranges(pmf: TiltedPmf, times: int, tail: float) -> tuple[int, int, int, np.
         shifted = pmf.thetas[above] - pmf.tilt
         tilted_k = k[above] - times * pmf.log_scale
         upper_tilted = np.min((tilted_k - log_half) / shifted) / d
-    return (math.floor(lower), math.ceil(upper), math.ceil(upper_tilted),
-            np.stack((tilted_k, shifted * d)))
+    first, last = times * pmf.lower, times * (pmf.lower + len(pmf.probs) - 1)
+    return (max(math.floor(lower), first), min(math.ceil(upper), last),
+            min(math.ceil(upper_tilted), last), np.stack((tilted_k, shifted * d)))
 
 
 def _propagated(noise: float, n: int, times: int) -> float:
@@ -236,11 +238,8 @@ def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int,
     GridTooLarge if the true masses' range exceeds ``max_points``."""
     if times == 1:
         return pmf
-    n, base = len(pmf.probs), times * pmf.lower
+    n = len(pmf.probs)
     low, high_true, high_tilted, tilted_tail = _ranges(pmf, times, tail)
-    low = max(low, base)
-    high_true = min(high_true, base + (n - 1) * times)
-    high_tilted = min(high_tilted, base + (n - 1) * times)
     if high_true - low + 1 > max_points:
         raise GridTooLarge(f"{high_true - low + 1:.3g} points after {times} compositions")
     high = max(high_true, min(high_tilted, low + max_points - 1))
@@ -259,7 +258,7 @@ def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int,
         powered = powered.astype(float)
     if not np.all(np.isfinite(powered)):
         raise FloatingPointError("the FFT power overflowed")
-    out = np.roll(powered, base - low)[:size]
+    out = np.roll(powered, times * pmf.lower - low)[:size]
     noise = (max(-float(np.min(out)), rounding) + tail + wrapped + _propagated(pmf.noise, n, times))
     infinity = tail - math.expm1(times * math.log1p(-pmf.infinity_mass))
     return dataclasses.replace(pmf, lower=low, probs=out, log_scale=times * pmf.log_scale,
@@ -337,8 +336,6 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     # the second stage's size, from the whole composition's range on the fine grid, before the
     # first stage's (extended-precision) FFT is spent on it
     low, high_true, _, _ = _ranges(pmf, times, tail)
-    low = max(low, times * pmf.lower)
-    high_true = min(high_true, times * (pmf.lower + len(pmf.probs) - 1))
     if (high_true - low) / factor > 1.1 * max_points:
         raise GridTooLarge(f"about {(high_true - low) / factor:.3g} points after {times} "
                            "compositions")

@@ -24,8 +24,8 @@ messages. The scheduler counts the messages' bytes (eq. (23)), records the serve
 """
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import math
 from typing import Callable, Sequence
 
