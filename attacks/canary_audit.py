@@ -189,7 +189,8 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
             "sigma": plan.sigma, "head_sigma": head and head.sigma,
             "head_window": head and head.window, "server_kind": server_kind, "attacker": attacker,
-            "rounds": sched.round, "epsilon_upper": upper, "accountant": cfg.accountant,
+            "rounds": sched.round, "epsilon_upper": upper, "protects": type(sched.method).PROTECTS,
+            "accountant": cfg.accountant,
             "threat": cfg.threat, "epochs": epochs, "seed": seed,
             "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}
 

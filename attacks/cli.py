@@ -10,7 +10,7 @@ from privzv.accountants import ACCOUNTANTS
 from privzv.cliutil import BadValue, Parser, emit, number
 from privzv.commands import add_release_options
 from privzv.errors import PrivzvError
-from privzv.release import THREATS
+from privzv.release import THREATS, covers
 
 
 _DELTA = number("--delta", low=0, high=1, low_open=True, high_open=True)
@@ -190,6 +190,7 @@ def _audit_text(o: dict) -> str:
         f"mu >= {lo['mu_lb']:.4g}",
         f"upper bound ({up['accountant']}, threat {up['threat']}): eps <= {up['epsilon']:.4g}"
         + (f", mu <= {up['mu']:.4g}" if up.get("mu") is not None else "")
+        + f" ({covers(o['protects'])})"
         + ("" if up.get("rigorous", True) else "  [NOT rigorous]"),
     ]
     if "upper_pld" in o:
@@ -219,7 +220,8 @@ def _canary_audit(args) -> int:
         f"lower bound (one run, 95%, Steinke et al.): eps >= {o['eps_lb']:.4g}\n"
         f"lower bound (one run, 95%, f-DP, {o['fdp_correct']}/{o['fdp_guesses']} right): "
         f"mu >= {o['mu_lb']:.4g}, eps >= {o['fdp_eps_lb']:.4g}\n"
-        f"upper bound ({o['accountant']}, {o['threat']} threat): eps <= {o['epsilon_upper']:.4g}"))
+        f"upper bound ({o['accountant']}, {o['threat']} threat): eps <= {o['epsilon_upper']:.4g} "
+        f"({covers(o['protects'])})"))
     return 0
 
 

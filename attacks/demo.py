@@ -92,7 +92,8 @@ def _human(o: dict) -> str:
         f"3. Training: DPZV on digits, 4 devices, C={DIGITS_CLIP:g} (threat device, accountant pld)",
     ]
     for name, s in runs.items():
-        eps = "no noise" if s["epsilon_spent"] is None else f"epsilon spent {s['epsilon_spent']:.3g}"
+        eps = "no noise" if s["epsilon_spent"] is None else (
+            f"epsilon spent {s['epsilon_spent']:.3g} ({s['protects']})")
         lines.append(f"   {name:<26} test accuracy {s['test_accuracy']:.3f}  sigma {s['sigma']:.3g}  "
                      f"{eps}  bytes up/down {s['bytes_up']:,}/{s['bytes_down']:,}  "
                      f"{s['wall_seconds']:.0f} s")

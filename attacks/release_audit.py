@@ -55,6 +55,7 @@ def audit_release(release: Release, schedule: Schedule, delta: float, *, account
         "noise": "scalar" if release.dim == 1 else "vector",
         "dim": release.dim,
         "aggregate": release.aggregate,
+        "protects": release.protects,
         "trials": trials,
         "seed": seed,
     }

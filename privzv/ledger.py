@@ -219,7 +219,8 @@ class PrivacyLedger:
         """epsilon spent, the budget and each mechanism (:meth:`mechanisms`), JSON-ready."""
         return {"epsilon_spent": self.epsilon_spent(), "epsilon_budget": self.epsilon_budget,
                 "delta": self.delta, "accountant": self.accountant,
-                "threat": self.schedule.threat, "releases": self.releases,
+                "threat": self.schedule.threat, "protects": self.release.protects,
+                "releases": self.releases,
                 "compositions": self._compositions(),
                 "noise_multiplier": self.release.noise_multiplier,
                 "mechanisms": self.mechanisms()}

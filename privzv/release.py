@@ -13,6 +13,19 @@ from privzv.errors import PrivzvError
 NEIGHBORS = ("replace-one", "add-remove")
 AGGREGATES = ("mean", "per-sample")
 THREATS = ("device", "eavesdropper", "secret-subsampling")
+# What a release's epsilon covers over the whole run (docs/accounting.md "Threat model contract"):
+# the neighbour relation it is proven for. Two datasets are neighbours when they differ in
+PROTECTS = {
+    "record": "record-level (one record's features and label)",
+    "label": "labels only (one record's label; its features are not protected)",
+    "none": "no whole-run guarantee (each release alone; earlier records' features reach later "
+            "releases through first-order device updates)",
+}
+
+
+def covers(protects: str) -> str:
+    """The phrase printed beside every epsilon: what it covers (``PROTECTS``)."""
+    return f"covers {PROTECTS[protects]}"
 
 
 def _positive(name: str, value: float) -> None:
@@ -97,6 +110,12 @@ class Release:
     budget on the head and NO downlink release: the server sends zeros in its place
     (``withholds``; the frozen-devices control), the round is the head's mechanism alone, z = z_h,
     and ``sigma`` is the std of a downlink value computed at z but never sent.
+
+    ``protects``: the neighbour relation the run's epsilon is proven for (a key of ``PROTECTS``),
+    the method's own declaration (``Method.PROTECTS``). ``"label"`` where a record's features
+    reach releases whose batch does not hold it (first-order device updates J(x)^T g), so only
+    its label is covered; ``"record"`` where no release moves without the record in its batch
+    (``tests/training/test_neighbours.py`` checks both for every method).
     """
 
     clip: float
@@ -107,6 +126,7 @@ class Release:
     dim: int = 1
     head: HeadUpdate | None = None
     head_share: float = 0.5
+    protects: str = "record"
 
     def __post_init__(self):
         if isinstance(self.head, dict):   # from a JSON state
@@ -118,6 +138,7 @@ class Release:
             raise PrivzvError(f"sigma={self.sigma!r}: must be a finite number >= 0")
         _choice("aggregate", self.aggregate, AGGREGATES)
         _choice("neighbors", self.neighbors, NEIGHBORS)
+        _choice("protects", self.protects, tuple(PROTECTS))
         if not (isinstance(self.head_share, (int, float)) and 0 < self.head_share <= 1):
             raise PrivzvError(f"head_share={self.head_share!r}: must be a number with 0 < share <= 1")
         if self.head is not None and self.head.neighbors != self.neighbors:

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from privzv import cliutil
 from privzv.errors import PrivzvError
+from privzv.release import covers
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 ENGINES = ("inprocess", "flower", "flower-sim")
@@ -117,7 +118,8 @@ def _check_resume_flags(args) -> None:
 
 
 def _human(s: dict) -> str:
-    eps = "no noise" if s["epsilon_spent"] is None else f"epsilon spent {s['epsilon_spent']:.4g}"
+    eps = "no noise" if s["epsilon_spent"] is None else (
+        f"epsilon spent {s['epsilon_spent']:.4g} ({covers(s['protects'])})")
     stop = f" (stopped: {s['stopped']})" if s["stopped"] else ""
     best = s["best"]
     warn = f"\nWARNING: {s['diverged']['reason']}" if s.get("diverged") else ""

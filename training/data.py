@@ -14,8 +14,11 @@ Every loader checks what it read before training sees it (one-line PrivzvError, 
 finite numeric features, integer labels in [0, classes), one label per record, the same image
 shape in train and test, non-empty splits; corrupt, truncated or oversized files are refused.
 
-Each device standardises its own slice with statistics of the training split only (per column
-for tabular data, per channel for images): a device never sees another device's features.
+Preprocessing is a fixed map that depends on no record (docs/data.md "Preprocessing"): each value
+is clipped to its dataset's declared range and scaled by public constants (:class:`Scaling`), the
+same for the training and test splits. Changing one record changes only that record's features, so
+a release whose batch does not contain it is unmoved (statistics of the private split would make
+every release depend on every record).
 """
 from __future__ import annotations
 
@@ -68,6 +71,70 @@ class VerticalDataset:
         return len(self.x_train)
 
 
+@dataclasses.dataclass(frozen=True)
+class Scaling:
+    """A data-independent preprocessing: clip each value to [lo, hi], then (x - centre) / scale.
+
+    The four are public constants (scalars, or per column / per channel), never statistics of the
+    records being preprocessed; ``source`` says where they come from."""
+
+    lo: object
+    hi: object
+    centre: object
+    scale: object
+    source: str
+
+    def __call__(self, x: np.ndarray) -> torch.Tensor:
+        x = np.clip(np.asarray(x, dtype=np.float64), self.lo, self.hi)
+        return torch.from_numpy(np.ascontiguousarray((x - self.centre) / self.scale, dtype=np.float32))
+
+    def part(self, index) -> "Scaling":
+        """The constants of a slice of the columns (tabular data; scalars are kept)."""
+        pick = lambda v: v if np.ndim(v) == 0 else np.asarray(v)[index]  # noqa: E731
+        return Scaling(pick(self.lo), pick(self.hi), pick(self.centre), pick(self.scale), self.source)
+
+
+def _range(lo, hi, source: str) -> Scaling:
+    """[lo, hi] mapped onto [-1, 1]."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    return Scaling(lo, hi, (lo + hi) / 2, (hi - lo) / 2, source)
+
+
+def _channels(mean, std) -> np.ndarray:
+    return np.asarray([mean, std], dtype=np.float64)[:, :, None, None] * 255.0
+
+
+# Digits: 8x8 images of pixel counts 0..16 (UCI "Optical Recognition of Handwritten Digits":
+# "each element is an integer in the range 0..16").
+DIGITS = _range(0.0, 16.0, "pixel range 0..16 (UCI optical digits) mapped onto [-1, 1]")
+# MNIST: 8-bit pixels; the mean and std of the PyTorch MNIST example (0.1307, 0.3081, on x / 255).
+MNIST = Scaling(0.0, 255.0, 0.1307 * 255.0, 0.3081 * 255.0,
+                "8-bit pixels, (x / 255 - 0.1307) / 0.3081 (the PyTorch MNIST example's constants)")
+# CIFAR-10: 8-bit pixels; the per-channel mean and std published with the dataset's common
+# training recipes (e.g. kuangliu/pytorch-cifar), on x / 255.
+_CIFAR = _channels((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+CIFAR10 = Scaling(0.0, 255.0, _CIFAR[0], _CIFAR[1],
+                  "8-bit pixels, per channel (x / 255 - (0.4914, 0.4822, 0.4465)) / "
+                  "(0.2470, 0.2435, 0.2616)")
+# MNIST-1D: make_dataset already centres its signals and sets their std to 1 (a property of the
+# public generator); the declared range clips the rare value beyond +-6.
+MNIST1D = Scaling(-6.0, 6.0, 0.0, 1.0, "signals as generated (std 1 by construction), clipped to [-6, 6]")
+# Breast cancer (WDBC): the per-feature Min / Max of the dataset's published documentation (UCI
+# "Breast Cancer Wisconsin (Diagnostic)", reproduced in scikit-learn's DESCR, "Summary
+# Statistics"), in the column order of ``load_breast_cancer``: mean, standard error, worst of
+# radius, texture, perimeter, area, smoothness, compactness, concavity, concave points, symmetry,
+# fractal dimension.
+BREAST_CANCER = _range(
+    (6.981, 9.71, 43.79, 143.5, 0.053, 0.019, 0.0, 0.0, 0.106, 0.05,
+     0.112, 0.36, 0.757, 6.802, 0.002, 0.002, 0.0, 0.0, 0.008, 0.001,
+     7.93, 12.02, 50.41, 185.2, 0.071, 0.027, 0.0, 0.0, 0.156, 0.055),
+    (28.11, 39.28, 188.5, 2501.0, 0.163, 0.345, 0.427, 0.201, 0.304, 0.097,
+     2.873, 4.885, 21.98, 542.2, 0.031, 0.135, 0.396, 0.053, 0.079, 0.03,
+     36.04, 49.54, 251.2, 4254.0, 0.223, 1.058, 1.252, 0.291, 0.664, 0.208),
+    "per-feature Min / Max published with the dataset (UCI WDBC; scikit-learn DESCR) mapped "
+    "onto [-1, 1]")
+
+
 def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0) -> VerticalDataset:
     """Load dataset ``name`` split over ``devices`` devices (see the module docstring)."""
     if name not in DATASETS:
@@ -90,9 +157,9 @@ def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int 
         raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
     if name == "mnist":
         x_train, y_train, x_test, y_test = _read_mnist(root)
-        return _images(name, x_train, y_train, x_test, y_test, 10, devices, _row_bands)
+        return _images(name, x_train, y_train, x_test, y_test, 10, devices, _row_bands, MNIST)
     x_train, y_train, x_test, y_test = _read_cifar10(root)
-    return _images(name, x_train, y_train, x_test, y_test, 10, devices, _patches)
+    return _images(name, x_train, y_train, x_test, y_test, 10, devices, _patches, CIFAR10)
 
 
 # ---------------------------------------------------------------- embedded datasets
@@ -102,7 +169,7 @@ def _digits(devices: int, seed: int) -> VerticalDataset:
 
     bunch = load_digits()
     images = bunch.images[:, None, :, :]  # [N, 1, 8, 8]
-    return _split_images("digits", images, bunch.target, 10, devices, seed, _row_bands)
+    return _split_images("digits", images, bunch.target, 10, devices, seed, _row_bands, DIGITS)
 
 
 def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
@@ -119,9 +186,9 @@ def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
     slices = np.array_split(np.arange(columns), devices)
     x_train, x_test = [], []
     for cols in slices:
-        a, b = _standardise(x[train][:, cols], x[test][:, cols], axes=(0,))
-        x_train.append(a)
-        x_test.append(b)
+        scaling = BREAST_CANCER.part(cols)
+        x_train.append(scaling(x[train][:, cols]))
+        x_test.append(scaling(x[test][:, cols]))
     sizes = ", ".join(str(len(c)) for c in slices)
     partition = f"the 30 feature columns in {devices} contiguous groups of {sizes} columns"
     return VerticalDataset("breast-cancer", x_train, _labels(y[train]), x_test, _labels(y[test]),
@@ -136,14 +203,13 @@ def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
                           "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
     x, y = mnist_data()
     images = x.reshape(-1, 1, 28, 28)
-    return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands)
+    return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands, MNIST)
 
 
 def _mnist1d(devices: int) -> VerticalDataset:
-    """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments, each device's
-    segment standardised with its own training statistics (as an image channel)."""
+    """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments (``MNIST1D``)."""
     x_train, y_train, x_test, y_test = _mnist1d_arrays()
-    ds = _images("mnist1d", x_train, y_train, x_test, y_test, 10, devices, _segments)
+    ds = _images("mnist1d", x_train, y_train, x_test, y_test, 10, devices, _segments, MNIST1D)
     ds.x_train = [x.squeeze(2) for x in ds.x_train]   # [N, 1, 1, L_m] -> [N, 1, L_m]
     ds.x_test = [x.squeeze(2) for x in ds.x_test]
     return ds
@@ -171,10 +237,11 @@ def _mnist1d_arrays():
     return signals(d["x"]), d["y"], signals(d["x_test"]), d["y_test"]
 
 
-def _split_images(name, images, y, num_classes, devices, seed, partitioner) -> VerticalDataset:
+def _split_images(name, images, y, num_classes, devices, seed, partitioner,
+                  scaling: Scaling) -> VerticalDataset:
     train, test = _stratified_split(y, seed)
     return _images(name, images[train], y[train], images[test], y[test], num_classes, devices,
-                   partitioner)
+                   partitioner, scaling)
 
 
 def _stratified_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -222,15 +289,15 @@ def _patches(height: int, width: int, devices: int):
     return regions, f"{side}x{side} grid of {ph}x{pw} patches, row-major"
 
 
-def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner):
-    """Cut [N, C, H, W] images into per-device regions and standardise each per channel."""
+def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner,
+            scaling: Scaling):
+    """Cut [N, C, H, W] images into per-device regions, each preprocessed by ``scaling``."""
     _check_records(name, x_train, y_train, x_test, y_test, num_classes)
     regions, description = partitioner(x_train.shape[2], x_train.shape[3], devices)
     parts_train, parts_test = [], []
     for rows, cols in regions:
-        a, b = _standardise(x_train[:, :, rows, cols], x_test[:, :, rows, cols], axes=(0, 2, 3))
-        parts_train.append(a)
-        parts_test.append(b)
+        parts_train.append(scaling(x_train[:, :, rows, cols]))
+        parts_test.append(scaling(x_test[:, :, rows, cols]))
     return VerticalDataset(name, parts_train, _labels(y_train), parts_test, _labels(y_test),
                            num_classes, description)
 
@@ -259,23 +326,6 @@ def _check_records(name: str, x_train, y_train, x_test, y_test, num_classes: int
     if np.shape(x_train)[1:] != np.shape(x_test)[1:]:
         raise PrivzvError(f"{name}: train records {list(np.shape(x_train)[1:])} and test records "
                           f"{list(np.shape(x_test)[1:])} differ in shape")
-
-
-def _standardise(train: np.ndarray, test: np.ndarray, axes: tuple[int, ...]):
-    """(x - mean) / std with the training split's statistics; constant features get std 1."""
-    train = np.asarray(train, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = train.mean(axis=axes, keepdims=True)
-        std = train.std(axis=axes, keepdims=True)
-    if not (np.isfinite(mean).all() and np.isfinite(std).all()):
-        raise PrivzvError("features too large to standardise (their mean or std overflows float64)")
-    std[std == 0] = 1.0
-
-    def scaled(x):
-        return torch.from_numpy(np.ascontiguousarray((np.asarray(x, np.float64) - mean) / std,
-                                                     dtype=np.float32))
-
-    return scaled(train), scaled(test)
 
 
 def _labels(y) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 
 import privzv
 from privzv.errors import PrivzvError
+from privzv.release import covers
 from privzv.training import data, defaults, divergence, methods, models, noise, plots, privacy, seeds
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 from privzv.training.run_folder import RunFolder, public_config
@@ -147,6 +148,9 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
                       secret_seed=secret, engine=engine)
         if announce:
             announce("values chosen for this run:\n" + defaults.describe(chosen))
+            if math.isfinite(config.epsilon):
+                announce(f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
+                         f"{covers(method_cls.PROTECTS)}")
         try:
             return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
         finally:
@@ -374,19 +378,17 @@ def _summary(config, p, sched, ledger, rows: list[dict], rounds) -> dict:
     last = rows[-1]
     best = max(rows, key=lambda r: r["test_accuracy"])
     spent = ledger.epsilon_spent() if ledger is not None else None
-    protects = None
     if label_dp(config):
-        from privzv.training.methods.rr_prior import PROTECTS
-
         spent = config.epsilon if math.isfinite(config.epsilon) else None
-        protects = PROTECTS
     return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
             "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
             "rounds": sched.round, "rounds_planned": rounds,
             "bytes_up": sched.traffic.total_up, "bytes_down": sched.traffic.total_down,
             "epsilon_spent": spent,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
-            "delta": 0.0 if protects else config.delta, "protects": protects, "threat": config.threat, "accountant": config.accountant,
+            "delta": 0.0 if label_dp(config) else config.delta,
+            "protects": methods.get(config.method).PROTECTS, "threat": config.threat,
+            "accountant": config.accountant,
             "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
             "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
             "seed": config.seed, "best": {k: best[k] for k in CURVE_KEYS},

@@ -38,7 +38,7 @@ def test_demo_refuses_a_foreign_non_empty_folder(tmp_path, capsys):
 def test_demo_shows_a_runs_divergence_warning():
     from privzv.attacks import demo
 
-    run = {"test_accuracy": 0.3, "sigma": 0.33, "epsilon_spent": 1.0, "bytes_up": 1, "bytes_down": 1,
+    run = {"test_accuracy": 0.3, "sigma": 0.33, "epsilon_spent": 1.0, "protects": "record", "bytes_up": 1, "bytes_down": 1,
            "wall_seconds": 1.0, "diverged": None}
     runs = {name: dict(run) for name, _, _ in demo.RUNS}
     runs["epsilon-1"]["diverged"] = {"reason": "training diverged: test loss 4.51 is above 2.31"}

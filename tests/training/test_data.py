@@ -1,4 +1,4 @@
-"""Vertical datasets: partitions, standardisation from the training split, file loaders, errors."""
+"""Vertical datasets: partitions, data-independent preprocessing, file loaders, errors."""
 import gzip
 import pickle
 import sys
@@ -11,13 +11,14 @@ from privzv.errors import PrivzvError
 from privzv.training import data
 
 
-def standardised(train_raw, test_raw, axes):
-    """Reference: per-axis statistics of the training split applied to both splits."""
-    train_raw = np.asarray(train_raw, np.float64)
-    mean = train_raw.mean(axis=axes, keepdims=True)
-    std = train_raw.std(axis=axes, keepdims=True)
-    std[std == 0] = 1
-    return (train_raw - mean) / std, (np.asarray(test_raw, np.float64) - mean) / std
+def fixed(raw, lo, hi, centre, scale):
+    """Reference: clip to the declared [lo, hi], then (x - centre) / scale (public constants)."""
+    return (np.clip(np.asarray(raw, np.float64), lo, hi) - centre) / scale
+
+
+def pixels_255(raw):
+    """MNIST's reference map: (x / 255 - 0.1307) / 0.3081 on 8-bit pixels."""
+    return fixed(raw, 0, 255, 0.1307 * 255, 0.3081 * 255)
 
 
 def close(tensor, array):
@@ -26,15 +27,15 @@ def close(tensor, array):
 
 # ------------------------------------------------------------------ embedded datasets
 
-def test_digits_row_bands_shapes_and_standardisation():
+def test_digits_row_bands_shapes_and_fixed_pixel_scale():
     ds = data.load("digits", 4)
     assert ds.name == "digits" and ds.num_classes == 10 and ds.devices == 4
     assert [tuple(x.shape) for x in ds.x_train] == [(1437, 1, 2, 8)] * 4
     assert [tuple(x.shape) for x in ds.x_test] == [(360, 1, 2, 8)] * 4
     assert ds.y_train.dtype == torch.int64 and ds.y_train.shape == (1437,)
     assert all(x.dtype == torch.float32 and x.is_contiguous() for x in ds.x_train + ds.x_test)
-    for x in ds.x_train:  # each device's own slice, standardised on the training split
-        assert abs(float(x.mean())) < 1e-5 and abs(float(x.std()) - 1) < 1e-3
+    for x in ds.x_train + ds.x_test:  # pixel counts 0..16 mapped onto [-1, 1]
+        assert float(x.min()) >= -1 and float(x.max()) <= 1
     assert "4 bands of 2 rows" in ds.partition
 
 
@@ -45,13 +46,12 @@ def test_digits_bands_hold_the_right_rows():
     train, test = data._stratified_split(load_digits().target, 1)
     images = load_digits().images[:, None]
     for rows, x_tr, x_te in zip(([0, 1, 2], [3, 4, 5], [6, 7]), ds.x_train, ds.x_test):
-        ref_tr, ref_te = standardised(images[train][:, :, rows], images[test][:, :, rows],
-                                      axes=(0, 2, 3))
-        assert close(x_tr, ref_tr) and close(x_te, ref_te)
+        assert close(x_tr, (images[train][:, :, rows] - 8) / 8)
+        assert close(x_te, (images[test][:, :, rows] - 8) / 8)
     assert np.array_equal(ds.y_train.numpy(), load_digits().target[train])
 
 
-def test_breast_cancer_columns_and_training_statistics():
+def test_breast_cancer_columns_and_declared_ranges():
     from sklearn.datasets import load_breast_cancer
 
     x, y = load_breast_cancer(return_X_y=True)
@@ -61,8 +61,10 @@ def test_breast_cancer_columns_and_training_statistics():
     start = 0
     for x_tr, x_te in zip(ds.x_train, ds.x_test):
         cols = slice(start, start + x_tr.shape[1])
-        ref_tr, ref_te = standardised(x[train][:, cols], x[test][:, cols], axes=(0,))
-        assert close(x_tr, ref_tr) and close(x_te, ref_te)
+        lo, hi = data.BREAST_CANCER.lo[cols], data.BREAST_CANCER.hi[cols]
+        centre, half = (lo + hi) / 2, (hi - lo) / 2
+        assert close(x_tr, fixed(x[train][:, cols], lo, hi, centre, half))
+        assert close(x_te, fixed(x[test][:, cols], lo, hi, centre, half))
         start += x_tr.shape[1]
     assert start == 30 and ds.num_classes == 2
 
@@ -120,9 +122,9 @@ def test_mnist1d_segments_classes_and_no_network(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []   # nothing written (no pickle cache)
     raw_train, y, raw_test, _ = data._mnist1d_arrays()
     assert torch.equal(ds.y_train, torch.as_tensor(y))
-    # device 2 holds values 20..29 of every signal, standardised with its training statistics
-    want_train, want_test = standardised(raw_train[:, :, 0, 20:30], raw_test[:, :, 0, 20:30], (0, 2))
-    assert close(ds.x_train[2], want_train) and close(ds.x_test[2], want_test)
+    # device 2 holds values 20..29 of every signal, as generated, clipped to [-6, 6]
+    assert close(ds.x_train[2], fixed(raw_train[:, :, 0, 20:30], -6, 6, 0, 1))
+    assert close(ds.x_test[2], fixed(raw_test[:, :, 0, 20:30], -6, 6, 0, 1))
     assert ds.partition == "the length-40 signal in 4 contiguous segments of 10 values"
 
 
@@ -195,8 +197,8 @@ def check_mnist_bands(ds, arrays, devices=7):
     assert [tuple(x.shape) for x in ds.x_train] == [(len(x_train), 1, rows, 28)] * devices
     for m in range(devices):
         band = slice(m * rows, (m + 1) * rows)
-        ref_tr, ref_te = standardised(x_train[:, None, band], x_test[:, None, band], axes=(0, 2, 3))
-        assert close(ds.x_train[m], ref_tr) and close(ds.x_test[m], ref_te)
+        assert close(ds.x_train[m], pixels_255(x_train[:, None, band]))
+        assert close(ds.x_test[m], pixels_255(x_test[:, None, band]))
     assert np.array_equal(ds.y_train.numpy(), y_train) and np.array_equal(ds.y_test.numpy(), y_test)
 
 
@@ -261,8 +263,10 @@ def test_cifar10_two_by_two_patches(tmp_path):
     assert [tuple(x.shape) for x in ds.x_test] == [(3, 3, 16, 16)] * 4
     for m, (r, c) in enumerate(((0, 0), (0, 16), (16, 0), (16, 16))):  # row-major patches
         region = (slice(None), slice(None), slice(r, r + 16), slice(c, c + 16))
-        ref_tr, ref_te = standardised(x_train[region], x_test[region], axes=(0, 2, 3))
-        assert close(ds.x_train[m], ref_tr) and close(ds.x_test[m], ref_te)
+        mean = np.array([0.4914, 0.4822, 0.4465])[:, None, None] * 255
+        std = np.array([0.2470, 0.2435, 0.2616])[:, None, None] * 255
+        assert close(ds.x_train[m], fixed(x_train[region], 0, 255, mean, std))
+        assert close(ds.x_test[m], fixed(x_test[region], 0, 255, mean, std))
     assert np.array_equal(ds.y_test.numpy(), y_test) and "2x2 grid of 16x16" in ds.partition
 
 
@@ -317,7 +321,6 @@ def _inf_pixel(a):
     (lambda a: (a[0], a[1], a[2][:, :27], a[3]), r"x_test has shape \[5, 27, 28\]"),
     (lambda a: (a[0].astype(complex), *a[1:]), "dtype complex128 is not a real number"),
     (lambda a: (a[0][:0], a[1][:0], a[2], a[3]), "train split: no records"),
-    (lambda a: (a[0].astype(float) * 1e300, *a[1:]), "too large to standardise"),
 ])
 def test_bad_npz_content_is_refused(tmp_path, change, match):
     save_npz(tmp_path, change(fake_mnist()))
@@ -415,3 +418,50 @@ def test_corrupt_cifar_batches_are_refused(tmp_path, spoil, match):
     spoil(tmp_path / "cifar-10-batches-py" / "data_batch_2")
     with pytest.raises(PrivzvError, match=match):
         data.load("cifar10", 4, data_dir=tmp_path)
+
+
+# ------------------------------------------------------------------ preprocessing: no record moves another
+
+def _changed_bunch(loader, index_of_train, field):
+    """``loader``'s bunch with one training record's features replaced by the maximum value."""
+    import sklearn.datasets
+
+    bunch = getattr(sklearn.datasets, loader)()
+    train, _ = data._stratified_split(bunch.target, 0)
+    i = train[index_of_train]
+    values = getattr(bunch, field).copy()
+    values[i] = values.max() * 3
+    bunch[field] = values
+    return bunch, i
+
+
+@pytest.mark.parametrize("name, loader, field", [
+    ("digits", "load_digits", "images"), ("breast-cancer", "load_breast_cancer", "data")])
+def test_changing_one_training_record_moves_no_other_record(monkeypatch, name, loader, field):
+    """Preprocessing is a fixed map: replacing one training record's features leaves every other
+    record's preprocessed features (train and test) bit-identical, so no release whose batch does
+    not contain the record moves. With the training split's mean and std it moved all of them."""
+    import sklearn.datasets
+
+    before = data.load(name, 4)
+    bunch, changed = _changed_bunch(loader, 7, field)
+    monkeypatch.setattr(sklearn.datasets, loader, lambda: bunch)
+    after = data.load(name, 4)
+    train, _ = data._stratified_split(bunch.target, 0)
+    row = int(np.flatnonzero(train == changed)[0])
+    others = np.arange(len(train)) != row
+    for m in range(4):
+        assert torch.equal(before.x_train[m][others], after.x_train[m][others])
+        assert torch.equal(before.x_test[m], after.x_test[m])
+        assert not torch.equal(before.x_train[m][row], after.x_train[m][row])
+
+
+def test_breast_cancer_ranges_are_the_published_ones():
+    """The declared ranges are the Min / Max table of the dataset's documentation, column by column."""
+    from sklearn.datasets import load_breast_cancer
+
+    descr = load_breast_cancer().DESCR
+    table = descr[descr.index("Min    Max"):].split("\n")[2:32]
+    published = np.array([[float(v) for v in line.split(":")[1].split()] for line in table])
+    assert np.array_equal(published[:, 0], data.BREAST_CANCER.lo)
+    assert np.array_equal(published[:, 1], data.BREAST_CANCER.hi)

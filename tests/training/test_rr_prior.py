@@ -97,7 +97,7 @@ def test_infinite_epsilon_keeps_the_labels_and_a_run_states_what_it_protects(tmp
                          epsilon=2.0, transcripts=False)
     summary = run.train(config, tmp_path / "r", secret_seed=1)
     assert summary["epsilon_spent"] == 2.0 and summary["delta"] == 0.0 and summary["sigma"] == 0.0
-    assert summary["protects"].startswith("labels only")
+    assert summary["protects"] == "label"
 
 
 def _wire(epsilon, labels_seed):

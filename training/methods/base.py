@@ -30,6 +30,9 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
   with ``sigma=None``, its ``head`` from ``head.head_update(config)``), or ``None`` when the
   method has no DP option; the run calibrates it and records every round in the privacy ledger.
   ``RELEASED_BY`` says which party draws the release's noise (and so records it in the ledger).
+  ``PROTECTS`` declares the neighbour relation the run's epsilon covers (a key of
+  ``privzv.release.PROTECTS``; the release carries it): ``"record"`` only if no release moves
+  when a record outside its batch changes (``tests/training/test_neighbours.py``).
 * ``device_abort(device)`` undoes ``device_send`` when the server refuses the uplink and sends
   nothing (a budget stop never reaches a device: the ledger is asked first).
 * ``extra_state`` / ``load_extra_state``: optimiser states etc. for checkpoints (tensors/dicts).
@@ -61,6 +64,7 @@ class Method(abc.ABC):
     LR_DEVICE: ClassVar[float]   # default learning rates (when --lr-device / --lr-server are not given)
     LR_SERVER: ClassVar[float]
     RELEASED_BY: ClassVar[str] = "server"   # the party that draws the release's noise
+    PROTECTS: ClassVar[str] = "record"      # what the run's epsilon covers (privzv.release.PROTECTS)
 
     def __init__(self, config: "TrainConfig", sigma: float = 0.0, release: "Release | None" = None):
         self.config = config

@@ -66,7 +66,14 @@ def embedding_gradients(server, head_step, m: int, ids: torch.Tensor, emb: torch
 
 
 class FirstOrderDevices:
-    """Mixin for methods whose devices train by backpropagating a received embedding gradient."""
+    """Mixin for methods whose devices train by backpropagating a received embedding gradient.
+
+    The device update J(x_I)^T g depends on the batch's raw features, and every later embedding
+    of every record depends on that update: a record's features reach releases whose batch does
+    not contain it, outside any noise. Their epsilon therefore covers labels only (DESIGN.md "The
+    threat-model contract"; ``tests/training/test_neighbours.py`` shows the releases move)."""
+
+    PROTECTS = "label"
 
     def setup_devices(self, devices, default_lr: float) -> None:
         rate = lr(self.config.lr_device, default_lr)
@@ -107,7 +114,7 @@ class FirstOrderMethod(FirstOrderDevices, Method):
     def release(cls, config) -> Release:
         return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
                                       aggregate="per-sample", neighbors=config.neighbors,
-                                      dim=config.embed_dim), config)
+                                      dim=config.embed_dim, protects=cls.PROTECTS), config)
 
     def setup(self, devices, server) -> None:
         self.setup_devices(devices, self.LR_DEVICE)

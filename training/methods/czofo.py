@@ -20,8 +20,9 @@ DP option (per-sample feedback, no batch averaging; DESIGN.md "Vector-noise coun
 server clips each record's vector (d_i1..d_in) to L2 norm C (NaN/inf zeroed first, so the bound
 holds whatever the losses) and adds N(0, sigma^2) to every value from its own generator. One
 round is ``Release(clip=C, batch_size=B, aggregate="per-sample", dim=n)``: replacing one record
-changes one row by at most 2C in L2. Without DP the feedback is not clipped (the baseline of the
-paper). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
+changes one row by at most 2C in L2. The devices train first order, so the run's epsilon covers
+labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``). Without DP the feedback is not
+clipped (the baseline of the paper). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class CZOFO(common.FirstOrderDevices, Method):
         only_device_threats(config)
         return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
                                       aggregate="per-sample", neighbors=config.neighbors,
-                                      dim=PERTURBATIONS), config)
+                                      dim=PERTURBATIONS, protects=cls.PROTECTS), config)
 
     def setup(self, devices, server) -> None:
         cfg = self.config

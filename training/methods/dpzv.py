@@ -51,7 +51,7 @@ class DPZV(Method):
     def release(cls, config) -> Release:
         return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
                                       aggregate="mean", neighbors=config.neighbors,
-                                      dim=config.directions), config)
+                                      dim=config.directions, protects=cls.PROTECTS), config)
 
     @classmethod
     def uplink_batch(cls, config) -> int:

@@ -9,7 +9,9 @@ device   backpropagate g~ / B (the batch mean) through h; SGD step (momentum).
 
 The release is one noisy clipped gradient per record: ``Release(clip=C, batch_size=B,
 aggregate="per-sample", dim=embed_dim)`` with the head's update: same secret (labels, via the downlink) and observer
-(the device) as DPZV, noise of dimension E instead of 1.
+(the device) as DPZV, noise of dimension E instead of 1. Unlike DPZV's, its device update
+J(x_I)^T g carries the batch's raw features into every later release, so the run's epsilon covers
+labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``).
 """
 from __future__ import annotations
 

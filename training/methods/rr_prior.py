@@ -34,8 +34,6 @@ from privzv.training import seeds
 from privzv.training.messages import SERVER, device_index, device_name
 from privzv.training.methods import common
 
-PROTECTS = "labels only (label neighbours: one record's label changes), pure epsilon-label-DP"
-
 
 def top_k_sets(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
     """(order [n, K]: classes by decreasing prior, ties by index; k* [n]) of RRWithPrior."""

@@ -10,7 +10,10 @@ device   backpropagate g through the clipped embedding; SGD step (momentum).
 The release is the noisy embedding, one per record: ``Release(clip=C, batch_size=B,
 aggregate="per-sample", dim=embed_dim)``. Its secret is the device's features, observed by the
 server: a different secret and observer than DPZV's downlink (DESIGN.md "Vector-noise
-counterparts"). The device draws the noise, so it records the release in the ledger
+counterparts"). The claim holds for each release alone, not for the run: the device's update
+J(x_I)^T g moves its model by the batch's raw features, and the server sees every later
+embedding of other records through that model, outside the noise. So its epsilon is no
+whole-run guarantee (``PROTECTS = "none"``; ``tests/training/test_neighbours.py``). The device draws the noise, so it records the release in the ledger
 (``RELEASED_BY``). The release has no head update: against the server (the observer of this
 secret) the head is the server's own computation from DP embeddings and its own labels, so noise
 on it would buy nothing; the labels are not protected by VAFL at all (the downlink gradient is
@@ -28,10 +31,11 @@ from privzv.training.methods import common
 class VAFL(common.FirstOrderMethod):
     name = "vafl"
     RELEASED_BY = "device"
+    PROTECTS = "none"
 
     @classmethod
     def release(cls, config):
-        return dataclasses.replace(super().release(config), head=None)
+        return dataclasses.replace(super().release(config), head=None, protects=cls.PROTECTS)
 
     def device_send(self, device, ids):
         h = device.model(device.x[ids])
