@@ -22,7 +22,8 @@ import torch
 
 import privzv
 from privzv.errors import PrivzvError
-from privzv.training import data, defaults, divergence, methods, models, noise, plots, privacy, seeds
+from privzv.training import (data, defaults, divergence, methods, models, noise, plots, privacy, seeds,
+                             stopping)
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 from privzv.training.run_folder import RunFolder, public_config
 from privzv.training.messages import SERVER, device_name
@@ -110,9 +111,16 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``). ``engine``: see
     :func:`build` (a new run only). Open C and rates are filled by ``privzv.training.defaults``
     (saved in config.json with their sources under ``"defaults"``; ``announce(line)`` is told
-    them before training).
+    them before training). SIGINT, SIGTERM and SIGHUP stop the run at the end of a round,
+    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``).
     """
-    out = Path(out)
+    with stopping.Signals() as signals:
+        return _train(config, Path(out), resume, extend, secret_seed, overwrite, checkpoint_every,
+                      progress, engine, announce, signals)
+
+
+def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint_every, progress,
+           engine, announce, signals: stopping.Signals) -> dict:
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
@@ -122,7 +130,7 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
             flag = "--secret-seed" if secret_seed is not None else "--overwrite"
             raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
         with RunFolder.open(out) as folder:
-            return _resume(folder, config, extend, checkpoint_every, progress)
+            return _resume(folder, config, extend, checkpoint_every, progress, signals)
     if extend:
         raise PrivzvError("--extend: only with --resume")
     if secret_seed is not None and not (isinstance(secret_seed, int) and 0 <= secret_seed < 2**63):
@@ -148,7 +156,8 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
         if announce:
             announce("values chosen for this run:\n" + defaults.describe(chosen))
         try:
-            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
+            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every,
+                         signals=signals).run(progress, fresh=True)
         finally:
             sched.engine.close()
 
@@ -211,7 +220,7 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
 
 
 def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
-            progress) -> dict:
+            progress, signals: stopping.Signals) -> dict:
     saved = folder.read_config()
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
     saved_config = TrainConfig.from_dict(saved["config"]).validate()
@@ -242,9 +251,9 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     folder.load_metrics(ckpt)
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
-    folder.resumed(ckpt)
+    folder.resumed(ckpt, replayed=not config.secure_noise)
     wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
-    return _Loop(folder, config, dataset, sched, p, rounds, every, wall).run(progress)
+    return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
 
 
 def _check_checkpoint(ckpt: dict, saved: dict, saved_config: TrainConfig) -> None:
@@ -299,7 +308,8 @@ class _Loop:
     """The training loop of a run folder: evaluations, checkpoints, the finish."""
 
     def __init__(self, folder: RunFolder, config, dataset, sched: Scheduler, p, rounds: int,
-                 every: int, wall_before: float = 0.0):
+                 every: int, wall_before: float = 0.0, signals: stopping.Signals | None = None):
+        self.signals = signals or stopping.Signals()
         self.folder, self.config, self.dataset, self.sched, self.p = folder, config, dataset, sched, p
         self.rounds, self.every, self.wall_before = rounds, every, wall_before
         self.epoch_rounds = steps_per_epoch(config, len(dataset.y_train))
@@ -334,6 +344,11 @@ class _Loop:
             self.checkpoint()
 
     def run(self, progress, fresh: bool = False) -> dict:
+        """Train to the planned rounds; a stop signal ends it at a round's end (``stopping``)."""
+        with self.signals.deferred():
+            return self._run(progress, fresh)
+
+    def _run(self, progress, fresh: bool) -> dict:
         sched = self.sched
         if fresh:
             self.evaluate(0)
@@ -342,11 +357,17 @@ class _Loop:
         bar = progress(total=self.rounds) if progress else None
         if bar and sched.round:
             bar.update(sched.round)
+
+        def tick() -> None:
+            if bar:
+                bar.update()
+            self.signals.check()
+
         try:
-            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at,
-                      tick=(bar.update if bar else lambda: None))
-        except KeyboardInterrupt:
-            sched.stopped = "interrupted"
+            self.signals.check()
+            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
+        except stopping.Stop as stop:
+            sched.stopped = stop.reason
             self.evaluate(sched.round)
         finally:
             if bar:
