@@ -176,9 +176,11 @@ class PrivacyLedger:
         return max(self._worst, int(self._counts[:, ids].sum(axis=0).max()) + 1)
 
     def would_exceed(self, device: int, batch_ids) -> bool:
-        """Whether recording this release would take epsilon spent above the budget."""
-        return not self._within_budget(self._compositions_after(device, self._ids(device,
-                                                                                   batch_ids)))
+        """Whether recording this release would take epsilon spent above the budget (never for
+        the next discarded release of a seeded resume, :meth:`record`)."""
+        ids = self._ids(device, batch_ids)
+        return not (self._replaying(device, ids)
+                    or self._within_budget(self._compositions_after(device, ids)))
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).

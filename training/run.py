@@ -249,10 +249,11 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     if config.transcripts:
         folder.load_transcripts(sched.recorder, ckpt)
     folder.load_metrics(ckpt)
+    wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
+    folder.metrics = [row for row in folder.metrics if "stopped" not in row]   # a signal's stop
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
     folder.resumed(ckpt, replayed=not config.secure_noise)
-    wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
     return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
 
 
@@ -317,7 +318,9 @@ class _Loop:
         self.start = time.perf_counter()
         self.saved_at = None
 
-    def evaluate(self, r: int) -> None:
+    def evaluate(self, r: int, stopped: str | None = None) -> None:
+        """A metrics row at round ``r``; ``stopped``: the evaluation of a stop signal's end,
+        marked so, which a resume drops (the run's planned evaluations go on)."""
         ev = self.sched.evaluate(self.dataset.x_test, self.dataset.y_test)
         divergence.check(self.sched, ev)
         ledger = self.sched.ledger
@@ -325,7 +328,8 @@ class _Loop:
             "round": r, "epoch": r / self.epoch_rounds, "test_accuracy": ev.test_accuracy,
             "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
             "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
-            "wall_seconds": self.wall_before + time.perf_counter() - self.start})
+            "wall_seconds": self.wall_before + time.perf_counter() - self.start,
+            **({"stopped": stopped} if stopped else {})})
 
     def checkpoint(self) -> None:
         at = (self.sched.round, len(self.folder.metrics))
@@ -368,7 +372,7 @@ class _Loop:
             sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
         except stopping.Stop as stop:
             sched.stopped = stop.reason
-            self.evaluate(sched.round)
+            self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
         finally:
             if bar:
                 bar.close()
