@@ -492,7 +492,8 @@ class RunFolder:
         try:
             ledger = JournaledLedger.from_params(params)
             # ledger.json is the state at the last checkpoint marker, or at the one before it (a
-            # kill between the marker and ledger.json), or the first one (no marker yet)
+            # kill between the marker and ledger.json), or the first one (no marker yet); one
+            # written before head_position was kept lacks it
             states = collections.deque([_ledger_json(ledger.state_dict())], maxlen=2)
             for line in lines:
                 if "ids" in line:
@@ -509,6 +510,8 @@ class RunFolder:
                     ledger.rewind(line.get("replayed") is True)
         except (KeyError, TypeError, ValueError, PrivzvError) as exc:
             raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
+        if isinstance(saved, dict) and "window_counts" in saved and "head_position" not in saved:
+            states = [{k: v for k, v in state.items() if k != "head_position"} for state in states]
         _expect(saved in states, f"{LEDGER}: differs from the journal's ledger at its last "
                 "checkpoint (edited, or another run's)")
         done = checkpoint["releases"]

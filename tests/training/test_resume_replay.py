@@ -128,6 +128,35 @@ def test_a_killed_run_resumes_to_the_unkilled_run(unkilled, tmp_path, killed_at)
     assert _json(out / "ledger.json")["head_position"] == summary["rounds"]
 
 
+def test_the_default_window_across_a_kill(tmp_path):
+    """The default pooled window (q = 4: 16 releases), killed with 13 discarded releases (mod M
+    = 1) across a window's end: the resumed run is the unkilled one."""
+    config = dataclasses.replace(CALIBRATED, head_window=None)
+    summaries = {}
+    for name, progress in (("unkilled", None), ("run", _bar(_kill, 21))):
+        try:
+            summaries[name] = run.train(config, tmp_path / name, secret_seed=SECRET,
+                                        checkpoint_every=EVERY, progress=progress)
+        except _Killed:
+            summaries[name] = run.train(None, tmp_path / name, resume=True)
+    _same_run(tmp_path / "run", tmp_path / "unkilled", summaries["run"], summaries["unkilled"],
+              range(EVERY * 2 + 1, 22))
+    assert _markers(tmp_path / "run")[0]["discarded"] == 21 - 2 * EVERY
+
+
+def test_a_ledger_json_without_head_position_is_still_resumed(unkilled, tmp_path):
+    """ledger.json written before head_position was kept (no resume in its journal)."""
+    out = tmp_path / "run"
+    with pytest.raises(_Killed):
+        run.train(CALIBRATED, out, secret_seed=SECRET, checkpoint_every=EVERY,
+                  progress=_bar(_kill, 13))
+    state = _json(out / "ledger.json")
+    del state["head_position"]
+    (out / "ledger.json").write_text(json.dumps(state))
+    summary = run.train(None, out, resume=True)
+    _same_run(out, unkilled[0], summary, unkilled[1], range(EVERY + 1, 14))
+
+
 def test_sigkill_of_a_real_process_then_resume_is_the_unkilled_run(unkilled, tmp_path, capsys):
     """A real SIGKILL once the journal holds releases after the round-8 checkpoint."""
     out = tmp_path / "run"
