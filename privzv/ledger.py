@@ -23,14 +23,17 @@ checkpoint made releases the observer may have seen ("discarded": the resumed ru
 checkpoint and makes those rounds again). Every discarded release stays counted; what happens when
 the resumed run makes its round again depends on the noise:
 
-- seeded noise: the resumed run restores every generator from the checkpoint and meets the same
-  batch, so it re-makes each discarded release bit for bit (the same function of the same state
-  and the same noise draw). The observer sees one value twice, which tells it nothing the first
-  copy did not (post-processing), so the re-made release is not charged again. The ledger checks
-  the replay: a release that is not the next discarded one (another device or batch) ends it, and
-  the remaining discarded releases stay counted as made;
-- secure noise (``--secure-noise``, or any replay the caller does not declare identical): the
-  re-made release is a fresh draw, a second release of the same records, charged again.
+- seeded noise, resumed on the platform that made the discarded releases (software versions and
+  CPU kernels, ``privzv.training.run.replay_platform``): the resumed run restores every generator
+  from the checkpoint and meets the same batch, so it re-makes each discarded release bit for bit
+  (the same deterministic function of the same state and the same noise draw). The observer sees
+  one value twice, which tells it nothing the first copy did not (post-processing), so the
+  re-made release is not charged again. The ledger checks the replay: a release that is not the
+  next discarded one (another device or batch) ends it, and the remaining discarded releases
+  stay counted as made;
+- secure noise (``--secure-noise``), another platform, or any replay the caller does not declare
+  identical (:meth:`PrivacyLedger.rewind`): the re-made release is a fresh draw, a second release
+  of the same records, charged again.
 
 A pooled head's windows (``HeadUpdate.window``) close at the head's own step count, which the
 resumed head restores from the checkpoint: the ledger keeps the live walk's position (its
@@ -231,8 +234,10 @@ class PrivacyLedger:
     # ----------------------------------------------------------------- resume
     def mark(self) -> None:
         """A checkpoint of the run: the live walk's position and open window are kept, and the
-        releases from here on are remembered until the next mark (for :meth:`rewind`)."""
-        made = len(self._since) - self._pending   # releases re-made since a resume: the walk's
+        releases from here on are remembered until the next mark (for :meth:`rewind`). In the
+        middle of a seeded replay the mark is where the resumed run is; the discarded releases
+        it has not re-made yet stay pending."""
+        made = len(self._since) - self._pending   # of the releases since the last mark
         window = self._window_after(made)
         self._mark = (self._position - self._pending, window)
         self._since = self._since[made:]

@@ -86,6 +86,14 @@ def versions() -> dict:
             "numpy": np.__version__, "dp-accounting": metadata.version("dp-accounting")}
 
 
+def replay_platform() -> dict:
+    """What the bits of a seeded release depend on besides the run's state and config: the
+    software versions and the CPU kernels torch dispatches to. A resume counts a re-made release
+    once only on the platform that made it (``privzv.ledger``, "Resume")."""
+    return {**versions(), "machine": platform.machine(),
+            "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
 def new_secret_seed() -> int:
     """A secret seed from the operating system's entropy (``secrets``)."""
     return secrets.randbits(63)
@@ -150,7 +158,7 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
         folder.write_secrets(secret, given=secret_seed is not None)
         folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
         if ledger is not None:
-            ledger = folder.start_ledger(ledger)
+            ledger = folder.start_ledger(ledger, replay_platform())
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                       secret_seed=secret, engine=engine)
         if announce:
@@ -253,7 +261,7 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     folder.metrics = [row for row in folder.metrics if "stopped" not in row]   # a signal's stop
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
-    folder.resumed(ckpt, replayed=not config.secure_noise)
+    folder.resumed(ckpt, seeded=not config.secure_noise, platform=replay_platform())
     return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
 
 

@@ -439,10 +439,12 @@ class RunFolder:
         return rows
 
     # ------------------------------------------------------------------ the ledger
-    def start_ledger(self, ledger: PrivacyLedger) -> JournaledLedger:
-        """The run's ledger, journaled from now on (a new private run)."""
+    def start_ledger(self, ledger: PrivacyLedger, platform: dict) -> JournaledLedger:
+        """The run's ledger, journaled from now on (a new private run); ``platform``: what its
+        releases are made on (``privzv.training.run.replay_platform``)."""
         self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
-        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params()}
+        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params(),
+                  "platform": platform}
         atomic_write(self.path / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()))
         self._open_journal()
         self._write_ledger()
@@ -489,6 +491,7 @@ class RunFolder:
                 f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
                 " is not an integer)")
         markers, last = [], None
+        self._made_on = header.get("platform")   # the platform of the releases since the last resume
         try:
             ledger = JournaledLedger.from_params(params)
             # ledger.json is the state at the last checkpoint marker, or at the one before it (a
@@ -508,6 +511,7 @@ class RunFolder:
                         ledger.mark()
                         last = line["resume"]
                     ledger.rewind(line.get("replayed") is True)
+                    self._made_on = line.get("platform")
         except (KeyError, TypeError, ValueError, PrivzvError) as exc:
             raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
         if isinstance(saved, dict) and "window_counts" in saved and "head_position" not in saved:
@@ -529,19 +533,22 @@ class RunFolder:
         self._unmarked = checkpoint["id"] != last
         return ledger
 
-    def resumed(self, checkpoint: dict, replayed: bool) -> None:
+    def resumed(self, checkpoint: dict, seeded: bool, platform: dict) -> None:
         """After every check passed: rewind the ledger to the checkpoint and mark the resume in
-        the journal (with the releases made after the checkpoint, which stay counted; ``replayed``:
-        the resumed run re-makes them bit for bit, seeded noise, so they are not charged again,
-        ``privzv.ledger``), drop later metrics rows, and unfinish the run."""
+        the journal (with the releases made after the checkpoint, which stay counted, and
+        ``replayed``: the resumed run re-makes them bit for bit, so they are not charged again,
+        ``privzv.ledger``; true for ``seeded`` noise on the ``platform`` that made them), drop
+        later metrics rows, and unfinish the run."""
         if self.ledger is not None:
             os.truncate(self.path / JOURNAL, self._journal_end)
             self._open_journal()
             if self._unmarked:   # nothing was journaled after that checkpoint
                 self.ledger.mark()
+            replayed = seeded and self._made_on == platform
             discarded = self.ledger.rewind(replayed)
             self.ledger._append({"resume": checkpoint["id"], "round": checkpoint["round"],
-                                 "discarded": discarded, "replayed": replayed})
+                                 "discarded": discarded, "replayed": replayed,
+                                 "platform": platform})
         rows, self.metrics = self.metrics, []
         for row in rows:
             self.append_metrics(row)

@@ -176,6 +176,21 @@ def test_sigkill_of_a_real_process_then_resume_is_the_unkilled_run(unkilled, tmp
     assert not (tmp_path / ".run.lock").exists()
 
 
+def test_a_resume_on_another_platform_charges_the_remade_releases(tmp_path, monkeypatch):
+    """Seeded noise, but resumed where torch may compute other bits (here: another CPU kernel
+    set): the re-made releases are not known to be identical, so they are charged again."""
+    config = dataclasses.replace(CALIBRATED, epsilon=1000.0, sigma=1.0)
+    out = tmp_path / "run"
+    with pytest.raises(_Killed):
+        run.train(config, out, secret_seed=SECRET, checkpoint_every=EVERY, progress=_bar(_kill, 14))
+    here = run.replay_platform()
+    monkeypatch.setattr(run, "replay_platform", lambda: {**here, "cpu": "another"})
+    summary = run.train(None, out, resume=True)
+    [marker] = _markers(out)
+    assert marker["replayed"] is False and marker["discarded"] == 6
+    assert _json(out / "ledger.json")["releases"] == summary["rounds"] + 6
+
+
 # ------------------------------------------------------------------------------ kills, secure noise
 def _walk_k(first, checkpoint, second, release, records):
     """Per record K of a killed head process (``first``) and one resumed at ``checkpoint`` with
