@@ -283,12 +283,13 @@ def test_a_signal_inside_a_round_stops_after_it(unkilled, tmp_path, monkeypatch)
 
 def test_a_signal_before_training_leaves_nothing(tmp_path):
     """SIGTERM while the run is being set up: Stop (exit 143 from the CLI), no folder, no lock."""
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(stopping.Stop) as stop:
         run.train(CALIBRATED, tmp_path / "run", secret_seed=SECRET,
                   announce=lambda line: os.kill(os.getpid(), signal.SIGTERM))
     assert stop.value.exit_code == 143 and stop.value.reason == "terminated"
     assert list(tmp_path.iterdir()) == []
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL     # restored
+    assert signal.getsignal(signal.SIGTERM) is before     # restored
 
 
 def _cli_process(argv):
