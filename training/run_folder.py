@@ -27,8 +27,10 @@ round-0 checkpoint, so ``--out`` either does not exist or holds a resumable run;
 closes, :class:`FolderLock`). A kill at any point leaves a run that
 ``--resume`` continues from its last checkpoint; releases journaled after that checkpoint stay
 counted, and the resumed run's re-made ones are charged again unless seeded noise re-makes them
-bit for bit (``privzv.ledger``, "Resume"; the resume marker says which). Transcripts are appended, not replaced:
-each checkpoint fsyncs them and records their sizes; a resume cuts them back to those sizes.
+bit for bit on the platform that made them (``privzv.ledger``, "Resume"; the journal's header
+and resume markers record the platform, the markers whether the replay counts once).
+Transcripts are appended, not replaced: each checkpoint fsyncs them and records their sizes; a
+resume cuts them back to those sizes.
 """
 from __future__ import annotations
 
