@@ -43,7 +43,8 @@ class Parser(argparse.ArgumentParser):
 
 def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
     """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2, and
-    :class:`Failed` (the run itself failed) into one stderr line and exit code 1."""
+    :class:`Failed` (the run itself failed) into one stderr line and exit code 1; Ctrl-C (or a
+    stop signal) into exit code 128 + the signal's number."""
     try:
         return main(argv)
     except PrivzvError as exc:
@@ -52,9 +53,9 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     except Failed as exc:
         print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:   # Ctrl-C, or privzv.training.stopping.Stop (its signal's code)
+        print(f"{prog}: {getattr(exc, 'reason', 'interrupted')}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError:  # e.g. `privzv calibrate ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

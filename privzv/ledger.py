@@ -17,6 +17,30 @@ were released now, so the budget check before a release covers the head step it 
 
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
 ledger's epsilon equals :func:`privzv.accounting.account` for that schedule.
+
+Resume (:meth:`PrivacyLedger.mark`, :meth:`PrivacyLedger.rewind`). A run killed after its last
+checkpoint made releases the observer may have seen ("discarded": the resumed run starts from the
+checkpoint and makes those rounds again). Every discarded release stays counted; what happens when
+the resumed run makes its round again depends on the noise:
+
+- seeded noise, resumed on the platform that made the discarded releases (software versions and
+  CPU kernels, ``privzv.training.run.replay_platform``): the resumed run restores every generator
+  from the checkpoint and meets the same batch, so it re-makes each discarded release bit for bit
+  (the same deterministic function of the same state and the same noise draw). The observer sees
+  one value twice, which tells it nothing the first copy did not (post-processing), so the
+  re-made release is not charged again. The ledger checks the replay: a release that is not the
+  next discarded one (another device or batch) ends it, and the remaining discarded releases
+  stay counted as made;
+- secure noise (``--secure-noise``), another platform, or any replay the caller does not declare
+  identical (:meth:`PrivacyLedger.rewind`): the re-made release is a fresh draw, a second release
+  of the same records, charged again.
+
+A pooled head's windows (``HeadUpdate.window``) close at the head's own step count, which the
+resumed head restores from the checkpoint: the ledger keeps the live walk's position (its
+releases since the start, not counting discarded ones) and closes windows by it, so its windows
+are the head's. A window that closed among discarded releases was a real head step (its c^2 stays
+counted); the window open at the kill was never noised nor used by anything released and is
+dropped, the checkpoint's open window being reopened where the head reopens it.
 """
 from __future__ import annotations
 
@@ -59,6 +83,10 @@ class PrivacyLedger:
         self.releases = 0
         self._epsilons: dict[int, float] = {}
         self._ok_up_to, self._bad_from = 0, math.inf
+        self._position = 0   # releases of the live walk: the head's step count (windows close by it)
+        self._mark = None    # (position, open window) at the last checkpoint (mark)
+        self._since: list[tuple[int, np.ndarray]] = []   # live releases after the mark
+        self._pending = 0    # the last _pending of _since: made before a resume, not yet re-made
         self._pooled = threats.pooled(release)
         if self._pooled:   # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
@@ -151,22 +179,32 @@ class PrivacyLedger:
         return max(self._worst, int(self._counts[:, ids].sum(axis=0).max()) + 1)
 
     def would_exceed(self, device: int, batch_ids) -> bool:
-        """Whether recording this release would take epsilon spent above the budget."""
-        return not self._within_budget(self._compositions_after(device, self._ids(device,
-                                                                                   batch_ids)))
+        """Whether recording this release would take epsilon spent above the budget (never for
+        the next discarded release of a seeded resume, :meth:`record`)."""
+        ids = self._ids(device, batch_ids)
+        return not (self._replaying(device, ids)
+                    or self._within_budget(self._compositions_after(device, ids)))
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).
 
-        Raises BudgetExceeded, recording nothing, if it would exceed the budget.
+        Raises BudgetExceeded, recording nothing, if it would exceed the budget. The next
+        discarded release of a seeded resume (:meth:`rewind`) is not charged again.
         """
         ids = self._ids(device, batch_ids)
+        if self._replaying(device, ids):
+            self._pending -= 1
+            return
         k = self._compositions_after(device, ids)
         if not self._within_budget(k):
             raise BudgetExceeded(
                 f"epsilon budget {self.epsilon_budget:g}: the next release would spend "
                 f"{self._epsilon(k):.4g} (delta {self.delta:g}, {self.accountant}, threat "
                 f"{self.schedule.threat}); stopping before it")
+        self._apply(device, ids)
+
+    def _apply(self, device: int, ids: np.ndarray) -> None:
+        """Count a release of the live walk (no budget check)."""
         self._counts[device, ids] += 1
         if ids.size:
             self._worst = max(self._worst, int(self._counts[:, ids].sum(axis=0).max()))
@@ -176,15 +214,81 @@ class PrivacyLedger:
             if ids.size:
                 self._load = max(self._load, float(self._loads(ids, 0).max()))
             self._close_window()
+        if self._mark is not None:
+            self._since.append((int(device), ids))
+        self._position += 1
         self.releases += 1
 
     def _close_window(self) -> None:
-        """After the release numbered ``self.releases``: close the head window if it ends."""
-        per_epoch = -(-self.schedule.dataset_size // self.release.batch_size)
-        if threats.window_closes(self.releases, self.schedule.devices, per_epoch,
-                                 self.release.head.window):
+        """After the release at ``self._position`` of the live walk: close the head window if it
+        ends there (:func:`privzv.threats.window_closes`, the head's own rule)."""
+        if self._closes(self._position):
             self._squares += self._window * self._window
             self._window[:] = 0
+
+    def _closes(self, position: int) -> bool:
+        per_epoch = -(-self.schedule.dataset_size // self.release.batch_size)
+        return threats.window_closes(position, self.schedule.devices, per_epoch,
+                                     self.release.head.window)
+
+    # ----------------------------------------------------------------- resume
+    def mark(self) -> None:
+        """A checkpoint of the run: the live walk's position and open window are kept, and the
+        releases from here on are remembered until the next mark (for :meth:`rewind`). In the
+        middle of a seeded replay the mark is where the resumed run is; the discarded releases
+        it has not re-made yet stay pending."""
+        made = len(self._since) - self._pending   # of the releases since the last mark
+        window = self._window_after(made)
+        self._mark = (self._position - self._pending, window)
+        self._since = self._since[made:]
+
+    def rewind(self, replayed: bool) -> int:
+        """The run resumes from its last :meth:`mark`: the releases since it are discarded (they
+        stay counted, module docstring). ``replayed``: they will be re-made bit for bit (seeded
+        noise) and are not charged again when they are; else each re-made one is a fresh release.
+        Returns the number discarded. Without a mark, PrivzvError."""
+        if self._mark is None:
+            raise PrivzvError("ledger: rewind without a checkpoint mark")
+        discarded = self._pending = len(self._since)
+        if not replayed:
+            self._diverge()
+        return discarded
+
+    def _replaying(self, device: int, ids: np.ndarray) -> bool:
+        """Whether (device, ids) is the next discarded release of a seeded resume; a release
+        that is not ends the replay (:meth:`_diverge`)."""
+        if not self._pending:
+            return False
+        d, want = self._since[len(self._since) - self._pending]
+        if d == device and np.array_equal(want, ids):
+            return True
+        self._diverge()
+        return False
+
+    def _diverge(self) -> None:
+        """The releases still pending are not re-made: they stay counted as made (their downlink
+        counts and the windows that closed among them), the live walk goes back to where the
+        resumed run is (position and open window, the one open at the kill dropped)."""
+        made = len(self._since) - self._pending
+        if self._pooled:
+            self._window = self._window_after(made)
+            self._load = float(self._loads(np.arange(self.schedule.dataset_size), 0).max(initial=0.0))
+        self._position -= self._pending
+        self._since, self._pending = self._since[:made], 0
+
+    def _window_after(self, made: int) -> np.ndarray | None:
+        """The live walk's open window after the first ``made`` releases since the mark."""
+        if not self._pooled:
+            return None
+        if not self._pending and made == len(self._since):
+            return self._window.copy()
+        position, window = self._mark[0], self._mark[1].copy()
+        for _, ids in self._since[:made]:
+            window[ids] += 1
+            if self._closes(position):
+                window[:] = 0
+            position += 1
+        return window
 
     # ----------------------------------------------------------------- summary
     def mechanisms(self) -> list[dict]:
@@ -227,8 +331,9 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- persistence
     def state_dict(self) -> dict:
-        """JSON-serialisable state; :meth:`from_state_dict` restores it exactly. ``mechanisms``
-        is informative (:meth:`mechanisms`); restoring recomputes it."""
+        """JSON-serialisable state; :meth:`from_state_dict` restores it exactly, but for the
+        resume bookkeeping (:meth:`mark`, :meth:`rewind`), which a run folder rebuilds from its
+        journal. ``mechanisms`` is informative (:meth:`mechanisms`); restoring recomputes it."""
         return {
             "version": STATE_VERSION,
             "release": dataclasses.asdict(self.release),
@@ -240,7 +345,8 @@ class PrivacyLedger:
             "counts": self._counts.tolist(),
             "mechanisms": self.mechanisms(),
             **({"window_counts": self._window.tolist(), "windows": self._windows.tolist(),
-                "window_squares": self._squares.tolist()} if self._pooled else {}),
+                "window_squares": self._squares.tolist(), "head_position": self._position}
+               if self._pooled else {}),
         }
 
     @classmethod
@@ -272,6 +378,7 @@ class PrivacyLedger:
             raise PrivzvError(f"ledger state: a record is in {worst} releases, more than "
                               f"releases={releases}")
         ledger._counts, ledger._worst, ledger.releases = counts, worst, releases
+        ledger._position = releases
         if ledger._pooled:
             shape = (1, schedule.dataset_size)
             for key, name in (("window_counts", "_window"), ("windows", "_windows"),
@@ -281,6 +388,12 @@ class PrivacyLedger:
                 setattr(ledger, name, _counts([state[key]], shape)[0])
             if (ledger._windows > counts.sum(axis=0)).any() or (ledger._window > counts.sum(axis=0)).any():
                 raise PrivzvError("ledger state: a record is in more head windows than releases")
+            position = state.get("head_position", releases)   # (before resumes were replayed)
+            if not (isinstance(position, int) and not isinstance(position, bool)
+                    and 0 <= position <= releases):
+                raise PrivzvError(f"ledger state head_position={position!r}: must be an integer "
+                                  f"in [0, releases]")
+            ledger._position = position
             every = np.arange(schedule.dataset_size)
             ledger._load = float(ledger._loads(every, 0).max(initial=0.0))
         return ledger

@@ -166,7 +166,9 @@ def _main(argv: Sequence[str]) -> int:
                                 checkpoint_every=every, progress=bar, announce=announce)
     summary["out"] = str(out)
     cliutil.emit(summary, args.json, _human)
-    return 130 if summary["stopped"] == "interrupted" else 0
+    from privzv.training import stopping
+
+    return stopping.EXIT_CODES.get(summary["stopped"], 0)
 
 
 def _flower(args, config: TrainConfig, out: Path) -> dict:

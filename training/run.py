@@ -23,7 +23,8 @@ import torch
 import privzv
 from privzv.errors import PrivzvError
 from privzv.release import covers
-from privzv.training import data, defaults, divergence, methods, models, noise, plots, privacy, seeds
+from privzv.training import (data, defaults, divergence, methods, models, noise, plots, privacy, seeds,
+                             stopping)
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 from privzv.training.run_folder import RunFolder, public_config
 from privzv.training.messages import SERVER, device_name
@@ -86,6 +87,14 @@ def versions() -> dict:
             "numpy": np.__version__, "dp-accounting": metadata.version("dp-accounting")}
 
 
+def replay_platform() -> dict:
+    """What the bits of a seeded release depend on besides the run's state and config: the
+    software versions and the CPU kernels torch dispatches to. A resume counts a re-made release
+    once only on the platform that made it (``privzv.ledger``, "Resume")."""
+    return {**versions(), "machine": platform.machine(),
+            "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
 def new_secret_seed() -> int:
     """A secret seed from the operating system's entropy (``secrets``)."""
     return secrets.randbits(63)
@@ -111,9 +120,16 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     ``progress(total=...)`` makes a progress bar (``privzv.cliutil.progress``). ``engine``: see
     :func:`build` (a new run only). Open C and rates are filled by ``privzv.training.defaults``
     (saved in config.json with their sources under ``"defaults"``; ``announce(line)`` is told
-    them before training).
+    them before training). SIGINT, SIGTERM and SIGHUP stop the run at the end of a round,
+    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``).
     """
-    out = Path(out)
+    with stopping.Signals() as signals:
+        return _train(config, Path(out), resume, extend, secret_seed, overwrite, checkpoint_every,
+                      progress, engine, announce, signals)
+
+
+def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint_every, progress,
+           engine, announce, signals: stopping.Signals) -> dict:
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
@@ -123,7 +139,7 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
             flag = "--secret-seed" if secret_seed is not None else "--overwrite"
             raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
         with RunFolder.open(out) as folder:
-            return _resume(folder, config, extend, checkpoint_every, progress)
+            return _resume(folder, config, extend, checkpoint_every, progress, signals)
     if extend:
         raise PrivzvError("--extend: only with --resume")
     if secret_seed is not None and not (isinstance(secret_seed, int) and 0 <= secret_seed < 2**63):
@@ -143,7 +159,7 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
         folder.write_secrets(secret, given=secret_seed is not None)
         folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
         if ledger is not None:
-            ledger = folder.start_ledger(ledger)
+            ledger = folder.start_ledger(ledger, replay_platform())
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                       secret_seed=secret, engine=engine)
         if announce:
@@ -152,7 +168,8 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
                 announce(f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
                          f"{covers(method_cls.PROTECTS)}")
         try:
-            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every).run(progress, fresh=True)
+            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every,
+                         signals=signals).run(progress, fresh=True)
         finally:
             sched.engine.close()
 
@@ -215,7 +232,7 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
 
 
 def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
-            progress) -> dict:
+            progress, signals: stopping.Signals) -> dict:
     saved = folder.read_config()
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
     saved_config = TrainConfig.from_dict(saved["config"]).validate()
@@ -244,11 +261,12 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     if config.transcripts:
         folder.load_transcripts(sched.recorder, ckpt)
     folder.load_metrics(ckpt)
+    wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
+    folder.metrics = [row for row in folder.metrics if "stopped" not in row]   # a signal's stop
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
-    folder.resumed(ckpt)
-    wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
-    return _Loop(folder, config, dataset, sched, p, rounds, every, wall).run(progress)
+    folder.resumed(ckpt, seeded=not config.secure_noise, platform=replay_platform())
+    return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
 
 
 def _check_checkpoint(ckpt: dict, saved: dict, saved_config: TrainConfig) -> None:
@@ -303,7 +321,8 @@ class _Loop:
     """The training loop of a run folder: evaluations, checkpoints, the finish."""
 
     def __init__(self, folder: RunFolder, config, dataset, sched: Scheduler, p, rounds: int,
-                 every: int, wall_before: float = 0.0):
+                 every: int, wall_before: float = 0.0, signals: stopping.Signals | None = None):
+        self.signals = signals or stopping.Signals()
         self.folder, self.config, self.dataset, self.sched, self.p = folder, config, dataset, sched, p
         self.rounds, self.every, self.wall_before = rounds, every, wall_before
         self.epoch_rounds = steps_per_epoch(config, len(dataset.y_train))
@@ -311,7 +330,9 @@ class _Loop:
         self.start = time.perf_counter()
         self.saved_at = None
 
-    def evaluate(self, r: int) -> None:
+    def evaluate(self, r: int, stopped: str | None = None) -> None:
+        """A metrics row at round ``r``; ``stopped``: the evaluation of a stop signal's end,
+        marked so, which a resume drops (the run's planned evaluations go on)."""
         ev = self.sched.evaluate(self.dataset.x_test, self.dataset.y_test)
         divergence.check(self.sched, ev)
         ledger = self.sched.ledger
@@ -319,7 +340,8 @@ class _Loop:
             "round": r, "epoch": r / self.epoch_rounds, "test_accuracy": ev.test_accuracy,
             "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
             "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
-            "wall_seconds": self.wall_before + time.perf_counter() - self.start})
+            "wall_seconds": self.wall_before + time.perf_counter() - self.start,
+            **({"stopped": stopped} if stopped else {})})
 
     def checkpoint(self) -> None:
         at = (self.sched.round, len(self.folder.metrics))
@@ -338,6 +360,11 @@ class _Loop:
             self.checkpoint()
 
     def run(self, progress, fresh: bool = False) -> dict:
+        """Train to the planned rounds; a stop signal ends it at a round's end (``stopping``)."""
+        with self.signals.deferred():
+            return self._run(progress, fresh)
+
+    def _run(self, progress, fresh: bool) -> dict:
         sched = self.sched
         if fresh:
             self.evaluate(0)
@@ -346,12 +373,18 @@ class _Loop:
         bar = progress(total=self.rounds) if progress else None
         if bar and sched.round:
             bar.update(sched.round)
+
+        def tick() -> None:
+            if bar:
+                bar.update()
+            self.signals.check()
+
         try:
-            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at,
-                      tick=(bar.update if bar else lambda: None))
-        except KeyboardInterrupt:
-            sched.stopped = "interrupted"
-            self.evaluate(sched.round)
+            self.signals.check()
+            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
+        except stopping.Stop as stop:
+            sched.stopped = stop.reason
+            self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
         finally:
             if bar:
                 bar.close()

@@ -26,11 +26,15 @@ round-0 checkpoint, so ``--out`` either does not exist or holds a resumable run;
 ``.NAME.lock`` beside it keeps a second process out while the run is open (removed when it
 closes, :class:`FolderLock`). A kill at any point leaves a run that
 ``--resume`` continues from its last checkpoint; releases journaled after that checkpoint stay
-counted (the ledger may over-count, never under-count). Transcripts are appended, not replaced:
-each checkpoint fsyncs them and records their sizes; a resume cuts them back to those sizes.
+counted, and the resumed run's re-made ones are charged again unless seeded noise re-makes them
+bit for bit on the platform that made them (``privzv.ledger``, "Resume"; the journal's header
+and resume markers record the platform, the markers whether the replay counts once).
+Transcripts are appended, not replaced: each checkpoint fsyncs them and records their sizes; a
+resume cuts them back to those sizes.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
@@ -437,10 +441,12 @@ class RunFolder:
         return rows
 
     # ------------------------------------------------------------------ the ledger
-    def start_ledger(self, ledger: PrivacyLedger) -> JournaledLedger:
-        """The run's ledger, journaled from now on (a new private run)."""
+    def start_ledger(self, ledger: PrivacyLedger, platform: dict) -> JournaledLedger:
+        """The run's ledger, journaled from now on (a new private run); ``platform``: what its
+        releases are made on (``privzv.training.run.replay_platform``)."""
         self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
-        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params()}
+        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params(),
+                  "platform": platform}
         atomic_write(self.path / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()))
         self._open_journal()
         self._write_ledger()
@@ -486,23 +492,34 @@ class RunFolder:
                 and not isinstance(saved.get("releases"), bool),
                 f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
                 " is not an integer)")
-        markers, marked = [], 0
+        markers, last = [], None
+        self._made_on = header.get("platform")   # the platform of the releases since the last resume
         try:
             ledger = JournaledLedger.from_params(params)
-            seen_at_ledger = saved["releases"] == 0 and _ledger_json(ledger.state_dict())
+            # ledger.json is the state at the last checkpoint marker, or at the one before it (a
+            # kill between the marker and ledger.json), or the first one (no marker yet); one
+            # written before head_position was kept lacks it
+            states = collections.deque([_ledger_json(ledger.state_dict())], maxlen=2)
             for line in lines:
                 if "ids" in line:
                     ledger.record(line["device"], np.asarray(line["ids"], dtype=np.int64))
-                    if ledger.releases == saved["releases"]:
-                        seen_at_ledger = _ledger_json(ledger.state_dict())
-                else:
-                    marked = ledger.releases
-                    if "checkpoint" in line:
-                        markers.append(line)
+                elif "checkpoint" in line:
+                    ledger.mark()
+                    markers.append(line)
+                    last = line["checkpoint"]
+                    states.append(_ledger_json(ledger.state_dict()))
+                elif "resume" in line:
+                    if line["resume"] != last:   # resumed from a checkpoint killed before its marker
+                        ledger.mark()
+                        last = line["resume"]
+                    ledger.rewind(line.get("replayed") is True)
+                    self._made_on = line.get("platform")
         except (KeyError, TypeError, ValueError, PrivzvError) as exc:
             raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
-        _expect(seen_at_ledger == saved, f"{LEDGER}: differs from the journal's ledger after "
-                f"{saved['releases']} releases (edited, or another run's)")
+        if isinstance(saved, dict) and "window_counts" in saved and "head_position" not in saved:
+            states = [{k: v for k, v in state.items() if k != "head_position"} for state in states]
+        _expect(saved in states, f"{LEDGER}: differs from the journal's ledger at its last "
+                "checkpoint (edited, or another run's)")
         done = checkpoint["releases"]
         _expect(ledger.releases >= done, f"{JOURNAL}: {ledger.releases} releases, fewer than the "
                 f"{done} of {CHECKPOINT} (round {checkpoint['round']})")
@@ -515,17 +532,25 @@ class RunFolder:
                     f"{CHECKPOINT}: round {checkpoint['round']} is not in the ledger's history (last "
                     f"checkpoint round {markers[-1]['round'] if markers else None})")
         self.ledger = ledger
-        self._discarded = ledger.releases - max(done, marked)
+        self._unmarked = checkpoint["id"] != last
         return ledger
 
-    def resumed(self, checkpoint: dict) -> None:
-        """After every check passed: mark the resume in the journal (with the releases made after
-        the checkpoint, which stay counted), drop later metrics rows, and unfinish the run."""
+    def resumed(self, checkpoint: dict, seeded: bool, platform: dict) -> None:
+        """After every check passed: rewind the ledger to the checkpoint and mark the resume in
+        the journal (with the releases made after the checkpoint, which stay counted, and
+        ``replayed``: the resumed run re-makes them bit for bit, so they are not charged again,
+        ``privzv.ledger``; true for ``seeded`` noise on the ``platform`` that made them), drop
+        later metrics rows, and unfinish the run."""
         if self.ledger is not None:
             os.truncate(self.path / JOURNAL, self._journal_end)
             self._open_journal()
+            if self._unmarked:   # nothing was journaled after that checkpoint
+                self.ledger.mark()
+            replayed = seeded and self._made_on == platform
+            discarded = self.ledger.rewind(replayed)
             self.ledger._append({"resume": checkpoint["id"], "round": checkpoint["round"],
-                                 "discarded": self._discarded})
+                                 "discarded": discarded, "replayed": replayed,
+                                 "platform": platform})
         rows, self.metrics = self.metrics, []
         for row in rows:
             self.append_metrics(row)
@@ -550,6 +575,7 @@ class RunFolder:
                      "releases": releases, "metrics": list(self.metrics),
                      "transcripts": counts, **meta, "state": public})
         if self.ledger is not None:
+            self.ledger.mark()
             self.ledger._append({"checkpoint": ckpt_id, "round": round_, "releases": releases})
             self._write_ledger()
         atomic_write(self.path / TRAFFIC, lambda fh: np.savez(fh, **traffic))
