@@ -58,7 +58,8 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     parties = [SERVER] + [device_name(m) for m in range(m_count if engine is None else 0)]
     raw = method_cls.RELEASED_BY == "server"   # else the uplink is the device's noised release
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
-                             "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:]),
+                             "partition": dataset.partition,
+                             "features_shape": list(dataset.x_train[m].shape[1:]),
                              "contains": {"raw_embeddings": [device_name(m)] if raw else []}}
             for m in range(m_count)}
     meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,

@@ -1,6 +1,7 @@
 """A training run's folder: every file name, the format version, the secrets boundary, crash safety.
 
-Layout (``FORMAT`` 3; a folder of another format is refused, :func:`check_format`). Public (what a party, an attack or a reader of the results may see):
+Layout (``FORMAT`` 3; a folder of another format is refused, :func:`check_format`). Public (what
+a party, an attack or a reader of the results may see):
 
 ``config.json``     ``format``, ``run_id``, the config (no secret seed), ``seed``, ``sigma``,
                     ``rounds``, ``release``, ``calibration``, ``versions``, ``extensions``
@@ -210,10 +211,11 @@ def split_state(state: dict) -> tuple[dict, dict]:
 
 def _keys(parent, last) -> list:
     """The keys of ``parent`` that ``last`` names (``ANY``: all of them)."""
-    if last == ANY:
-        return list(range(len(parent))) if isinstance(parent, list) else list(parent) \
-            if isinstance(parent, dict) else []
-    return [last] if isinstance(parent, dict) and last in parent else []
+    if last != ANY:
+        return [last] if isinstance(parent, dict) and last in parent else []
+    if isinstance(parent, dict):
+        return list(parent)
+    return list(range(len(parent))) if isinstance(parent, list) else []
 
 
 def merge_state(public: dict, secret: dict) -> dict:
@@ -429,7 +431,8 @@ class RunFolder:
             raise PrivzvError(f"--resume {str(out)!r}: not a run folder (no {CONFIG})")
         folder = cls(final, final, cls._locked(final, "--resume", out))
         try:
-            for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"), *final.glob(f"{PRIVATE}/*/.*.tmp"),
+            for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"),
+                          *final.glob(f"{PRIVATE}/*/.*.tmp"),
                           *final.glob(f"{TRANSCRIPTS}/.*.tmp")]:
                 stray.unlink()               # a write interrupted by a kill
             yield folder

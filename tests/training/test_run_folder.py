@@ -68,7 +68,8 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
               seeds.generator(s, "server").get_state()]
     needles += [bytes(st.numpy()[64:128]) for st in states]
     public = _public_files(out)
-    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "server.jsonl", "server.bin", "device0.jsonl", "device0.bin"} <= {p.name for p in public}
+    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "server.jsonl", "server.bin",
+            "device0.jsonl", "device0.bin"} <= {p.name for p in public}
     for path in public:
         data = path.read_bytes()
         assert not any(n in data for n in needles), path
@@ -468,7 +469,8 @@ def test_foreign_ledger_copied_in_is_refused(private_run, tmp_path, capsys):
 def test_old_checkpoint_with_a_newer_ledger_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     run.train(PRIVATE_RUN, out)
-    old = {p.relative_to(out): p.read_bytes() for p in [out / "checkpoint.pt", *(out / "private").glob("*/checkpoint-*")]}
+    old = {p.relative_to(out): p.read_bytes()
+           for p in [out / "checkpoint.pt", *(out / "private").glob("*/checkpoint-*")]}
     assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
     capsys.readouterr()
     for name, data in old.items():

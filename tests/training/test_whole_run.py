@@ -93,7 +93,9 @@ def test_an_eavesdropper_run_uses_poisson_batches_drawn_by_the_server(tmp_path):
     accounted = accounting.account(ledger.release, schedule, config.delta)
     assert accounted.requested == "best" and accounted.sampling_rate == pytest.approx(32 / 1437)
     assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9)
-    batches = lambda run, m: transcript.load(run / "private", f"device{m}").select("local", "batch")  # noqa: E731
+    def batches(run_dir, m):   # the secret Poisson batches, in the private area
+        return transcript.load(run_dir / "private", f"device{m}").select("local", "batch")
+
     sizes = np.array([len(e.fields["ids"]) for m in range(2) for e in batches(tmp_path, m)])
     records = 1437
     q = 32 / records
