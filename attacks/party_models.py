@@ -15,12 +15,20 @@ from privzv.errors import PrivzvError
 
 
 class RunModels:
-    """The trained models of a finished run, loaded on demand (each party's own)."""
+    """The trained models of a finished run, loaded on demand, as ``reader`` sees them: a party
+    (``"device0"``, ...: its own bottom model only, read from its own private state,
+    ``privzv.training.run_folder.party_state``), or ``WHITE_BOX`` (an attack granted every
+    party's final model, as the deployed joint model: membership, inversion). The head is public
+    (a DP mechanism's output in a private run)."""
 
-    def __init__(self, run, cfg: dict, dataset):
-        self.run, self.cfg, self.dataset = Path(run), cfg, dataset
+    def __init__(self, run, cfg: dict, dataset, reader: str):
+        self.run, self.cfg, self.dataset, self.reader = Path(run), cfg, dataset, reader
 
     def device(self, m: int) -> torch.nn.Module:
+        from privzv.training.messages import device_name
+
+        if self.reader not in (WHITE_BOX, device_name(m)):
+            raise PrivzvError(f"device{m}'s model: its own secret; {self.reader} cannot read it")
         return device_model(self.run, self.cfg, self.dataset, m)
 
     def head(self) -> torch.nn.Module:
@@ -31,39 +39,43 @@ class RunModels:
         return outputs(self.device(m), self.dataset.x_train[m])
 
 
-def for_run(run, cfg: dict, dataset) -> RunModels | None:
-    """The run's models, or None when the run folder has no checkpoint."""
+WHITE_BOX = "white-box"   # a reader granted every party's final model (the deployed model)
+
+
+def for_run(run, cfg: dict, dataset, reader: str) -> RunModels | None:
+    """The run's models as ``reader`` sees them, or None when the run folder has no checkpoint."""
     from privzv.training.run_folder import CHECKPOINT
 
-    return RunModels(run, cfg, dataset) if (Path(run) / CHECKPOINT).is_file() else None
+    return RunModels(run, cfg, dataset, reader) if (Path(run) / CHECKPOINT).is_file() else None
 
 
-def _checkpoint(run: Path) -> dict:
-    """The public checkpoint's scheduler state (models, no secret)."""
-    from privzv.training.run_folder import CHECKPOINT
+def _state(run: Path, party: str | None) -> dict:
+    """The last checkpoint's state as ``party`` sees it (its own private part only; None: the
+    public part only)."""
+    from privzv.training.run_folder import CHECKPOINT, party_state
 
-    path = Path(run) / CHECKPOINT
-    if not path.is_file():
+    if not (Path(run) / CHECKPOINT).is_file():
         raise PrivzvError(f"--run {str(run)!r}: no {CHECKPOINT} (the party's trained model)")
-    return torch.load(path, map_location="cpu", weights_only=True)["state"]
+    return party_state(run, party)
 
 
 def device_model(run, cfg: dict, dataset, m: int) -> torch.nn.Module:
-    """Device ``m``'s bottom model at the end of the run (eval mode)."""
+    """Device ``m``'s bottom model at the end of the run (eval mode), read as device ``m``."""
     from privzv.training import models
+    from privzv.training.messages import device_name
 
     model = models.device_model(dataset, m, cfg["embed_dim"])
-    model.load_state_dict(_checkpoint(run)["devices"][m]["model"])
+    model.load_state_dict(_state(run, device_name(m))["devices"][m]["model"])
     return model.eval()
 
 
 def head_model(run, cfg: dict, dataset) -> torch.nn.Module:
-    """The server's head at the end of the run (eval mode)."""
+    """The server's head at the end of the run (eval mode; public)."""
     from privzv.training import models
 
     head = models.server_model(cfg["devices"], cfg["embed_dim"], dataset.num_classes,
                                kind=cfg["server_kind"])
-    head.load_state_dict(_checkpoint(run)["server"]["head"])
+    head.load_state_dict(_state(run, None)["server"]["head"])
     return head.eval()
 
 

@@ -35,6 +35,7 @@ ATTACKS = {
     "feature-inversion": "server inverts inference-time embeddings through the device model (He et al.)",
 }
 NEEDS_MODELS = ("membership", "feature-inversion", "model-completion-semi")
+WHITE_BOX = ("membership", "feature-inversion")   # granted every party's final model
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 
 
@@ -55,7 +56,8 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
 
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
     out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             models=party_models.for_run(run, cfg, dataset), public=saved,
+                             models=party_models.for_run(run, cfg, dataset, _reader(name, options)),
+                             public=saved,
                              **options)
     out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
                server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
@@ -146,6 +148,14 @@ def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: 
                 regressor=opt["regressor"])
     return {"attack": name, "party": party, "seed": seed, "options": opt, "metrics": metrics,
             "nonfinite_values": view.nonfinite}
+
+
+def _reader(name: str, options: dict) -> str:
+    """Whose models attack ``name`` may read: the attacker device's own, or (the white-box
+    attacks, granted the deployed joint model) every party's."""
+    if name in WHITE_BOX:
+        return party_models.WHITE_BOX
+    return f"device{options.get('attacker', DEFAULTS['attacker'])}"
 
 
 def _completion(name: str, models, public, dataset, seed: int, opt: dict) -> dict:

@@ -126,8 +126,12 @@ def _human(s: dict) -> str:
     return (f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
             f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop} (best {best['test_accuracy']:.4f}"
             f" at round {best['round']}){warn}\n"
-            f"bytes up {s['bytes_up']:,}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
+            f"bytes up {_up(s['bytes_up'])}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
             f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}" + _wire(s))
+
+
+def _up(n: int | None) -> str:
+    return "secret (they count the batch sizes)" if n is None else f"{n:,}"
 
 
 def _wire(s: dict) -> str:

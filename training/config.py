@@ -150,6 +150,11 @@ class TrainConfig:
             raise PrivzvError(f"--epsilon {self.epsilon!r}: must be > 0 (inf for no noise)")
         if not (_finite(self.delta) and 0 < self.delta < 1):
             raise PrivzvError(f"--delta {self.delta!r}: must be in (0, 1)")
+        if self.neighbors != "replace-one":
+            raise PrivzvError(f"neighbors {self.neighbors!r}: a training run reveals D (its "
+                              "transcripts state it, its epoch permutations depend on it), so "
+                              "neighbours that change D are not coherent; only replace-one "
+                              "(privzv account/calibrate still answer add-remove)")
         if self.threat == "secret-subsampling":
             if self.super_batch is None or self.super_batch < self.batch_size:
                 raise PrivzvError(f"super_batch {self.super_batch!r}: threat secret-subsampling needs"

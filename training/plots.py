@@ -18,7 +18,8 @@ def chance(labels) -> float:
 
 
 def write(out: Path, rows: list[dict], config, chance: float | None = None) -> None:
-    """accuracy_vs_rounds.{png,svg} and accuracy_vs_bytes.{png,svg} from the metrics rows.
+    """accuracy_vs_rounds.{png,svg} and accuracy_vs_bytes.{png,svg} (where bytes up are public)
+    from the metrics rows.
 
     ``chance``: the accuracy (%) of guessing, marked on both plots when given."""
     import matplotlib
@@ -32,9 +33,10 @@ def write(out: Path, rows: list[dict], config, chance: float | None = None) -> N
         label += f", eps={config.epsilon:g}"
     if config.freeze:
         label += f", {config.freeze} frozen"
-    xs = {"rounds": ([r["round"] for r in rows], "communication rounds (count)"),
-          "bytes": ([(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in rows],
-                    "bytes exchanged, up + down (MB, eq. 23)")}
+    xs = {"rounds": ([r["round"] for r in rows], "communication rounds (count)")}
+    if rows[0]["bytes_up"] is not None:   # None: bytes up count secret batch sizes
+        xs["bytes"] = ([(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in rows],
+                       "bytes exchanged, up + down (MB, eq. 23)")
     for name, (x, xlabel) in xs.items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.plot(x, acc, marker="o", label=label)

@@ -2,10 +2,10 @@
 
 The folder's files, its secrets boundary and its crash safety are ``privzv.training.run_folder``'s:
 ``config.json`` (public config, sigma, versions), ``metrics.jsonl``, ``summary.json``,
-``ledger.json`` + ``ledger.journal`` (private runs), ``checkpoint.pt`` (public state),
-``traffic.npz`` (bytes per round: ``log`` [rounds, 4] = (round, device, up, down); ``up``, ``down``
-per device; eq. (23) of papers/000 is ``log[:, 2:].sum()``), ``transcripts/``, plots, and
-``private/`` (the secret seed and the parties' noise generator states).
+``checkpoint.pt`` (public state), ``traffic.npz`` (bytes per round: ``log`` [rounds, 4] = (round,
+device, up, down); ``up``, ``down`` per device; eq. (23) of papers/000 is ``log[:, 2:].sum()``;
+in ``private/`` under ``eavesdropper``, whose batch sizes are secret), ``transcripts/``, plots,
+and ``private/`` (the secret seed, the ledger, and each party's own state).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from privzv.release import covers
 from privzv.training import (data, defaults, divergence, methods, models, noise, plots, privacy, seeds,
                              stopping)
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
-from privzv.training.run_folder import RunFolder, public_config
+from privzv.training.run_folder import RunFolder, public_config, sizes_secret
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
 from privzv.training.scheduler import Scheduler
@@ -58,11 +58,15 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
                            np.random.default_rng(seeds.derive(config.seed, "delay")))
     server = Server(head, dataset.y_train, table, noise.source(config, secret, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count if engine is None else 0)]
+    raw = method_cls.RELEASED_BY == "server"   # else the uplink is the device's noised release
     meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
-                             "partition": dataset.partition, "features_shape": list(dataset.x_train[m].shape[1:])}
+                             "partition": dataset.partition,
+                             "features_shape": list(dataset.x_train[m].shape[1:]),
+                             "contains": {"raw_embeddings": [device_name(m)] if raw else []}}
             for m in range(m_count)}
     meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,
-                    "num_classes": dataset.num_classes}
+                    "num_classes": dataset.num_classes,
+                    "contains": {"raw_embeddings": [device_name(m) for m in range(m_count)] if raw else []}}
     recorder = Recorder(parties, meta, enabled=config.transcripts)
     method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
@@ -250,7 +254,7 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     ledger = None
     if p.private:
         ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)
-    elif (folder.path / "ledger.journal").exists():
+    elif (folder.private / "ledger.journal").exists():
         raise PrivzvError(f"config.json: sigma {p.sigma:g} (no noise), but the run has a ledger")
     sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                   secret_seed=secret["secret_seed"])
@@ -338,7 +342,8 @@ class _Loop:
         ledger = self.sched.ledger
         self.folder.append_metrics({
             "round": r, "epoch": r / self.epoch_rounds, "test_accuracy": ev.test_accuracy,
-            "test_loss": ev.test_loss, "bytes_up": ev.bytes_up, "bytes_down": ev.bytes_down,
+            "test_loss": ev.test_loss, "bytes_up": _public_up(self.config, ev.bytes_up),
+            "bytes_down": ev.bytes_down,
             "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
             "wall_seconds": self.wall_before + time.perf_counter() - self.start,
             **({"stopped": stopped} if stopped else {})})
@@ -398,6 +403,11 @@ class _Loop:
         return summary
 
 
+def _public_up(config: TrainConfig, up: int) -> int | None:
+    """Bytes up as a public file may state them: None where they count secret batch sizes."""
+    return None if sizes_secret(config.threat) else up
+
+
 def _release_dict(release) -> dict | None:
     return None if release is None else dataclasses.asdict(release)
 
@@ -416,7 +426,7 @@ def _summary(config, p, sched, ledger, rows: list[dict], rounds) -> dict:
     return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
             "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
             "rounds": sched.round, "rounds_planned": rounds,
-            "bytes_up": sched.traffic.total_up, "bytes_down": sched.traffic.total_down,
+            "bytes_up": _public_up(config, sched.traffic.total_up), "bytes_down": sched.traffic.total_down,
             "epsilon_spent": spent,
             "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
             "delta": 0.0 if label_dp(config) else config.delta,

@@ -1,24 +1,35 @@
 """A training run's folder: every file name, the format version, the secrets boundary, crash safety.
 
-Layout (``FORMAT`` 2; a folder of another format is refused, :func:`check_format`). Public (what a party, an attack or a reader of the results may see):
+Layout (``FORMAT`` 3; a folder of another format is refused, :func:`check_format`). Public (what
+a party, an attack or a reader of the results may see):
 
 ``config.json``     ``format``, ``run_id``, the config (no secret seed), ``seed``, ``sigma``,
                     ``rounds``, ``release``, ``calibration``, ``versions``, ``extensions``
-``metrics.jsonl``   one JSON object per evaluation
-``ledger.journal``  private runs: one JSON line per release, appended and fsync'd before the
-                    release leaves the server, plus checkpoint and resume markers
-``ledger.json``     private runs: ``PrivacyLedger.state_dict()`` at the last checkpoint
-``checkpoint.pt``   the public part of ``Scheduler.state_dict()`` and what resume cross-checks
-``traffic.npz``, ``summary.json`` (written last: the run finished), plots
+``metrics.jsonl``   one JSON object per evaluation (``bytes_up`` null where sizes are secret)
+``checkpoint.pt``   what every party may see of ``Scheduler.state_dict()`` (the round, the head
+                    and its optimiser, both outputs of DP mechanisms in a private run) and what
+                    resume cross-checks
+``traffic.npz``     bytes per round, where batch sizes are public (not under ``eavesdropper``)
+``summary.json`` (written last: the run finished), plots
 ``transcripts/``    every party's transcript, appended as the rounds go (``privzv.training.transcript``)
 
 Private (``private/``, mode 0700, files 0600; never read by an attack, see :func:`public_config`):
 
 ``private/secrets.json``        ``secret_seed`` (from OS entropy, or given for a study) and its source
-``private/checkpoint-ID.pt``    the secret part of the scheduler state (``SECRET_STATE``: every
-                                party's noise generator), of the checkpoint named ID
-``private/transcripts/``        the secret entries of the transcripts (``SECRET_ENTRIES``: the
-                                server's keep decisions), appended likewise
+``private/ledger.journal``      private runs: one JSON line per release (its batch ids), appended and
+                                fsync'd before the release leaves the server, plus checkpoint and
+                                resume markers
+``private/ledger.json``         private runs: ``PrivacyLedger.state_dict()`` (per-record counts) at
+                                the last checkpoint
+``private/traffic.npz``         under ``eavesdropper``: bytes per round (the Poisson batch sizes)
+``private/PARTY/checkpoint-ID.pt``  PARTY's part of the scheduler state (``SECRET_STATE``: the
+                                server's noise generator, embedding table and traffic log; each
+                                device's model, step, noise generator and optimiser state), of the
+                                checkpoint named ID; a party's own state is read as that party
+                                only (:func:`party_state`)
+``private/transcripts/``        the secret entries of the transcripts (:func:`secret_entries`: the
+                                server's keep decisions; under ``eavesdropper`` the batches, the
+                                uplinks and refusals), appended likewise
 
 Every file is replaced atomically (temp file in the same folder, fsync, rename, fsync of the
 folder). A new run is built in a hidden ``.NAME.new-XXXX`` folder and renamed into place after its
@@ -51,27 +62,60 @@ import numpy as np
 from privzv.cliutil import read_json
 from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
+from privzv.training import sampling
+from privzv.training.messages import SERVER, device_name
 
 # 2: transcripts streamed (PARTY.jsonl + PARTY.bin), the checkpoint holds their sizes, the DP
 # head's window and its pooled sum. Format 1 folders (transcripts written whole as PARTY.json +
 # PARTY.npz; configs without the fields added since, whose defaults changed) are refused, not
 # read: a layout change or a new config field with another default bumps FORMAT.
-FORMAT = 2
+# 3: the ledger, the embedding table and every device's state moved to private/, per party;
+# transcripts' secret entries depend on the threat.
+FORMAT = 3
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 LEDGER, JOURNAL = "ledger.json", "ledger.journal"
 CHECKPOINT, TRAFFIC, TRANSCRIPTS = "checkpoint.pt", "traffic.npz", "transcripts"
 PRIVATE, SECRETS = "private", "secrets.json"
 
-# Paths into Scheduler.state_dict() that only the private area holds ("*": every list item).
+# Paths into Scheduler.state_dict() that only the private area holds, with their owner: the
+# server, or "device" (the device whose index the "*" matched: a list index or a dict key).
 # A new secret (e.g. a sampler the server keeps) is one more path here.
-SECRET_STATE = (("server", "noise"), ("devices", "*", "noise"),
+SECRET_STATE = ((("server", "noise"), SERVER),
+                # h~[m, i]: every device's latest raw embedding of every record (non-DP)
+                (("server", "table"), SERVER),
+                # bytes per round: under eavesdropper the Poisson batch sizes
+                (("traffic",), SERVER),
+                # a device's model (first-order updates are non-DP functions of its features),
+                # step and noise generator; first-order optimisers; ZO momentum
+                (("devices", "*"), "device"), (("method", "devices", "*"), "device"),
+                (("method", "buffers", "*"), "device"),
                 # a pooled DP head's open window (training/methods/head.py), where present
-                ("method", "server", "head_pool"), ("method", "optimizer", "head_pool"),
+                (("method", "server", "head_pool"), SERVER), (("method", "optimizer", "head_pool"), SERVER),
                 # rr-prior's server labels: raw for the half not yet privatised (stage 1)
-                ("method", "labels"))
-# Transcript entries that are their party's secret (its sampling decisions), as (party,
-# direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
-SECRET_ENTRIES = {("server", "local", "keep")}
+                (("method", "labels"), SERVER))
+ANY = "*"   # a kind in secret_entries: every kind of that party and direction
+
+
+def secret_entries(threat: str, parties) -> set:
+    """Transcript entries that are their party's secret (its sampling decisions), as (party,
+    direction, kind): saved in private/transcripts/ with their position, the rest in transcripts/.
+
+    Always the server's keep decisions (``secret-subsampling``). Under ``eavesdropper`` the batch
+    is the server's Poisson draw, known to the active device only: every device's ``batch`` note
+    and uplink (its ids, and embeddings whose rows count |S|), the server's received uplinks and
+    its refusal notes (which quote sizes). Downlinks stay public: under ``eavesdropper`` a release
+    is a batch mean of fixed size (``privzv.threats.check``)."""
+    entries = {(SERVER, "local", "keep")}
+    if sampling.ASSUMED[threat] == sampling.POISSON:
+        entries |= {(SERVER, "received", ANY), (SERVER, "local", "refused")}
+        entries |= {(p, d, k) for p in parties if p != SERVER
+                    for d, k in (("sent", ANY), ("local", "batch"))}
+    return entries
+
+
+def sizes_secret(threat: str) -> bool:
+    """Whether a round's batch size is a secret (Poisson), so bytes up per round are too."""
+    return sampling.ASSUMED[threat] == sampling.POISSON
 
 
 # --------------------------------------------------------------------------- atomic files
@@ -151,26 +195,43 @@ def check_format(saved, where: str) -> None:
 
 # --------------------------------------------------------------------------- secret state
 def split_state(state: dict) -> tuple[dict, dict]:
-    """(public, secret) parts of a scheduler state: ``SECRET_STATE`` paths go to ``secret``,
-    keyed "server/noise", "devices/0/noise", ...; :func:`merge_state` puts them back."""
+    """(public, secret) parts of a scheduler state: each ``SECRET_STATE`` path goes to its
+    owner's list of (path, value) in ``secret`` = {party: [...]} (a list item leaves None behind);
+    :func:`merge_state` puts them back."""
     public = _copy_containers(state)
-    secret = {}
-    for path in SECRET_STATE:
+    secret: dict[str, list] = {}
+    for path, owner in SECRET_STATE:
         for keys, parent in _parents(public, path[:-1], ()):
-            if isinstance(parent, dict) and path[-1] in parent:
-                secret["/".join(map(str, keys + (path[-1],)))] = parent.pop(path[-1])
+            for key in _keys(parent, path[-1]):
+                party = owner if owner != "device" else device_name(int(
+                    (keys + (key,))[path.index(ANY)]))
+                if isinstance(parent, list):
+                    value, parent[key] = parent[key], None
+                else:
+                    value = parent.pop(key)
+                secret.setdefault(party, []).append((keys + (key,), value))
     return public, secret
 
 
+def _keys(parent, last) -> list:
+    """The keys of ``parent`` that ``last`` names (``ANY``: all of them)."""
+    if last != ANY:
+        return [last] if isinstance(parent, dict) and last in parent else []
+    if isinstance(parent, dict):
+        return list(parent)
+    return list(range(len(parent))) if isinstance(parent, list) else []
+
+
 def merge_state(public: dict, secret: dict) -> dict:
-    """The whole scheduler state again from :func:`split_state`'s two parts."""
+    """The whole scheduler state again from :func:`split_state`'s two parts (or from some
+    parties' parts only: :func:`party_state`)."""
     state = _copy_containers(public)
-    for key, value in secret.items():
-        *keys, last = key.split("/")
-        node = state
-        for k in keys:
-            node = node[int(k)] if isinstance(node, list) else node[k]
-        node[last] = value
+    for entries in secret.values():
+        for keys, value in entries:
+            node = state
+            for k in keys[:-1]:
+                node = node[k]
+            node[keys[-1]] = value
     return state
 
 
@@ -188,8 +249,8 @@ def _parents(tree, path: tuple, keys: tuple) -> Iterator[tuple[tuple, dict]]:
         yield keys, tree
         return
     head, rest = path[0], path[1:]
-    if head == "*":
-        items = enumerate(tree)
+    if head == ANY:
+        items = tree.items() if isinstance(tree, dict) else enumerate(tree)
     else:   # a path that this state does not have is skipped
         items = [(head, tree[head])] if isinstance(tree, dict) and head in tree else []
     for k, child in items:
@@ -305,6 +366,7 @@ class RunFolder:
     def __init__(self, final: Path, path: Path, lock):
         self.final, self.path, self._lock = final, path, lock
         self.run_id: str | None = None
+        self.threat: str | None = None   # the run's threat: which files and entries are secret
         self.metrics: list[dict] = []
         self.ledger: JournaledLedger | None = None
         self._recorder = None   # the run's transcript Recorder, once it streams into the folder
@@ -374,6 +436,7 @@ class RunFolder:
         folder = cls(final, final, cls._locked(final, "--resume", out))
         try:
             for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"),
+                          *final.glob(f"{PRIVATE}/*/.*.tmp"),
                           *final.glob(f"{TRANSCRIPTS}/.*.tmp")]:
                 stray.unlink()               # a write interrupted by a kill
             yield folder
@@ -407,6 +470,7 @@ class RunFolder:
 
     def write_config(self, saved: dict) -> None:
         _write_json(self.path / CONFIG, {"format": FORMAT, "run_id": self.run_id, **saved})
+        self.threat = saved["config"]["threat"]
 
     def read_config(self) -> dict:
         """The saved config.json (format checked); sets ``run_id``."""
@@ -421,7 +485,9 @@ class RunFolder:
             value = saved.get(name)
             _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                     f"{CONFIG}: {name} {value!r} is not an integer >= 1")
-        self.run_id = saved["run_id"]
+        _expect(saved["config"].get("threat") in sampling.ASSUMED,
+                f"{CONFIG}: threat {saved['config'].get('threat')!r} unknown")
+        self.run_id, self.threat = saved["run_id"], saved["config"]["threat"]
         return saved
 
     # ------------------------------------------------------------------ metrics
@@ -447,19 +513,20 @@ class RunFolder:
         self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
         header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params(),
                   "platform": platform}
-        atomic_write(self.path / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()))
+        atomic_write(self.private / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()),
+                     private=True)
         self._open_journal()
         self._write_ledger()
         return self.ledger
 
     def _open_journal(self) -> None:
-        self.ledger.journal = open(self.path / JOURNAL, "ab")
+        self.ledger.journal = open(self.private / JOURNAL, "ab")
 
     def _write_ledger(self) -> None:
-        _write_json(self.path / LEDGER, _ledger_json(self.ledger.state_dict()))
+        _write_json(self.private / LEDGER, _ledger_json(self.ledger.state_dict()), private=True)
 
     def _read_journal(self) -> tuple[dict, list[dict]]:
-        path = self.path / JOURNAL
+        path = self.private / JOURNAL
         if not path.is_file():
             raise PrivzvError(f"{JOURNAL}: missing (a private run's ledger; its spent budget is unknown,"
                               " so it cannot continue)")
@@ -487,7 +554,7 @@ class RunFolder:
             if key == "schedule" and isinstance(got, dict):
                 got = {k: got.get(k) for k in want}
             _expect(got == want, f"{JOURNAL}: ledger {key} {got!r} differs from {CONFIG}'s {want!r}")
-        saved = read_json(self.path / LEDGER, LEDGER)
+        saved = read_json(self.private / LEDGER, LEDGER)
         _expect(isinstance(saved, dict) and isinstance(saved.get("releases"), int)
                 and not isinstance(saved.get("releases"), bool),
                 f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
@@ -542,7 +609,7 @@ class RunFolder:
         ``privzv.ledger``; true for ``seeded`` noise on the ``platform`` that made them), drop
         later metrics rows, and unfinish the run."""
         if self.ledger is not None:
-            os.truncate(self.path / JOURNAL, self._journal_end)
+            os.truncate(self.private / JOURNAL, self._journal_end)
             self._open_journal()
             if self._unmarked:   # nothing was journaled after that checkpoint
                 self.ledger.mark()
@@ -555,9 +622,7 @@ class RunFolder:
         for row in rows:
             self.append_metrics(row)
         (self.path / SUMMARY).unlink(missing_ok=True)
-        for stray in self.private.glob("checkpoint-*.pt"):   # a newer one whose commit was killed
-            if stray.name != f"checkpoint-{checkpoint['id']}.pt":
-                stray.unlink()
+        self._drop_checkpoints_but(checkpoint["id"])   # a newer one whose commit was killed
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, round_: int, state: dict, recorder, traffic: dict, meta: dict) -> None:
@@ -566,35 +631,37 @@ class RunFolder:
         ckpt_id = f"{round_:010d}-{secrets.token_hex(4)}"
         counts = self._sync_transcripts(recorder) if recorder.enabled else None
         public, secret = split_state(state)
-        _torch_save(self.private / f"checkpoint-{ckpt_id}.pt",
-                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                     "state": secret}, private=True)
+        for party, entries in secret.items():
+            folder = self.private / party
+            folder.mkdir(mode=0o700, exist_ok=True)
+            _torch_save(folder / f"checkpoint-{ckpt_id}.pt",
+                        {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
+                         "party": party, "state": entries}, private=True)
         releases = self.ledger.releases if self.ledger is not None else 0
         _torch_save(self.path / CHECKPOINT,
                     {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                     "releases": releases, "metrics": list(self.metrics),
+                     "releases": releases, "metrics": list(self.metrics), "parties": sorted(secret),
                      "transcripts": counts, **meta, "state": public})
         if self.ledger is not None:
             self.ledger.mark()
             self.ledger._append({"checkpoint": ckpt_id, "round": round_, "releases": releases})
             self._write_ledger()
-        atomic_write(self.path / TRAFFIC, lambda fh: np.savez(fh, **traffic))
-        for old in self.private.glob("checkpoint-*.pt"):
+        traffic_at = self.private if sizes_secret(self.threat) else self.path
+        atomic_write(traffic_at / TRAFFIC, lambda fh: np.savez(fh, **traffic),
+                     private=traffic_at == self.private)
+        self._drop_checkpoints_but(ckpt_id)
+
+    def _drop_checkpoints_but(self, ckpt_id: str) -> None:
+        for old in self.private.glob("*/checkpoint-*.pt"):
             if old.name != f"checkpoint-{ckpt_id}.pt":
                 old.unlink()
 
     def load_checkpoint(self) -> dict:
-        """The checkpoint (public state merged with its private part), format and run checked."""
-        ckpt = _torch_load(self.path / CHECKPOINT, CHECKPOINT)
-        _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT and "state" in ckpt,
-                f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
-        _expect(ckpt.get("run_id") == self.run_id,
-                f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {self.run_id!r}")
-        name = f"{PRIVATE}/checkpoint-{ckpt['id']}.pt"
-        secret = _torch_load(self.path / name, name)
-        _expect(isinstance(secret, dict) and secret.get("run_id") == self.run_id
-                and secret.get("round") == ckpt["round"], f"{name}: does not match {CHECKPOINT}")
-        ckpt["state"] = merge_state(ckpt["state"], secret["state"])
+        """The checkpoint (public state merged with every party's private part), format and run
+        checked."""
+        ckpt = _public_checkpoint(self.path, self.run_id)
+        secret = {party: _party_entries(self.path, ckpt, party) for party in ckpt["parties"]}
+        ckpt["state"] = merge_state(ckpt["state"], secret)
         return ckpt
 
     def load_metrics(self, checkpoint: dict) -> None:
@@ -611,7 +678,7 @@ class RunFolder:
         public, private = self._folders()
         public.mkdir(exist_ok=True)
         private.mkdir(mode=0o700, exist_ok=True)
-        recorder.stream_to(public, private, SECRET_ENTRIES, sizes)
+        recorder.stream_to(public, private, secret_entries(self.threat, recorder.transcripts), sizes)
         self._recorder = recorder
 
     def _sync_transcripts(self, recorder) -> dict:
@@ -672,3 +739,34 @@ def public_config(run_dir, flag: str = "--run") -> dict:
             f"{flag} {str(run)!r}: {CONFIG} is not a run's config")
     check_format(saved, f"{flag} {str(run)!r}")
     return saved
+
+
+def _public_checkpoint(run: Path, run_id: str | None) -> dict:
+    """``checkpoint.pt`` of ``run``, format checked (and its run, when ``run_id`` is given)."""
+    ckpt = _torch_load(run / CHECKPOINT, CHECKPOINT)
+    _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT and "state" in ckpt
+            and isinstance(ckpt.get("parties"), list), f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
+    _expect(run_id is None or ckpt.get("run_id") == run_id,
+            f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {run_id!r}")
+    return ckpt
+
+
+def _party_entries(run: Path, ckpt: dict, party: str) -> list:
+    """``party``'s private (path, value) list of the checkpoint ``ckpt`` of ``run``."""
+    name = f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt"
+    secret = _torch_load(run / name, name)
+    _expect(isinstance(secret, dict) and secret.get("run_id") == ckpt["run_id"]
+            and secret.get("round") == ckpt["round"] and secret.get("party") == party
+            and isinstance(secret.get("state"), list), f"{name}: does not match {CHECKPOINT}")
+    return secret["state"]
+
+
+def party_state(run_dir, party: str | None) -> dict:
+    """The last checkpoint's scheduler state as ``party`` sees it: the public state and that
+    party's own private part only (None: the public state alone). A device's model is its own
+    secret against the other parties; an attack playing a party reads that party's state through
+    this, nothing else in private/."""
+    run = Path(run_dir)
+    ckpt = _public_checkpoint(run, None)
+    own = {party: _party_entries(run, ckpt, party)} if party in ckpt["parties"] else {}
+    return merge_state(ckpt["state"], own)

@@ -4,8 +4,11 @@ On disk, in ``RUN/transcripts/``, two append-only files per party (``server``, `
 written as the rounds go (``Recorder.stream_to``), so a run holds no transcript in memory:
 
 ``PARTY.jsonl``
-    line 1: ``{"format": 2, "party": ..., "meta": {...}}``; then one line per entry, in the order
-    it happened: ``[round, direction, kind, peer, [[field, dtype, shape, offset], ...]]``.
+    line 1: ``{"format": 2, "party": ..., "meta": {...}}``, ``meta["contains"]`` naming the
+    non-DP data it holds (``raw_embeddings``: the parties whose raw embeddings its uplinks carry)
+    and ``meta["private"]``, the [direction, kind] of its entries kept in the private area; then
+    one line per entry, in the order it happened:
+    ``[round, direction, kind, peer, [[field, dtype, shape, offset], ...]]``.
     ``direction`` is ``"sent"``, ``"received"`` or ``"local"`` (a fact the party knows without a
     message: its batch ids, its u seeds, a secret keep mask); ``dtype`` is numpy's ``dtype.str``.
 ``PARTY.bin``
@@ -115,7 +118,7 @@ class Recorder:
         self.transcripts = {p: Transcript(p, dict(meta.get(p, {})), []) for p in parties}
         self.counts = {p: 0 for p in parties}     # entries so far, per party
         self._sinks: dict[str, list] | None = None
-        self._secret: frozenset = frozenset()
+        self._secret: frozenset = frozenset()   # (party, direction, kind or "*")
 
     @property
     def streaming(self) -> bool:
@@ -140,7 +143,7 @@ class Recorder:
             return
         if self._sinks is None:
             self.transcripts[party].entries.append(e)
-        elif (party, e.direction, e.kind) in self._secret:
+        elif _matches(self._secret, party, e):
             e = dataclasses.replace(e, fields={**e.fields, POSITION: np.array([self.counts[party]])})
             self._sinks[party][1].append(e)
         else:
@@ -154,16 +157,17 @@ class Recorder:
         the entries held so far go first. ``sizes``: continue the files from :meth:`sync`'s
         answer then, cut back to it (a resumed run)."""
         self._secret = frozenset(secret)
-        secret_parties = {party for party, _, _ in self._secret}
         self._sinks = {}
         for party, t in self.transcripts.items():
             saved = (sizes or {}).get(party)
             if saved is not None:
                 self.counts[party] = saved["entries"]
+            hidden = sorted([d, k] for p, d, k in self._secret if p == party)
+            meta = {**t.meta, "private": hidden}
             self._sinks[party] = [
-                _Sink(public, party, t.meta, saved and saved["public"]),
-                _Sink(private, party, t.meta, saved and saved["private"], private=True)
-                if party in secret_parties else None]
+                _Sink(public, party, meta, saved and saved["public"]),
+                _Sink(private, party, meta, saved and saved["private"], private=True)
+                if hidden else None]
             held, t.entries = t.entries, []
             self.counts[party] -= len(held)
             for e in held:
@@ -191,6 +195,11 @@ class Recorder:
                 sink.append(e)
             sink.sync()
             sink.close()
+
+
+def _matches(secret: frozenset, party: str, e: Entry) -> bool:
+    """Whether entry ``e`` of ``party`` is in ``secret`` (a kind "*" matches every kind)."""
+    return (party, e.direction, e.kind) in secret or (party, e.direction, "*") in secret
 
 
 def load(run_dir: str | Path, party: str) -> Transcript:

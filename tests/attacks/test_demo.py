@@ -22,7 +22,7 @@ def test_demo_end_to_end_and_rerun(tmp_path, capsys):
     assert private["sigma"] > 0 and private["epsilon_spent"] <= 1.0
     frozen = runs["epsilon-1-frozen-devices"]
     assert frozen["sigma"] == private["sigma"] and frozen["epsilon_spent"] <= 1.0
-    assert (out / "demo.json").is_file() and (out / "epsilon-1" / "ledger.json").is_file()
+    assert (out / "demo.json").is_file() and (out / "epsilon-1" / "private" / "ledger.json").is_file()
     # running the README command again replaces the earlier demo
     assert main(["demo", "--out", str(out), "--trials", "2000", "--json"]) == 0
 

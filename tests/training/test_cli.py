@@ -18,7 +18,7 @@ def test_json_summary_and_run_folder(tmp_path, capsys):
         assert key in summary
     assert 0 < summary["epsilon_spent"] <= 3 and summary["sigma"] > 0
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "metrics.jsonl", "summary.json", "ledger.json", "checkpoint.pt", "traffic.npz",
+    assert {"config.json", "metrics.jsonl", "summary.json", "private", "checkpoint.pt", "traffic.npz",
             "transcripts", "accuracy_vs_rounds.png", "accuracy_vs_rounds.svg", "accuracy_vs_bytes.png",
             "accuracy_vs_bytes.svg"} <= names
     # no leftovers: nothing beside the folder (no lock file), no temp file in it
@@ -90,7 +90,7 @@ def test_resume_extends_a_run(tmp_path, capsys):
     assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["rounds"] > first["rounds"] and second["epsilon_spent"] >= first["epsilon_spent"]
-    assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]
+    assert json.loads((out / "private" / "ledger.json").read_text())["releases"] == second["rounds"]
 
 
 def _bad_config(tmp_path, content):

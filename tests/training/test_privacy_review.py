@@ -78,7 +78,7 @@ def test_resuming_a_private_run_without_its_ledger_is_refused(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     first = run.train(config, out)
-    assert json.loads((out / "ledger.json").read_text())["releases"] == first["rounds"]
-    (out / "ledger.json").unlink()
+    assert json.loads((out / "private" / "ledger.json").read_text())["releases"] == first["rounds"]
+    (out / "private" / "ledger.json").unlink()
     with pytest.raises(PrivzvError, match="ledger.json"):
         run.train(dataclasses.replace(config, epochs=0.2), out, resume=True, extend=True)

@@ -94,7 +94,7 @@ def _transcripts(out):
 
 
 def _markers(out):
-    return [x for x in map(json.loads, (out / "ledger.journal").read_text().splitlines())
+    return [x for x in map(json.loads, (out / "private" / "ledger.journal").read_text().splitlines())
             if "resume" in x]
 
 
@@ -106,7 +106,7 @@ def _same_run(out, reference, summary, ref_summary, replayed_rounds=range(0)):
     assert {k: v for k, v in summary.items() if k not in drop} == \
         {k: v for k, v in ref_summary.items() if k not in drop}
     assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"]
-    assert _json(out / "ledger.json") == _json(reference / "ledger.json")
+    assert _json(out / "private" / "ledger.json") == _json(reference / "private" / "ledger.json")
     assert _transcripts(out) == _transcripts(reference)
     assert (out / "traffic.npz").read_bytes() == (reference / "traffic.npz").read_bytes()
     rows, ref_rows = _rows(out), _rows(reference)
@@ -133,7 +133,7 @@ def test_a_killed_run_resumes_to_the_unkilled_run(unkilled, tmp_path, killed_at)
     _same_run(out, unkilled[0], summary, unkilled[1], range(EVERY + 1, killed_at + 1))
     [marker] = _markers(out)
     assert marker["discarded"] == killed_at - EVERY and marker["replayed"] is True
-    assert _json(out / "ledger.json")["head_position"] == summary["rounds"]
+    assert _json(out / "private" / "ledger.json")["head_position"] == summary["rounds"]
 
 
 def test_the_default_window_across_a_kill(tmp_path):
@@ -175,9 +175,9 @@ def test_a_ledger_json_without_head_position_is_still_resumed(unkilled, tmp_path
     with pytest.raises(_Killed):
         run.train(CALIBRATED, out, secret_seed=SECRET, checkpoint_every=EVERY,
                   progress=_bar(_kill, 13))
-    state = _json(out / "ledger.json")
+    state = _json(out / "private" / "ledger.json")
     del state["head_position"]
-    (out / "ledger.json").write_text(json.dumps(state))
+    (out / "private" / "ledger.json").write_text(json.dumps(state))
     summary = run.train(None, out, resume=True)
     _same_run(out, unkilled[0], summary, unkilled[1], range(EVERY + 1, 14))
 
@@ -213,7 +213,7 @@ def test_a_resume_on_another_platform_charges_the_remade_releases(tmp_path, monk
     summary = run.train(None, out, resume=True)
     [marker] = _markers(out)
     assert marker["replayed"] is False and marker["discarded"] == 6
-    assert _json(out / "ledger.json")["releases"] == summary["rounds"] + 6
+    assert _json(out / "private" / "ledger.json")["releases"] == summary["rounds"] + 6
 
 
 # ------------------------------------------------------------------------------ kills, secure noise
@@ -251,11 +251,11 @@ def test_secure_noise_charges_the_remade_releases_as_the_heads_windows(tmp_path,
         run.train(config, out, checkpoint_every=EVERY, progress=_bar(_kill, killed_at))
     summary = run.train(None, out, resume=True)
     assert summary["rounds"] == summary["rounds_planned"]
-    lines = [json.loads(x) for x in (out / "ledger.journal").read_text().splitlines()[1:]]
+    lines = [json.loads(x) for x in (out / "private" / "ledger.journal").read_text().splitlines()[1:]]
     cut = next(i for i, x in enumerate(lines) if "resume" in x)
     first = [np.array(x["ids"]) for x in lines[:cut] if "ids" in x]
     second = [np.array(x["ids"]) for x in lines[cut:] if "ids" in x]
-    ledger = _json(out / "ledger.json")
+    ledger = _json(out / "private" / "ledger.json")
     ledger["epsilon_budget"] = ledger["epsilon_budget"] or math.inf
     release = PrivacyLedger.from_state_dict(ledger).release
     records = len(ledger["counts"][0])
@@ -334,7 +334,7 @@ def _cli_process(argv):
 def _after_checkpoint(out):
     """Releases journaled after the round-8 checkpoint marker (0 before it)."""
     try:
-        lines = [json.loads(x) for x in (out / "ledger.journal").read_text().splitlines()
+        lines = [json.loads(x) for x in (out / "private" / "ledger.journal").read_text().splitlines()
                  if x.endswith("}")]
     except FileNotFoundError:
         return 0

@@ -63,13 +63,13 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     needles = [str(v).encode() for v in derived] + [v.to_bytes(8, "little") for v in derived]
     # generator states: the private checkpoint's (end of run) and the seeded start, as raw bytes
     ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
-    private = torch.load(out / "private" / f"checkpoint-{ckpt['id']}.pt", weights_only=True)["state"]
-    states = [private["server/noise"]["gen"], private["devices/0/noise"]["gen"],
+    states = [run_folder.party_state(out, "server")["server"]["noise"]["gen"],
+              run_folder.party_state(out, "device0")["devices"][0]["noise"]["gen"],
               seeds.generator(s, "server").get_state()]
     needles += [bytes(st.numpy()[64:128]) for st in states]
     public = _public_files(out)
-    assert {"config.json", "checkpoint.pt", "ledger.json", "ledger.journal", "metrics.jsonl",
-            "summary.json", "server.jsonl", "server.bin", "device0.jsonl", "device0.bin"} <= {p.name for p in public}
+    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "server.jsonl", "server.bin",
+            "device0.jsonl", "device0.bin"} <= {p.name for p in public}
     for path in public:
         data = path.read_bytes()
         assert not any(n in data for n in needles), path
@@ -79,6 +79,14 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     assert stat.S_IMODE((out / "private").stat().st_mode) == 0o700
     assert all(stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600)
                for p in (out / "private").rglob("*"))
+
+
+def _whole_state(out):
+    """The whole scheduler state: checkpoint.pt with every party's private part merged back."""
+    ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
+    return run_folder.merge_state(ckpt["state"], {
+        party: torch.load(out / "private" / party / f"checkpoint-{ckpt['id']}.pt", weights_only=True)["state"]
+        for party in ckpt["parties"]})
 
 
 def _keys(tree, prefix=""):
@@ -104,7 +112,7 @@ def _head_size(out):
     from privzv import threats
 
     head = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["server"]["head"]
-    ledger = json.loads((out / "ledger.json").read_text())
+    ledger = json.loads((out / "private" / "ledger.json").read_text())
     release, schedule = ledger["release"], ledger["schedule"]
     walk = (schedule["devices"], -(-schedule["dataset_size"] // release["batch_size"]),
             release["head"]["window"])
@@ -181,7 +189,8 @@ def test_attack_run_refuses_the_private_area(private_run, capsys):
 
 # ------------------------------------------------------------------------------ crash safety
 def _journal_releases(tmp_path, name):
-    paths = [tmp_path / name / "ledger.journal", *tmp_path.glob(f".{name}.new-*/ledger.journal")]
+    paths = [tmp_path / name / "private" / "ledger.journal",
+             *tmp_path.glob(f".{name}.new-*/private/ledger.journal")]
     return sum(_read_or_empty(p).count(b'"ids"') for p in paths)
 
 
@@ -243,10 +252,9 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["rounds"] == reference["rounds"] == summary["rounds_planned"]
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
-    ref_ckpt = torch.load(tmp_path / "reference" / "checkpoint.pt", weights_only=True)
     assert ckpt["round"] == summary["rounds"]
-    for a, b in zip(ckpt["state"]["devices"] + [ckpt["state"]["server"]],
-                    ref_ckpt["state"]["devices"] + [ref_ckpt["state"]["server"]]):
+    state, ref_state = _whole_state(out), _whole_state(tmp_path / "reference")
+    for a, b in zip(state["devices"] + [state["server"]], ref_state["devices"] + [ref_state["server"]]):
         key = "model" if "model" in a else "head"
         assert all(torch.equal(a[key][k], b[key][k]) for k in a[key])
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -260,14 +268,14 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
                                                               for k in a.fields) for a, b in zip(got, ref))
     # seeded noise: the discarded releases were re-made bit for bit, so counted once (the ledger
     # is the unkilled run's); the journal says how many were discarded and replayed
-    ledger = json.loads((out / "ledger.json").read_text())
-    journal = [json.loads(x) for x in (out / "ledger.journal").read_text().splitlines()]
+    ledger = json.loads((out / "private" / "ledger.json").read_text())
+    journal = [json.loads(x) for x in (out / "private" / "ledger.journal").read_text().splitlines()]
     assert all(line["replayed"] for line in journal if "resume" in line)
-    assert ledger == json.loads((tmp_path / "reference" / "ledger.json").read_text())
+    assert ledger == json.loads((tmp_path / "reference" / "private" / "ledger.json").read_text())
     assert ledger["releases"] == summary["rounds"]
     assert summary["epsilon_spent"] == reference["epsilon_spent"]
     assert not list(tmp_path.glob(".run.new-*")) and not list(out.rglob(".*.tmp"))
-    assert len(list((out / "private").glob("checkpoint-*.pt"))) == 1
+    assert len(list((out / "private" / "server").glob("checkpoint-*.pt"))) == 1
 
 
 def test_a_locked_out_is_refused(tmp_path, capsys):
@@ -378,7 +386,7 @@ def _format_1_folder(path):
 def test_a_format_1_folder_is_refused_naming_its_format(tmp_path, capsys, argv):
     run_dir = _format_1_folder(tmp_path / "old")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    _one_line_exit_2(capsys, [a.format(run=run_dir) for a in argv], "format 1", "reads format 2 only")
+    _one_line_exit_2(capsys, [a.format(run=run_dir) for a in argv], "format 1", "reads format 3 only")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
@@ -408,10 +416,10 @@ def _set_config(key, value):
 
 
 @pytest.mark.parametrize("name, path, change, words", [
-    ("counts zeroed", "ledger.json", _zero_counts, ["ledger.json", "differs"]),
-    ("budget raised", "ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
-    ("releases not a number", "ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
-    ("NaN token", "ledger.json", _set("epsilon_budget", float("nan")),
+    ("counts zeroed", "private/ledger.json", _zero_counts, ["ledger.json", "differs"]),
+    ("budget raised", "private/ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
+    ("releases not a number", "private/ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
+    ("NaN token", "private/ledger.json", _set("epsilon_budget", float("nan")),
      ["ledger.json", "not JSON", "NaN"]),   # the run folder reads strict JSON, as --config does
     ("sigma lowered", "config.json", _set("sigma", 0.001), ["sigma"]),
     ("sigma zero", "config.json", _set("sigma", 0.0), ["sigma"]),
@@ -428,14 +436,16 @@ def test_tampered_files_are_refused(private_run, tmp_path, capsys, name, path, c
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before   # nothing written
 
 
-@pytest.mark.parametrize("name", ["ledger.json", "ledger.journal", "checkpoint.pt", "metrics.jsonl",
-                                  "config.json"])
+@pytest.mark.parametrize("name", ["private/ledger.json", "private/ledger.journal", "checkpoint.pt",
+                                  "metrics.jsonl", "config.json", "private/device1/checkpoint-*.pt"])
 def test_corrupt_or_missing_files_are_refused(private_run, tmp_path, capsys, name):
     out = _copy(private_run, tmp_path)
-    (out / name).write_bytes(b"\x00garbage{")
-    _one_line_exit_2(capsys, ["train", "--resume", str(out)], name)
-    (out / name).unlink()
-    _one_line_exit_2(capsys, ["train", "--resume", str(out)], name)
+    path, = out.glob(name)
+    word = name.rsplit("/", 1)[-1].split("*")[0]
+    path.write_bytes(b"\x00garbage{")
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], word)
+    path.unlink()
+    _one_line_exit_2(capsys, ["train", "--resume", str(out)], word)
 
 
 def test_missing_or_short_transcripts_are_refused(private_run, tmp_path, capsys):
@@ -450,16 +460,17 @@ def test_foreign_ledger_copied_in_is_refused(private_run, tmp_path, capsys):
     out = _copy(private_run, tmp_path)
     other = tmp_path / "other"
     run.train(dataclasses.replace(PRIVATE_RUN, seed=6), other)
-    shutil.copy(other / "ledger.json", out / "ledger.json")
+    shutil.copy(other / "private" / "ledger.json", out / "private" / "ledger.json")
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], "ledger.json", "differs")
-    shutil.copy(other / "ledger.journal", out / "ledger.journal")
+    shutil.copy(other / "private" / "ledger.journal", out / "private" / "ledger.journal")
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], "ledger.journal", "belongs to run")
 
 
 def test_old_checkpoint_with_a_newer_ledger_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     run.train(PRIVATE_RUN, out)
-    old = {p.relative_to(out): p.read_bytes() for p in [out / "checkpoint.pt", *(out / "private").glob("checkpoint-*")]}
+    old = {p.relative_to(out): p.read_bytes()
+           for p in [out / "checkpoint.pt", *(out / "private").glob("*/checkpoint-*")]}
     assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
     capsys.readouterr()
     for name, data in old.items():
@@ -488,7 +499,7 @@ def test_extend_records_the_extension_and_the_ledger_continues(private_run, tmp_
     config = json.loads((out / "config.json").read_text())
     assert config["config"]["epochs"] == 0.6 and config["rounds"] == second["rounds"] > first["rounds"]
     assert config["extensions"][0]["round"] == first["rounds"] and config["extensions"][0]["epochs"] == 0.3
-    assert json.loads((out / "ledger.json").read_text())["releases"] == second["rounds"]
+    assert json.loads((out / "private" / "ledger.json").read_text())["releases"] == second["rounds"]
     assert main(["train", "--resume", str(out), "--json"]) == 0   # and it resumes again
 
 
@@ -519,5 +530,6 @@ def test_rr_prior_keeps_its_labels_out_of_the_public_checkpoint(tmp_path):
     run.train(config, tmp_path / "run", secret_seed=3, checkpoint_every=5)
     ckpt = torch.load(tmp_path / "run" / run_folder.CHECKPOINT, weights_only=True)
     assert "labels" not in ckpt["state"]["method"]
-    private = torch.load(tmp_path / "run" / "private" / f"checkpoint-{ckpt['id']}.pt", weights_only=True)
-    assert "method/labels" in private["state"]
+    private = torch.load(tmp_path / "run" / "private" / "server" / f"checkpoint-{ckpt['id']}.pt",
+                         weights_only=True)
+    assert ("method", "labels") in [path for path, _ in private["state"]]

@@ -24,8 +24,9 @@ def _train(tmp_path, name, **changes):
 def _checkpoint(out):
     """The whole scheduler state: the public checkpoint with its private part merged back."""
     public = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
-    secret = torch.load(out / run_folder.PRIVATE / f"checkpoint-{public['id']}.pt", weights_only=True)
-    return run_folder.merge_state(public["state"], secret["state"])
+    secret = {party: torch.load(out / run_folder.PRIVATE / party / f"checkpoint-{public['id']}.pt",
+                                weights_only=True)["state"] for party in public["parties"]}
+    return run_folder.merge_state(public["state"], secret)
 
 
 def _same(a, b):
@@ -61,7 +62,7 @@ def test_private_run_reports_epsilon_and_saves_the_ledger(tmp_path):
     rows = _metrics(out)
     eps = [r["epsilon_spent"] for r in rows]
     assert eps[0] == 0.0 and all(x <= y for x, y in zip(eps, eps[1:])) and 0 < eps[-1] <= 4.0
-    ledger = json.loads((out / "ledger.json").read_text())
+    ledger = json.loads((out / "private" / "ledger.json").read_text())
     assert ledger["releases"] == summary["rounds"] and summary["epsilon_spent"] == eps[-1]
     config = json.loads((out / "config.json").read_text())
     assert config["sigma"] == summary["sigma"] > 0 and config["calibration"]["sigma"] == summary["sigma"]
@@ -72,9 +73,9 @@ def test_resume_continues_the_run_and_the_ledger(tmp_path):
     kw = dict(sigma=2.0, epsilon=50.0)
     straight, s_sum = _train(tmp_path, "straight", epochs=1.0, **kw)
     half, h_sum = _train(tmp_path, "half", epochs=0.5, **kw)
-    first = json.loads((half / "ledger.json").read_text())["releases"]
+    first = json.loads((half / "private" / "ledger.json").read_text())["releases"]
     resumed = run.train(dataclasses.replace(BASE, epochs=1.0, **kw), half, resume=True, extend=True)
-    ledger = json.loads((half / "ledger.json").read_text())
+    ledger = json.loads((half / "private" / "ledger.json").read_text())
     assert first == h_sum["rounds"] and ledger["releases"] == resumed["rounds"] == s_sum["rounds"]
     assert _same(_checkpoint(half), _checkpoint(straight))           # bit for bit
     assert resumed["epsilon_spent"] == pytest.approx(s_sum["epsilon_spent"])

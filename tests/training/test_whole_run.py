@@ -29,7 +29,7 @@ def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, 
     config = dataclasses.replace(DIGITS, devices=devices, activation=activation)
     summary = run.train(config, tmp_path, secret_seed=9)
     assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"]
-    state = json.loads((tmp_path / "ledger.json").read_text())
+    state = json.loads((tmp_path / "private" / "ledger.json").read_text())
     records = len(state["counts"][0])
     steps = sampling.Activation(devices, activation, config.seed).steps(summary["rounds"])
     given = None if activation is None else steps   # round-robin: no device steps given
@@ -85,7 +85,7 @@ def test_an_eavesdropper_run_uses_poisson_batches_drawn_by_the_server(tmp_path):
     assert summary["rounds"] == summary["rounds_planned"] and summary["epsilon_spent"] <= 1.0
     # the default accountant is best (as for calibrate/account), and the ledger keeps it: its
     # epsilon is account()'s under best for the same Poisson-amplified schedule
-    state = json.loads((tmp_path / "ledger.json").read_text())
+    state = json.loads((tmp_path / "private" / "ledger.json").read_text())
     assert config.accountant == state["accountant"] == "best"
     ledger = PrivacyLedger.from_state_dict(state)
     schedule = Schedule(steps=summary["rounds"], dataset_size=1437, devices=2,
@@ -93,8 +93,10 @@ def test_an_eavesdropper_run_uses_poisson_batches_drawn_by_the_server(tmp_path):
     accounted = accounting.account(ledger.release, schedule, config.delta)
     assert accounted.requested == "best" and accounted.sampling_rate == pytest.approx(32 / 1437)
     assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9)
-    sizes = np.array([len(e.fields["ids"]) for m in range(2)
-                      for e in transcript.load(tmp_path, f"device{m}").select("local", "batch")])
+    def batches(run_dir, m):   # the secret Poisson batches, in the private area
+        return transcript.load(run_dir / "private", f"device{m}").select("local", "batch")
+
+    sizes = np.array([len(e.fields["ids"]) for m in range(2) for e in batches(tmp_path, m)])
     records = 1437
     q = 32 / records
     assert len(sizes) == summary["rounds"] and len(set(sizes.tolist())) > 5      # sizes vary
@@ -103,8 +105,8 @@ def test_an_eavesdropper_run_uses_poisson_batches_drawn_by_the_server(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     run.train(config, other, secret_seed=10)
-    first = [e.fields["ids"] for e in transcript.load(tmp_path, "device0").select("local", "batch")]
-    second = [e.fields["ids"] for e in transcript.load(other, "device0").select("local", "batch")]
+    first = [e.fields["ids"] for e in batches(tmp_path, 0)]
+    second = [e.fields["ids"] for e in batches(other, 0)]
     assert any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(first, second))
 
 

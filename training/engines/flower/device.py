@@ -95,7 +95,9 @@ class DeviceParty:
     def _meta(self) -> dict:
         return {"party": device_name(self.m), "dataset": self.data.name,
                 "records": len(self.data.x_train), "partition": self.data.partition,
-                "features_shape": list(self.data.x_train.shape[1:]), "engine": "flower"}
+                "features_shape": list(self.data.x_train.shape[1:]), "engine": "flower",
+                "contains": {"raw_embeddings": [device_name(self.m)]
+                             if self.method.RELEASED_BY == "server" else []}}
 
     def _note(self, kind: str, fields: dict) -> None:
         self.recorder.local(device_name(self.m), self.method.round, kind, fields)

@@ -160,6 +160,9 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     virtual SuperNodes whose ClientApps run in Ray workers shared by all devices."""
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
+    if config.threat != "device":
+        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (its --insecure gRPC "
+                          "shows the secret batches and their sizes; in-process only until TLS)")
     try:
         import flwr  # noqa: F401
     except ImportError:
