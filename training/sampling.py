@@ -13,8 +13,8 @@ Batches, by threat (what :mod:`privzv.threats` counts):
   an epoch smaller). The worst record is then in exactly sum_m ceil(n_m / ceil(D / b)) rounds.
   The batch is a function of (j, public seed), so the server knows it without being told.
 - ``eavesdropper``: :class:`PoissonSampler`. The server draws each record with probability
-  q = B/D from its own secret generator (``server.noise.bernoulli``) and tells the active device
-  which ids to embed; the batch size varies (possibly 0: the round still releases noise), the
+  q = B/D (in fact floor(q 2^64) / 2^64 <= q) from its own secret stream
+  (``server.noise.stream("sampling").bernoulli``) and tells the active device which ids to embed; the batch size varies (possibly 0: the round still releases noise), the
   divisor stays B. This is the sampled Gaussian that the Poisson accountants assume.
 
 :func:`refusal` is the server's check of an uplink before it computes anything.
@@ -117,7 +117,7 @@ class PoissonSampler:
         self.records, self.rate = records, batch / records
 
     def draw(self, device, server) -> torch.Tensor:
-        return torch.nonzero(server.noise.bernoulli(self.records, self.rate)).reshape(-1)
+        return torch.nonzero(server.noise.stream("sampling").bernoulli(self.records, self.rate)).reshape(-1)
 
 
 def sampler_for(threat: str, records: int, batch: int, seed: int):

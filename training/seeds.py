@@ -9,6 +9,7 @@ operating system's entropy unless a config fixes it (see ``privzv.training.confi
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 import torch
 
@@ -22,3 +23,10 @@ def derive(root: int, *names: object) -> int:
 def generator(root: int, *names: object) -> torch.Generator:
     """A CPU torch.Generator seeded with ``derive(root, *names)``."""
     return torch.Generator().manual_seed(derive(root, *names))
+
+
+def key(root: int, *names: object) -> bytes:
+    """A 256-bit key for the secret stream ``names`` under ``root``: HMAC-SHA256 keyed by the
+    root (RFC 2104; a PRF, so keys of different names are independent to anyone without it)."""
+    text = "/".join(str(part) for part in names).encode()
+    return hmac.new(int(root).to_bytes(8, "little"), text, hashlib.sha256).digest()
