@@ -190,7 +190,7 @@ def _audit_text(o: dict) -> str:
         f"mu >= {lo['mu_lb']:.4g}",
         f"upper bound ({up['accountant']}, threat {up['threat']}): eps <= {up['epsilon']:.4g}"
         + (f", mu <= {up['mu']:.4g}" if up.get("mu") is not None else "")
-        + ("" if up.get("rigorous", True) else "  [NOT rigorous]"),
+        + ("" if up.get("rigorous", True) else "   NOT RIGOROUS"),
     ]
     if "upper_pld" in o:
         lines.append(f"upper bound (pld, same sigma): eps <= {o['upper_pld']['epsilon']:.4g}")

@@ -16,7 +16,8 @@ composes K_i = (1 - w) k_i + w sum c^2 (:mod:`privzv.threats`); the open window 
 were released now, so the budget check before a release covers the head step it may close.
 
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
-ledger's epsilon equals :func:`privzv.accounting.account` for that schedule.
+ledger's epsilon equals :func:`privzv.accounting.account` for that schedule. Only rigorous
+accountants (``privzv.accountants.RIGOROUS``) keep a ledger: a budget is a bound or nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import math
 import numpy as np
 
 from privzv import accounting, threats
+from privzv.accountants import RIGOROUS
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 from privzv.threats import Exposure
@@ -51,6 +53,9 @@ class PrivacyLedger:
         if not (isinstance(epsilon_budget, (int, float)) and epsilon_budget > 0
                 and not math.isnan(epsilon_budget)):
             raise PrivzvError(f"epsilon_budget={epsilon_budget!r}: must be a number > 0")
+        if accountant not in RIGOROUS:
+            raise PrivzvError(f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
+                              f"takes {', '.join(RIGOROUS)}")
         self._full = accounting.checked_exposure(release, schedule, delta, accountant)
         self.release, self.schedule = release, schedule
         self.delta, self.epsilon_budget, self.accountant = delta, float(epsilon_budget), accountant
@@ -69,8 +74,8 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- exposure and epsilon
     def _counts_all_releases(self) -> bool:
-        """eavesdropper: every release counts; seed: its formula only sees T (releases so far)."""
-        return self.schedule.threat == "eavesdropper" or self.accountant == "seed"
+        """eavesdropper: every release counts."""
+        return self.schedule.threat == "eavesdropper"
 
     def _compositions(self):
         if self._counts_all_releases():
@@ -89,11 +94,8 @@ class PrivacyLedger:
         if k == 0:
             return 0.0
         if k not in self._epsilons:
-            schedule = self.schedule
-            if self.accountant == "seed":
-                schedule = dataclasses.replace(schedule, steps=k)
             self._epsilons[k] = accounting.epsilon_for_exposure(
-                self.release.noise_multiplier, self.release, schedule,
+                self.release.noise_multiplier, self.release, self.schedule,
                 Exposure(k, self._full.sampling_rate), self.delta, self.accountant)[0]
         return self._epsilons[k]
 
@@ -204,8 +206,7 @@ class PrivacyLedger:
         return rows
 
     def rounds(self) -> int:
-        """Downlink releases that contain the worst record (all releases under eavesdropper or
-        the seed)."""
+        """Downlink releases that contain the worst record (all releases under eavesdropper)."""
         return self.releases if self._counts_all_releases() else self._worst
 
     def head_steps(self) -> int:
