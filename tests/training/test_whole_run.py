@@ -158,9 +158,29 @@ def _other_batch(t):
     t["ids"] = (t["ids"] + 1) % 96
 
 
+def _wide(t):
+    for k in t:
+        if k != "ids":
+            t[k] = torch.cat([t[k], t[k][..., :1]], dim=-1)
+
+
+def _double(t):
+    for k in t:
+        if k != "ids":
+            t[k] = t[k].double()
+
+
+def _extra(t):
+    t["extra"] = torch.zeros(len(t["ids"]), 4)
+
+
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector"])
 @pytest.mark.parametrize("tamper, reason", [(_duplicate, "repeated"), (_out_of_range, "outside"),
-                                            (_short, "expected"), (_other_batch, "differ")])
+                                            (_short, "expected"), (_other_batch, "differ"),
+                                            # issue 19: a wrong width crashed the server after
+                                            # the ledger had recorded the round
+                                            (_wide, "expected float32"), (_double, "expected float32"),
+                                            (_extra, "expected")])
 def test_a_malicious_uplink_is_refused_before_anything_is_computed(tiny_scheduler, tiny_config,
                                                                    method, tamper, reason):
     config = tiny_config(method=method, epsilon=20.0)

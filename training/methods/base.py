@@ -83,6 +83,11 @@ class Method(abc.ABC):
         """How many records a device sends per round (B; B' under secret subsampling)."""
         return config.batch_size
 
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        """The shape of every float32 tensor but ``ids`` of an uplink of n records (the server
+        refuses any other: ``sampling.refusal``): here one embedding ``h`` [n, E]."""
+        return {"h": (n, self.config.embed_dim)}
+
     def setup(self, devices: Sequence["Device"], server: "Server") -> None:
         """Create optimisers etc. once the parties exist (called once, before any round)."""
 

@@ -69,6 +69,10 @@ class CZOFO(common.FirstOrderDevices, Method):
                                       aggregate="per-sample", neighbors=config.neighbors,
                                       dim=PERTURBATIONS), config)
 
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        e = self.config.embed_dim
+        return {"h": (n, e), "h_perturbed": (n, PERTURBATIONS, e)}
+
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam

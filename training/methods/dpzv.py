@@ -57,6 +57,10 @@ class DPZV(Method):
     def uplink_batch(cls, config) -> int:
         return config.super_batch if config.threat == "secret-subsampling" else config.batch_size
 
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        k, e = self.config.directions, self.config.embed_dim
+        return {name: (n, e) if k == 1 else (n, k, e) for name in self.UPLINK}
+
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
