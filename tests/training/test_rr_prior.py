@@ -141,3 +141,13 @@ def test_at_epsilon_near_zero_no_message_of_the_run_depends_on_the_true_labels()
     true = _wire(1e-12, None)
     assert _same(true, _wire(1e-12, 0))
     assert not _same(_wire(1.0, None), _wire(1.0, 0))
+
+
+def test_the_labels_are_randomised_from_the_servers_secret_rr_prior_stream():
+    """Issue 19: the secure draws come from the server's keyed CSPRNG stream "rr-prior" (not a
+    PCG64 seeded from it), and are reproducible from the secret seed."""
+    sched, _ = _run(1.0)
+    assert sched.server.noise.state_dict()["streams"]["rr-prior"]["position"] > 0
+    again, _ = _run(1.0)
+    assert torch.equal(again.server.labels, sched.server.labels)
+
