@@ -84,8 +84,9 @@ class KeyedNoise(NoiseSource):
     2^(floor(log2 sigma) - LATTICE_BITS), and lambda Y added, Y a discrete Gaussian of variance
     S = ceil((sigma / lambda)^2) sampled exactly; the float64 sum is exact (both on the lattice),
     and the cast to the value's dtype is post-processing. Its std sqrt(S) lambda >= sigma, and the
-    discrete Gaussian is at least as private as the continuous one at the same variance up to a
-    term below e^(-2 pi^2 S) (Canonne, Kamath, Steinke 2020, Thm. 7 and Sec. 5). The rounding moves
+    discrete Gaussian is at least as private as the continuous one at the same variance, for
+    lattice (integer) sensitivities, up to a term of order d e^(-pi^2 S) in d dimensions (Canonne,
+    Kamath, Steinke 2020, "The Discrete Gaussian for Differential Privacy"). The rounding moves
     the L2 sensitivity by at most lambda sqrt(d) <= 2^-LATTICE_BITS sigma sqrt(d) (d coordinates),
     which the accountant does not charge (docs/training.md, "Noise sampling").
     Bernoulli(p): a word w is a keep iff w < floor(p 2^64), probability floor(p 2^64) / 2^64 <= p.
@@ -193,6 +194,8 @@ def lattice(sigma: float) -> tuple[float, int]:
         raise PrivzvError(f"noise sigma {sigma!r}: must be a finite number >= 0")
     step = math.ldexp(1.0, math.frexp(sigma)[1] - 1 - LATTICE_BITS)
     return step, math.ceil(Fraction(sigma / step) ** 2)
+
+
 _MARGIN = 2.0**-30   # relative slack of the float64 bounds on exp(-gamma) (their error < 2^-39)
 
 
@@ -257,9 +260,11 @@ def _geometric(source: KeyedNoise, n: int) -> np.ndarray:
     """n draws of V with P(V >= k) = e^-k (int64): V = k where e^-(k+1) <= U < e^-k, U uniform
     (the number of successes of Bernoulli(e^-1) before the first failure, in one comparison)."""
     u = (source.words(n) >> np.uint64(1)).astype(np.int64)
-    k = np.floor(-np.log((u + 0.5) * 2.0**-63)).astype(np.int64)
-    below = (u + 1) * 2.0**-63 <= np.exp(-k.astype(np.float64)) * (1 - _MARGIN)   # U < e^-k
-    above = u * 2.0**-63 >= np.exp(-(k + 1.0)) * (1 + _MARGIN)                    # U >= e^-(k+1)
+    u_f = u.astype(np.float64)   # within 512 of u (below 2^63), so U lies in [low, high):
+    low, high = (u_f - 2048) * 2.0**-63, (u_f + 2048) * 2.0**-63
+    k = np.floor(-np.log((u_f + 0.5) * 2.0**-63)).astype(np.int64)
+    below = high <= np.exp(-k.astype(np.float64)) * (1 - _MARGIN)   # U < e^-k
+    above = low >= np.exp(-(k + 1.0)) * (1 + _MARGIN)               # U >= e^-(k+1)
     for i in np.flatnonzero(~(below & above)):
         draw, j = _Uniform(source, int(u[i])), max(int(k[i]), 0)
         while j > 0 and not draw.below(Fraction(j)):
