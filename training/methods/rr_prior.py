@@ -78,10 +78,11 @@ def output_distribution(prior: np.ndarray, labels: np.ndarray, epsilon: float) -
 
 
 def randomise(prior: np.ndarray, labels: np.ndarray, epsilon: float, source) -> np.ndarray:
-    """One RRWithPrior draw per record from the NoiseSource ``source``: :func:`output_distribution`
-    with p the source's Bernoulli(p) probability (rounded down by < 2^-53, still >= e^-eps): a label outside Y_k becomes a uniform member of Y_k; otherwise a
-    uniform member of Y_k is proposed and taken if it is the true label, else with probability
-    p = :func:`other_weight` (rejection sampling: outputs weighted 1 and p)."""
+    """One RRWithPrior draw per record from the NoiseSource ``source``, by rejection sampling: a
+    label outside Y_k becomes a uniform member of Y_k; otherwise a uniform member of Y_k is
+    proposed and taken if it is the true label, else with probability p = :func:`other_weight`
+    (outputs weighted 1 and p). That is :func:`output_distribution` at the source's Bernoulli(p)
+    probability (p rounded down by less than 2^-53, still >= e^-eps)."""
     order, k = top_k_sets(prior, epsilon)
     n = len(labels)
     rows = np.arange(n)
