@@ -56,6 +56,9 @@ def test_study_bad_input(capsys, tmp_path):
     (tmp_path / "x").write_text("taken")
     code, _, err = run(capsys, ["attack", "study", "--out", str(tmp_path), "--seeds", "1"])
     assert code == 2 and "not empty" in err
+    # the study trains: only rigorous accountants (issue 19)
+    code, _, err = run(capsys, ["attack", "study", "--out", str(tmp_path / "new"), "--accountant", "seed"])
+    assert code == 2 and "--accountant 'seed': allowed are best, pld, rdp" in err
 
 
 def test_no_subcommand(capsys):
