@@ -81,14 +81,14 @@ def _human(o: dict) -> str:
     need = acc["rigorous_device_pld"]
     lines = [
         "1. Accounting (papers/000 setting: MNIST D=60000, B=64, C=10, 100 epochs, delta=1e-3)",
-        f"   the paper's sigma for epsilon=1 (Theorem VI.5, not rigorous): {seed['sigma']:.4g}",
+        f"   the paper's sigma for epsilon=1 (Theorem VI.5, NOT RIGOROUS): {seed['sigma']:.4g}",
         f"   what it buys against the receiving device (pld, rigorous):   epsilon = "
         f"{bought['epsilon']:.4g}",
         f"   sigma that really gives epsilon <= 1 there:                  {need['sigma']:.4g} "
         f"({need['sigma'] / seed['sigma']:.1f}x)",
         "2. Audit: optimal likelihood-ratio attacker on one record's releases at the paper's sigma",
         f"   measured epsilon lower bound {aud['lower']['eps_lb']:.3g} (95% confidence, "
-        f"{aud['trials']} trials)  >  claimed 1;  upper bound {aud['upper']['epsilon']:.4g}",
+        f"{aud['trials']} trials)  >  claimed 1 (NOT RIGOROUS);  upper bound {aud['upper']['epsilon']:.4g}",
         f"3. Training: DPZV on digits, 4 devices, C={DIGITS_CLIP:g} (threat device, accountant pld)",
     ]
     for name, s in runs.items():

@@ -211,7 +211,7 @@ def _emit(args, results, compare: str) -> int:
 
 
 def _single(r: dict) -> str:
-    kind = "rigorous upper bound" if r["rigorous"] else "NOT a rigorous bound"
+    kind = "rigorous upper bound" if r["rigorous"] else "NOT RIGOROUS: not an upper bound"
     return "\n".join([
         f"sigma             {r['sigma']:.6g}" + ("" if r["head_sigma"] is None else
                                                     "   (downlink)"),
@@ -219,7 +219,8 @@ def _single(r: dict) -> str:
           [f"head sigma        {r['head_sigma']:.6g}   (server head's DP update)"]),
         f"noise multiplier  {r['noise_multiplier']:.6g}   (sigma / sensitivity" + (
             ")" if r["head_sigma"] is None else ", downlink and head combined)"),
-        f"epsilon           {r['epsilon']:.6g}   at delta {r['delta']:.3g}",
+        f"epsilon           {r['epsilon']:.6g}   at delta {r['delta']:.3g}"
+        + ("" if r["rigorous"] else "   NOT RIGOROUS"),
         f"accountant        {r['accountant']} ({kind}), threat {r['threat']}, "
         f"neighbors {r['neighbors']}",
         f"note              {r['note']}",
@@ -240,8 +241,7 @@ def _table(rows: list[dict], compare: str) -> str:
             threat = "(any: ignored)" if r["requested"] == "seed" else r["threat"]
             lines.append(f"{threat:<19}{r['requested']:<11}{r['reason']}")
             continue
-        guarantee = ("NOT RIGOROUS" if r["accountant"] == "seed" else
-                     "upper bound" if r["rigorous"] else "approximate")
+        guarantee = "upper bound" if r["rigorous"] else "NOT RIGOROUS"
         threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
         name = r["accountant"] if r["requested"] in (None, r["accountant"]) else (
             f"{r['requested']}>{r['accountant']}")   # a fallback: requested > answered

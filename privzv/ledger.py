@@ -16,14 +16,15 @@ composes K_i = (1 - w) k_i + w sum c^2 (:mod:`privzv.threats`); the open window 
 were released now, so the budget check before a release covers the head step it may close.
 
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
-ledger's epsilon equals :func:`privzv.accounting.account` for that schedule.
+ledger's epsilon equals :func:`privzv.accounting.account` for that schedule. Only rigorous
+accountants (``privzv.accountants.RIGOROUS``) keep a ledger: a budget is a bound or nothing.
 
 Resume (:meth:`PrivacyLedger.mark`, :meth:`PrivacyLedger.rewind`). A run killed after its last
 checkpoint made releases the observer may have seen ("discarded": the resumed run starts from the
 checkpoint and makes those rounds again). Every discarded release stays counted; what happens when
 the resumed run makes its round again depends on the noise:
 
-- seeded noise, resumed on the platform that made the discarded releases (software versions and
+- seeded noise (the default keyed streams, reproducible from the secret seed), resumed on the platform that made the discarded releases (software versions and
   CPU kernels, ``privzv.training.run.replay_platform``): the resumed run restores every generator
   from the checkpoint and meets the same batch, so it re-makes each discarded release bit for bit
   (the same deterministic function of the same state and the same noise draw). The observer sees
@@ -50,6 +51,7 @@ import math
 import numpy as np
 
 from privzv import accounting, threats
+from privzv.accountants import RIGOROUS
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 from privzv.threats import Exposure
@@ -75,6 +77,9 @@ class PrivacyLedger:
         if not (isinstance(epsilon_budget, (int, float)) and epsilon_budget > 0
                 and not math.isnan(epsilon_budget)):
             raise PrivzvError(f"epsilon_budget={epsilon_budget!r}: must be a number > 0")
+        if accountant not in RIGOROUS:
+            raise PrivzvError(f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
+                              f"takes {', '.join(RIGOROUS)}")
         self._full = accounting.checked_exposure(release, schedule, delta, accountant)
         self.release, self.schedule = release, schedule
         self.delta, self.epsilon_budget, self.accountant = delta, float(epsilon_budget), accountant
@@ -97,8 +102,8 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- exposure and epsilon
     def _counts_all_releases(self) -> bool:
-        """eavesdropper: every release counts; seed: its formula only sees T (releases so far)."""
-        return self.schedule.threat == "eavesdropper" or self.accountant == "seed"
+        """eavesdropper: every release counts."""
+        return self.schedule.threat == "eavesdropper"
 
     def _compositions(self):
         if self._counts_all_releases():
@@ -117,11 +122,8 @@ class PrivacyLedger:
         if k == 0:
             return 0.0
         if k not in self._epsilons:
-            schedule = self.schedule
-            if self.accountant == "seed":
-                schedule = dataclasses.replace(schedule, steps=k)
             self._epsilons[k] = accounting.epsilon_for_exposure(
-                self.release.noise_multiplier, self.release, schedule,
+                self.release.noise_multiplier, self.release, self.schedule,
                 Exposure(k, self._full.sampling_rate), self.delta, self.accountant)[0]
         return self._epsilons[k]
 
@@ -308,8 +310,7 @@ class PrivacyLedger:
         return rows
 
     def rounds(self) -> int:
-        """Downlink releases that contain the worst record (all releases under eavesdropper or
-        the seed)."""
+        """Downlink releases that contain the worst record (all releases under eavesdropper)."""
         return self.releases if self._counts_all_releases() else self._worst
 
     def head_steps(self) -> int:

@@ -25,7 +25,7 @@ FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size
 
 
 def build_parser() -> cliutil.Parser:
-    from privzv.accountants import ACCOUNTANTS
+    from privzv.accountants import RIGOROUS
     from privzv.release import THREATS
     from privzv.training import data, methods, models
 
@@ -42,8 +42,8 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--delta", type=n("--delta", low=0, high=1, low_open=True, high_open=True),
                    help="default 1e-5")
     p.add_argument("--threat", choices=THREATS)
-    p.add_argument("--accountant", choices=ACCOUNTANTS, help="default best (the smaller rigorous "
-                   "bound of pld and rdp, as for calibrate and account)")
+    p.add_argument("--accountant", choices=RIGOROUS, help="default best (the smaller rigorous "
+                   "bound of pld and rdp, as for calibrate and account); rigorous ones only")
     p.add_argument("--sigma", type=n("--sigma", low=0), help="noise std, instead of calibrating it")
     p.add_argument("--clip", type=n("--clip", low=0, low_open=True), help="C of the DP release; default: the tuned value "
                    "(training/tuned.py), else 10")

@@ -104,7 +104,7 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         """Check names and ranges; raise PrivzvError naming the field. Returns self."""
-        from privzv.accountants import ACCOUNTANTS
+        from privzv.accountants import ACCOUNTANTS, RIGOROUS
         from privzv.release import NEIGHBORS, THREATS
         from privzv.training import data, methods, models
 
@@ -112,6 +112,9 @@ class TrainConfig:
         methods.get(self.method)
         _choice("threat", self.threat, THREATS)
         _choice("accountant", self.accountant, ACCOUNTANTS)
+        if self.accountant not in RIGOROUS:
+            raise PrivzvError(f"--accountant {self.accountant}: not a rigorous upper bound; training "
+                              f"and its ledger take {', '.join(RIGOROUS)} (compare with privzv account)")
         _choice("neighbors", self.neighbors, NEIGHBORS)
         _choice("server_update", self.server_update, SERVER_UPDATES)
         _choice("server_kind", self.server_kind, models.SERVER_KINDS)

@@ -13,8 +13,8 @@ Batches, by threat (what :mod:`privzv.threats` counts):
   an epoch smaller). The worst record is then in exactly sum_m ceil(n_m / ceil(D / b)) rounds.
   The batch is a function of (j, public seed), so the server knows it without being told.
 - ``eavesdropper``: :class:`PoissonSampler`. The server draws each record with probability
-  q = B/D from its own secret generator (``server.noise.bernoulli``) and tells the active device
-  which ids to embed; the batch size varies (possibly 0: the round still releases noise), the
+  q = B/D (in fact floor(q 2^64) / 2^64 <= q) from its own secret stream
+  (``server.noise.stream("sampling").bernoulli``) and tells the active device which ids to embed; the batch size varies (possibly 0: the round still releases noise), the
   divisor stays B. This is the sampled Gaussian that the Poisson accountants assume.
 
 :func:`refusal` is the server's check of an uplink before it computes anything.
@@ -117,7 +117,7 @@ class PoissonSampler:
         self.records, self.rate = records, batch / records
 
     def draw(self, device, server) -> torch.Tensor:
-        return torch.nonzero(server.noise.bernoulli(self.records, self.rate)).reshape(-1)
+        return torch.nonzero(server.noise.stream("sampling").bernoulli(self.records, self.rate)).reshape(-1)
 
 
 def sampler_for(threat: str, records: int, batch: int, seed: int):
@@ -151,12 +151,14 @@ def malformed(up, records: int) -> str | None:
     return None
 
 
-def refusal(up, expected: torch.Tensor, records: int) -> str | None:
+def refusal(up, expected: torch.Tensor, records: int, shapes: dict[str, tuple[int, ...]]) -> str | None:
     """Why the server refuses uplink ``up`` (None: it is the batch the server expects).
 
-    Checked before anything is computed from it: :func:`malformed`, then ``ids`` equal to
-    ``expected`` (the round's batch, which the server knows from the walk or its own Poisson
-    draw).
+    Checked before anything is computed or recorded from it: :func:`malformed`, then ``ids``
+    equal to ``expected`` (the round's batch, which the server knows from the walk or its own
+    Poisson draw), then exactly the tensors of ``shapes`` (the method's ``uplink_shapes``), each
+    float32 of its shape (a wrong embedding width would crash the server after the ledger
+    recorded the round).
     """
     reason = malformed(up, records)
     if reason is not None:
@@ -166,4 +168,12 @@ def refusal(up, expected: torch.Tensor, records: int) -> str | None:
         return f"{len(ids)} ids, expected {len(expected)}"
     if not torch.equal(ids, expected):
         return "ids differ from the round's batch"
+    names = sorted(k for k in up.tensors if k != "ids")
+    if names != sorted(shapes):
+        return f"tensors {', '.join(names)}; expected {', '.join(sorted(shapes))}"
+    for name in names:
+        t = up.tensors[name]
+        if t.dtype != torch.float32 or tuple(t.shape) != shapes[name]:
+            return (f"{name}: {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, expected "
+                    f"float32 {list(shapes[name])}")
     return None

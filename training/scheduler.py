@@ -10,7 +10,8 @@ server   a server-made release first asks the privacy ledger whether the round's
          resumed or extended run meets the same round (the device is asked only when it fits).
 device   ``method.device_send`` -> the uplink.
 server   checks the uplink (``sampling.refusal``: distinct ids in [0, D), exactly the round's
-         batch) before computing anything; a refused uplink gets no reply, the server notes the
+         batch, exactly the method's tensors, float32 of their shapes) before computing or
+         recording anything; a refused uplink gets no reply, the server notes the
          refusal in its transcript and the device undoes its step (``method.device_abort``).
          For a server-made release the server records the release in the privacy ledger before
          any noise is drawn; ``method.server_reply`` -> the downlink.
@@ -95,7 +96,7 @@ class Scheduler:
     def _serve(self, m: int, up, expected: torch.Tensor):
         """The server's half: check the uplink, record a server-made release, reply.
         Returns the downlink, or "refused" (nothing sent)."""
-        reason = sampling.refusal(up, expected, self.records)
+        reason = sampling.refusal(up, expected, self.records, self.method.uplink_shapes(len(expected)))
         if reason is not None:
             self.server.note("refused", {"device": torch.tensor([m]),
                                          "reason": torch.tensor(list(reason.encode()), dtype=torch.uint8)})

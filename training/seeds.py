@@ -1,14 +1,17 @@
-"""Seed derivation: every random stream of a run is named, and derived from a seed by SHA-256.
+"""Seed derivation: every random stream of a run is named, and derived from a seed.
 
 Two roots: the public ``seed`` (data split, model init, batch order, activation, the devices'
-perturbation seeds) and the ``secret_seed`` (the parties' private noise: the server's DP noise
-and Poisson keep decisions, a device's forward noise). A device learns only the seeds of its own
-streams; SHA-256 is one-way, so they reveal neither root, and the secret root is drawn from the
-operating system's entropy unless a config fixes it (see ``privzv.training.config``).
+perturbation seeds; :func:`derive`, SHA-256) and the ``secret_seed`` (the parties' private noise:
+the server's DP noise and Poisson keep decisions, a device's forward noise; :func:`key`,
+HMAC-SHA256, the keys of ``privzv.training.noise.KeyedNoise``). A device learns only the key of
+its own stream; HMAC is a PRF, so it reveals neither the root nor another party's key, and the
+secret root is drawn from the operating system's entropy unless a config fixes it (see
+``privzv.training.config``).
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 import torch
 
@@ -22,3 +25,10 @@ def derive(root: int, *names: object) -> int:
 def generator(root: int, *names: object) -> torch.Generator:
     """A CPU torch.Generator seeded with ``derive(root, *names)``."""
     return torch.Generator().manual_seed(derive(root, *names))
+
+
+def key(root: int, *names: object) -> bytes:
+    """A 256-bit key for the secret stream ``names`` under ``root``: HMAC-SHA256 keyed by the
+    root (RFC 2104; a PRF, so keys of different names are independent to anyone without it)."""
+    text = "/".join(str(part) for part in names).encode()
+    return hmac.new(int(root).to_bytes(8, "little"), text, hashlib.sha256).digest()

@@ -26,7 +26,8 @@ def test_audit_json_lower_below_upper(capsys, noise):
 def test_audit_human_output_with_sigma_and_seed_accountant(capsys):
     code, out, _ = run(capsys, AUDIT[:-1] + ["--sigma", "0.02", "--accountant", "seed"])
     assert code == 0
-    assert "lower bound" in out and "upper bound (seed" in out and "NOT rigorous" in out
+    (upper,) = [x for x in out.splitlines() if x.startswith("upper bound (seed")]
+    assert "lower bound" in out and upper.endswith("NOT RIGOROUS")
     assert "upper bound (pld, same sigma)" in out
 
 
@@ -55,6 +56,9 @@ def test_study_bad_input(capsys, tmp_path):
     (tmp_path / "x").write_text("taken")
     code, _, err = run(capsys, ["attack", "study", "--out", str(tmp_path), "--seeds", "1"])
     assert code == 2 and "not empty" in err
+    # the study trains: only rigorous accountants (issue 19)
+    code, _, err = run(capsys, ["attack", "study", "--out", str(tmp_path / "new"), "--accountant", "seed"])
+    assert code == 2 and "--accountant 'seed': allowed are best, pld, rdp" in err
 
 
 def test_no_subcommand(capsys):

@@ -122,6 +122,9 @@ def _bad_config(tmp_path, content):
     (["--method", "vafl", "--epsilon", "1", "--devices", "0"], "--devices"),
     (["--resume", "/nonexistent/run"], "--resume"),
     (["--config", "/nonexistent/c.json"], "--config"),
+    # issue 19: a non-rigorous accountant printed "epsilon spent 1" for a run whose pld epsilon is 15.5
+    (["--epsilon", "1", "--accountant", "seed"], "--accountant"),
+    (["--epsilon", "1", "--accountant", "gdp-clt"], "--accountant"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, words):
     code = main(["train", *args, "--out", str(tmp_path / "o")])
@@ -138,6 +141,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, words):
     ("[1, 2]", "JSON object"),
     ('{"transcripts": "no"}', "transcripts"),
     ('{"clip": "ten"}', "clip"),
+    ('{"accountant": "seed", "epsilon": 1}', "--accountant seed: not a rigorous upper bound"),
+    ('{"accountant": "gdp-clt", "epsilon": 1}', "--accountant gdp-clt: not a rigorous upper bound"),
 ])
 def test_bad_config_files(tmp_path, capsys, content, words):
     code = main(["train", "--config", _bad_config(tmp_path, content), "--devices", "2", "--out", str(tmp_path / "o")])

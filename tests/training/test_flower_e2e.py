@@ -1,9 +1,8 @@
 """``privzv train --engine flower`` with real processes on 127.0.0.1 (a SuperLink, one SuperNode
-and one ClientApp executor per device, the ServerApp) and ``--engine flower-sim`` (Flower's
-simulation runtime on Ray; skipped where Ray is not installed), against the in-process run."""
+and one ClientApp executor per device, the ServerApp), against the in-process run (``--engine
+flower-sim`` refuses private runs: test_flower_engine)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -18,10 +17,7 @@ ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epochs",
         "--epsilon", "8", "--secret-seed", "5", "--json"]
 
 
-@pytest.mark.parametrize("engine", [
-    "flower",
-    pytest.param("flower-sim", marks=pytest.mark.skipif(
-        importlib.util.find_spec("ray") is None, reason="--engine flower-sim needs Ray (privzv[flower-sim])"))])
+@pytest.mark.parametrize("engine", ["flower"])   # flower-sim refuses private runs (test_flower_engine)
 def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
     assert main([*ARGS, "--out", str(tmp_path / "inprocess")]) == 0
     ref = json.loads(capsys.readouterr().out)
@@ -39,11 +35,11 @@ def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
         ours, theirs = (transcript.load(tmp_path / run, party) for run in ("flower", "inprocess"))
         assert [(e.round, e.direction, e.kind) for e in ours.entries] == \
             [(e.round, e.direction, e.kind) for e in theirs.entries]
-    # no seed the parties' noise comes from reaches a public file of the run folder (the devices'
-    # noise-seed files stay in their own folders; only their transcripts are copied)
+    # no key the parties' noise comes from reaches a public file of the run folder (the devices'
+    # noise-key files stay in their own folders; only their transcripts are copied)
     run_dir = tmp_path / "flower"
-    derived = [seeds.derive(5, "server"), *(seeds.derive(5, "device", m) for m in range(2))]
-    needles = [str(v).encode() for v in derived] + [v.to_bytes(8, "little") for v in derived]
+    keys = [seeds.key(5, "server"), *(seeds.key(5, "device", m) for m in range(2))]
+    needles = [k for key in keys for k in (key, key.hex().encode())]
     for path in run_dir.rglob("*"):
         if path.is_file() and run_folder.PRIVATE not in path.relative_to(run_dir).parts:
             data = path.read_bytes()

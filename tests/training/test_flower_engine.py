@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ class Loopback:
         self.node = [{"partition-id": m, "folder": str(folder / f"device{m}")} for m in range(config.devices)]
         for m, n in enumerate(self.node):
             Path(n["folder"]).mkdir(parents=True)
-            (Path(n["folder"]) / apps.NOISE_SEED).write_text(str(seeds.derive(secret, "device", m)))
+            (Path(n["folder"]) / apps.NOISE_KEY).write_text(seeds.key(secret, "device", m).hex())
         self.state = [RecordDict({}) for _ in range(config.devices)]
         self.received: list[list[tuple[str, RecordDict]]] = [[] for _ in range(config.devices)]
         self.replies: dict[str, RecordDict] = {}
@@ -184,13 +185,31 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
     assert [kind for kind, _ in loops[0].received[0]] == ["query.hello", "query.send", "train.abort"]
 
 
-def test_a_device_reads_its_noise_seed_from_its_own_file_not_the_node_config(tmp_path):
-    """The device's private seed is in the 0600 file folder/noise-seed (a command line, where
+def test_a_device_reads_its_noise_key_from_its_own_file_not_the_node_config(tmp_path):
+    """The device's private key is in the 0600 file folder/noise-key (a command line, where
     node configs go, is readable by every local user); without the file the device refuses."""
-    with pytest.raises(PrivzvError, match="noise-seed"):
-        apps.noise_seed(tmp_path)
-    (tmp_path / apps.NOISE_SEED).write_text("1234")
-    assert apps.noise_seed(tmp_path) == 1234
+    with pytest.raises(PrivzvError, match="noise-key"):
+        apps.noise_key(tmp_path)
+    (tmp_path / apps.NOISE_KEY).write_text("ab" * 16)
+    with pytest.raises(PrivzvError, match="must be 32 bytes"):
+        apps.noise_key(tmp_path)
+    (tmp_path / apps.NOISE_KEY).write_text("ab" * 32)
+    assert apps.noise_key(tmp_path) == b"\xab" * 32
+
+
+def test_flower_sim_refuses_private_runs_and_its_environment_holds_no_secret(tmp_path):
+    """Flower's simulation runs every device's ClientApp in Ray workers that inherit the
+    SuperLink's environment: a private run is refused before anything starts, and the secret seed
+    is never put in that environment."""
+    from privzv.training.engines.flower import launcher
+
+    assert CONFIG.private
+    with pytest.raises(PrivzvError, match="flower-sim: not for a private run"):
+        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
+    assert not (tmp_path / "out").exists()
+    assert launcher.secret_environment(SECRET, "simulation") == {}
+    for mode in ("deployment", "per-message"):   # the SuperLink's own processes only
+        assert launcher.secret_environment(SECRET, mode) == {"PRIVZV_FLOWER_SECRET_SEED": str(SECRET)}
 
 
 def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_path, monkeypatch):
@@ -202,7 +221,8 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     real = launcher.importlib.util.find_spec
     monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name))
     with pytest.raises(PrivzvError, match=r"needs Ray.*privzv\[flower-sim\]"):
-        launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
+        launcher.run(dataclasses.replace(CONFIG, epsilon=math.inf), tmp_path / "out", secret_seed=SECRET,
+                     mode="simulation")
     assert not (tmp_path / "out").exists()
 
 

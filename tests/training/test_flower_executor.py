@@ -22,7 +22,7 @@ def task(monkeypatch, tmp_path):
     """A task's message factory and context, as ``pull_task_input`` sets them up."""
     for name, value in (("_run_id", 1), ("_node_id", 9), ("_task_id", 2)):
         monkeypatch.setattr(TaskIdentity, name, value)
-    (tmp_path / apps.NOISE_SEED).write_text(str(seeds.derive(7, "device", 0)))
+    (tmp_path / apps.NOISE_KEY).write_text(seeds.key(7, "device", 0).hex())
     context = Context(run_id=1, node_id=9, node_config={"partition-id": 0, "folder": str(tmp_path)},
                       state=RecordDict(), run_config={})
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from privzv.training import run
+from privzv.training import run, seeds
 from privzv.training.config import TrainConfig
 from privzv.training.methods import rr_prior
+from privzv.training.noise import KeyedNoise
 
 
 def _priors(classes=5):
@@ -30,10 +31,11 @@ def test_every_output_probability_ratio_is_at_most_e_to_the_epsilon_and_reaches_
         support = probs.max(axis=0) > 0
         assert ((probs[:, support] > 0).all())        # same support for every label
         ratio = probs[:, support].max(axis=0) / probs[:, support].min(axis=0)
-        assert ratio.max() <= math.exp(epsilon) * (1 + 1e-12)
+        assert ratio.max() <= math.exp(epsilon)
         _, k = rr_prior.top_k_sets(prior[None], epsilon)
-        if k[0] > 1:   # with two or more candidate outputs the bound is attained: exactly epsilon
-            assert ratio.max() == pytest.approx(math.exp(epsilon), rel=1e-12)
+        if k[0] > 1:   # with two or more candidate outputs the bound is attained, up to the
+            # relative 2^-40 that other_weight leaves for the sources' rounding
+            assert ratio.max() == pytest.approx(math.exp(epsilon), rel=1e-11)
 
 
 def test_top_k_is_the_argmax_of_ghazis_objective():
@@ -53,7 +55,7 @@ def test_top_k_is_the_argmax_of_ghazis_objective():
 def test_randomise_draws_from_the_stated_distribution():
     prior = np.tile(np.array([0.5, 0.3, 0.1, 0.05, 0.05]), (40000, 1))
     labels = np.full(40000, 1)
-    got = rr_prior.randomise(prior, labels, 1.0, np.random.default_rng(1))
+    got = rr_prior.randomise(prior, labels, 1.0, KeyedNoise(seeds.key(1, "rr")))
     want = rr_prior.output_distribution(prior[:1], labels[:1], 1.0)[0]
     freq = np.bincount(got, minlength=5) / len(got)
     assert np.abs(freq - want).max() < 0.01 and (freq[want == 0] == 0).all()
@@ -139,3 +141,13 @@ def test_at_epsilon_near_zero_no_message_of_the_run_depends_on_the_true_labels()
     true = _wire(1e-12, None)
     assert _same(true, _wire(1e-12, 0))
     assert not _same(_wire(1.0, None), _wire(1.0, 0))
+
+
+def test_the_labels_are_randomised_from_the_servers_secret_rr_prior_stream():
+    """Issue 19: the secure draws come from the server's keyed CSPRNG stream "rr-prior" (not a
+    PCG64 seeded from it), and are reproducible from the secret seed."""
+    sched, _ = _run(1.0)
+    assert sched.server.noise.state_dict()["streams"]["rr-prior"]["position"] > 0
+    again, _ = _run(1.0)
+    assert torch.equal(again.server.labels, sched.server.labels)
+

@@ -19,7 +19,7 @@ import torch
 from privzv.cli import main
 from privzv.training import run, run_folder, seeds, transcript
 from privzv.training.config import TrainConfig
-from privzv.training.noise import SeededNoise
+from privzv.training.noise import KeyedNoise
 
 CLIP, SIGMA = 0.1, 1.0
 PRIVATE_RUN = TrainConfig(dataset="digits", devices=2, epochs=0.3, batch_size=64, evals=2, seed=5,
@@ -59,14 +59,15 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     secret = json.loads((out / "private" / "secrets.json").read_text())
     assert secret["source"] == "os-entropy" and isinstance(secret["secret_seed"], int)
     s = secret["secret_seed"]
-    derived = [s, seeds.derive(s, "server"), seeds.derive(s, "device", 0), seeds.derive(s, "device", 1)]
-    needles = [str(v).encode() for v in derived] + [v.to_bytes(8, "little") for v in derived]
-    # generator states: the private checkpoint's (end of run) and the seeded start, as raw bytes
+    server = KeyedNoise(seeds.key(s, "server"))
+    keys = [seeds.key(s, "server"), seeds.key(s, "device", 0), seeds.key(s, "device", 1),
+            *(server.stream(name)._key for name in ("downlink", "head", "sampling", "keep"))]
+    needles = [str(s).encode(), s.to_bytes(8, "little")] + [k for key in keys for k in (key, key.hex().encode())]
+    # the secret states are in the private checkpoint only
     ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
-    states = [run_folder.party_state(out, "server")["server"]["noise"]["gen"],
-              run_folder.party_state(out, "device0")["devices"][0]["noise"]["gen"],
-              seeds.generator(s, "server").get_state()]
-    needles += [bytes(st.numpy()[64:128]) for st in states]
+    server_state = run_folder.party_state(out, "server")["server"]["noise"]
+    device_state = run_folder.party_state(out, "device0")["devices"][0]["noise"]
+    assert server_state["kind"] == device_state["kind"] == "keyed"
     public = _public_files(out)
     assert {"config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "server.jsonl", "server.bin",
             "device0.jsonl", "device0.bin"} <= {p.name for p in public}
@@ -106,32 +107,11 @@ def _released(out):
     return np.array([d for _, d in sorted(rows)])
 
 
-def _head_size(out):
-    """Parameters of the server head and when its DP step draws that many noise values: after
-    the releases that end a pooled window (``privzv.threats.window_closes``)."""
-    from privzv import threats
-
-    head = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["server"]["head"]
-    ledger = json.loads((out / "private" / "ledger.json").read_text())
-    release, schedule = ledger["release"], ledger["schedule"]
-    walk = (schedule["devices"], -(-schedule["dataset_size"] // release["batch_size"]),
-            release["head"]["window"])
-    assert walk[2] > 0   # the default head pools windows
-    return sum(v.numel() for v in head.values()), lambda n: threats.window_closes(n, *walk)
-
-
-def _denoised(released, root, head):
-    """Released minus the server stream's draws in the order the server makes them each round:
-    the downlink's noise, then, at a window's end, the DP head step's values."""
-    noise = SeededNoise(root, "server")
-    size, closes = head
-
-    def downlink_draw(n):
-        z = float(noise.gaussian((), SIGMA))
-        if closes(n):
-            noise.gaussian((size,), 1.0)
-        return z
-    return released - np.array([downlink_draw(n) for n in range(len(released))])
+def _denoised(released, root):
+    """Released minus the draws of the server's downlink stream under ``root``, in order (the
+    head's noise is on a stream of its own)."""
+    noise = KeyedNoise(seeds.key(root, "server")).stream("downlink")
+    return released - np.array([float(noise.gaussian((), SIGMA)) for _ in released])
 
 
 def test_no_public_value_rebuilds_the_noise(private_run):
@@ -142,8 +122,7 @@ def test_no_public_value_rebuilds_the_noise(private_run):
     out, _ = private_run
     released = _released(out)
     secret = json.loads((out / "private" / "secrets.json").read_text())["secret_seed"]
-    size = _head_size(out)
-    assert np.abs(_denoised(released, secret, size)).max() <= CLIP + 1e-4  # the attack works...
+    assert np.abs(_denoised(released, secret)).max() <= CLIP + 1e-4  # the attack works...
     # ...on a noisy release. Thresholds at 2C, not 10C: with ~14 releases of N(0, 1) all 14 stay
     # below 10C = 1 with probability 0.68^14 ~ 0.5% (a flake seen once); below 2C, ~1e-11.
     assert np.abs(released).max() > 2 * CLIP
@@ -152,7 +131,7 @@ def test_no_public_value_rebuilds_the_noise(private_run):
     seed = saved["seed"]
     public |= {seed + 1, 10_000 + seed, 1_000_003 + seed, 0, 1}
     for value in sorted(public):
-        residual = _denoised(released, value, size)
+        residual = _denoised(released, value)
         assert np.abs(residual).max() > 2 * CLIP and residual.std() > 0.5 * SIGMA, value
 
 

@@ -160,9 +160,29 @@ def _other_batch(t):
     t["ids"] = (t["ids"] + 1) % 96
 
 
+def _wide(t):
+    for k in t:
+        if k != "ids":
+            t[k] = torch.cat([t[k], t[k][..., :1]], dim=-1)
+
+
+def _double(t):
+    for k in t:
+        if k != "ids":
+            t[k] = t[k].double()
+
+
+def _extra(t):
+    t["extra"] = torch.zeros(len(t["ids"]), 4)
+
+
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector"])
 @pytest.mark.parametrize("tamper, reason", [(_duplicate, "repeated"), (_out_of_range, "outside"),
-                                            (_short, "expected"), (_other_batch, "differ")])
+                                            (_short, "expected"), (_other_batch, "differ"),
+                                            # issue 19: a wrong width crashed the server after
+                                            # the ledger had recorded the round
+                                            (_wide, "expected float32"), (_double, "expected float32"),
+                                            (_extra, "expected")])
 def test_a_malicious_uplink_is_refused_before_anything_is_computed(tiny_scheduler, tiny_config,
                                                                    method, tamper, reason):
     config = tiny_config(method=method, epsilon=20.0)
@@ -183,7 +203,7 @@ def test_a_malicious_uplink_is_refused_before_anything_is_computed(tiny_schedule
     m = sched.activation.device(sched.round)
     device, server = sched.devices[m], sched.server
     before = (copy.deepcopy(ledger.state_dict()), device.flat.clone(), device.step,
-              copy.deepcopy(server.head.state_dict()), server.noise.state_dict()["gen"].clone(),
+              copy.deepcopy(server.head.state_dict()), copy.deepcopy(server.noise.state_dict()),
               server.table.data.clone())
     sent = len(sched.recorder.transcripts[SERVER].select("sent"))
     assert sched.step() and sched.refused == 1
@@ -191,7 +211,7 @@ def test_a_malicious_uplink_is_refused_before_anything_is_computed(tiny_schedule
     # the device moved back by the opposite perturbation: equal up to float32 rounding (no copy kept)
     assert torch.allclose(device.flat, before[1], rtol=0, atol=1e-6) and device.step == before[2]
     assert all(torch.equal(a, b) for a, b in zip(server.head.state_dict().values(), before[3].values()))
-    assert torch.equal(server.noise.state_dict()["gen"], before[4])           # no noise drawn
+    assert server.noise.state_dict() == before[4]                             # no noise drawn
     assert torch.equal(server.table.data, before[5])
     server_t = sched.recorder.transcripts[SERVER]
     assert len(server_t.select("sent")) == sent                               # no downlink

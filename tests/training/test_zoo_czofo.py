@@ -100,12 +100,11 @@ def test_czofo_noise_has_the_calibrated_std_from_the_servers_generator(digits):
     up = noisy.method.device_send(noisy.devices[0], ids)
     draws = []
     for _ in range(60):
-        state = noisy.server.noise.gen.get_state()
+        replay = copy.deepcopy(noisy.server.noise.stream("downlink"))
         d = czofo_reply(noisy, up)
         z = d - czofo_reply(clean, up)
-        expected = sigma * torch.randn((B, czofo.PERTURBATIONS),
-                                       generator=torch.Generator().set_state(state))
-        assert torch.allclose(z, expected, atol=1e-5)    # exactly the server generator's draw
+        expected = replay.gaussian((B, czofo.PERTURBATIONS), sigma)
+        assert torch.allclose(z, expected, atol=1e-5)    # exactly the server's downlink draw
         draws.append(z)
     z = torch.stack(draws).double()
     n = z.numel()                                         # 4800 values
@@ -178,10 +177,9 @@ def test_zoo_vfl_noise_std_and_clipped_mean_sensitivity(digits):
     reference = float(clean.method.server_reply(clean.server, up)["delta"])
     zs = []
     for _ in range(2000):
-        state = noisy.server.noise.gen.get_state()
+        replay = copy.deepcopy(noisy.server.noise.stream("downlink"))
         z = float(noisy.method.server_reply(noisy.server, up)["delta"]) - reference
-        assert z == pytest.approx(sigma * float(torch.randn((), generator=torch.Generator().set_state(state))),
-                                  abs=1e-5)
+        assert z == pytest.approx(float(replay.gaussian((), sigma)), abs=1e-5)
         zs.append(z)
     zs = torch.tensor(zs, dtype=torch.float64)
     assert abs(float(zs.std()) / sigma - 1) < 0.06 and abs(float(zs.mean())) < 4 * sigma / math.sqrt(2000)

@@ -20,8 +20,9 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
   device's random perturbations from ``device.step_seed()``, its private noise from
   ``device.noise``; record device-known facts with ``device.note(kind, {name: tensor})``.
 * Server-side: ``server.table`` (stale embeddings; update the active device's rows),
-  ``server.head``, ``server.labels[ids]``, ``server.noise`` (the server's private generator: DP
-  noise and secret keep decisions come only from it).
+  ``server.head``, ``server.labels[ids]``, ``server.noise`` (the server's private source: DP
+  noise and secret keep decisions come only from it, each mechanism from its own keyed stream,
+  ``server.noise.stream("downlink")``, ``"head"``, ``"keep"``, ...).
 * Honour ``self.train_devices`` / ``self.train_server`` (the ``--freeze`` ablation),
   ``self.sigma`` (the release's noise std, calibrated by privzv or given; 0 = none) and
   ``self.head_dp`` (the server head's DP update, ``privzv.release.HeadUpdate`` with its sigma, or
@@ -85,6 +86,11 @@ class Method(abc.ABC):
     def uplink_batch(cls, config: "TrainConfig") -> int:
         """How many records a device sends per round (B; B' under secret subsampling)."""
         return config.batch_size
+
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        """The shape of every float32 tensor but ``ids`` of an uplink of n records (the server
+        refuses any other: ``sampling.refusal``): here one embedding ``h`` [n, E]."""
+        return {"h": (n, self.config.embed_dim)}
 
     def setup(self, devices: Sequence["Device"], server: "Server") -> None:
         """Create optimisers etc. once the parties exist (called once, before any round)."""

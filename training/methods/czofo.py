@@ -70,6 +70,10 @@ class CZOFO(common.FirstOrderDevices, Method):
                                       aggregate="per-sample", neighbors=config.neighbors,
                                       dim=PERTURBATIONS, protects=cls.PROTECTS), config)
 
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        e = self.config.embed_dim
+        return {"h": (n, e), "h_perturbed": (n, PERTURBATIONS, e)}
+
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
@@ -97,7 +101,7 @@ class CZOFO(common.FirstOrderDevices, Method):
             diffs = torch.stack([common.losses(server.head, common.with_row(rows, m, hp), labels)
                                  for hp in h_perturbed.unbind(dim=1)], dim=1) - base[:, None]
         per_record = self.clip_feedback(diffs / self.lam)                 # [B, n]
-        noisy = server.noise.add_gaussian(per_record, self.sigma)
+        noisy = server.noise.stream("downlink").add_gaussian(per_record, self.sigma)
         server.table.update(m, ids, h)
         if self.train_server:   # after the feedback is computed (papers/002 Alg. 1, lines 9-11)
             self.head.step(rows, labels)

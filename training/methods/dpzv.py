@@ -57,6 +57,10 @@ class DPZV(Method):
     def uplink_batch(cls, config) -> int:
         return config.super_batch if config.threat == "secret-subsampling" else config.batch_size
 
+    def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
+        k, e = self.config.directions, self.config.embed_dim
+        return {name: (n, e) if k == 1 else (n, k, e) for name in self.UPLINK}
+
     def setup(self, devices, server) -> None:
         cfg = self.config
         self.lam = cfg.lam
@@ -68,7 +72,7 @@ class DPZV(Method):
             self.head = head.first_order(cfg, server, self.head_dp, self.LR_SERVER)
         else:
             self.head = head.ZerothOrderHead(server.head, common.lr(cfg.lr_server, self.LR_SERVER),
-                                             self.lam, server.noise, self.head_dp)
+                                             self.lam, server.noise.stream("head"), self.head_dp)
         self.buffers = ({d.index: torch.zeros_like(d.flat) for d in devices}
                         if cfg.device_momentum else {})
 
@@ -93,10 +97,10 @@ class DPZV(Method):
         stale = server.table.gather(ids)
         kept = torch.ones(len(ids), dtype=torch.bool)
         if self.keep is not None:
-            kept = server.noise.bernoulli(len(ids), self.keep)
+            kept = server.noise.stream("keep").bernoulli(len(ids), self.keep)
             server.note("keep", {"mask": kept})
         total = self.clipped_mean(server, m, stale, labels, h_plus, h_minus, kept)
-        big_delta = server.noise.add_gaussian(total, self.sigma).reshape(-1).float()
+        big_delta = server.noise.stream("downlink").add_gaussian(total, self.sigma).reshape(-1).float()
         h_mid = (h_plus + h_minus) / 2
         if self.directions > 1:
             h_mid = h_mid.mean(dim=1)

@@ -34,7 +34,7 @@ class FOVector(common.FirstOrderMethod):
         grads = common.embedding_gradients(server, self.head, m, ids, h, self.train_server)
         if not self.config.no_clip:
             grads = zo.clip_rows(grads, self.config.clip)
-        noisy = server.noise.add_gaussian(grads, self.sigma)
+        noisy = server.noise.stream("downlink").add_gaussian(grads, self.sigma)
         return self.message(SERVER, up.sender, "gradient", g=noisy)
 
     def device_receive(self, device, down):

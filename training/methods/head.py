@@ -112,7 +112,7 @@ def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "Firs
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     rate = default_lr(dp, plain_lr) if config.lr_server is None else float(config.lr_server)
     per_epoch = -(-len(server.labels) // config.batch_size)
-    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise,
+    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise.stream("head"),
                           walk=(config.devices, per_epoch))
 
 

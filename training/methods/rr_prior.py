@@ -18,10 +18,12 @@ post-processing of the privatised labels and the features, so the whole run is e
   outputs only, never of record i's label; then training uses every record.
 
 RRTop-k (Ghazi et al., Alg. 1) with Y_k the k labels of highest prior, k* = argmax_k
-e^eps / (e^eps + k - 1) * sum_{y in Y_k} p_y: a label y in Y_k is kept with probability
-e^eps / (e^eps + k - 1) and turned into each other member of Y_k with 1 / (e^eps + k - 1); a label
-outside Y_k becomes a uniform member of Y_k. Every output's probability ratio between two labels
-is at most e^eps (their Lemma 2; ``tests/training/test_rr_prior.py`` checks it exactly).
+e^eps / (e^eps + k - 1) * sum_{y in Y_k} p_y: a label y in Y_k is output with weight 1 and each
+other member of Y_k with weight p >= e^-eps (:func:`other_weight`; p = e^-eps is the paper's
+e^eps / (e^eps + k - 1) and 1 / (e^eps + k - 1)); a label outside Y_k becomes a uniform member of
+Y_k. Every output's probability ratio between two labels is at most 1 / p <= e^eps (their Lemma 2;
+``tests/training/test_rr_prior.py`` checks it exactly). The draws are exact, from the server's
+secret "rr-prior" stream (:func:`randomise`: uniform integers and Bernoulli(p), no inverse CDF).
 """
 from __future__ import annotations
 
@@ -45,8 +47,16 @@ def top_k_sets(prior: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarra
 
 
 def _keep(epsilon: float, k):
-    """e^eps / (e^eps + k - 1), written as 1 / (1 + (k - 1) e^-eps) (finite for any epsilon)."""
-    return 1.0 / (1.0 + (np.asarray(k) - 1) * math.exp(-epsilon))
+    """The keep probability 1 / (1 + (k - 1) p) at p = :func:`other_weight`: at most
+    e^eps / (e^eps + k - 1), so every ratio of Lemma 2 stays <= e^eps."""
+    return 1.0 / (1.0 + (np.asarray(k) - 1) * other_weight(epsilon))
+
+
+def other_weight(epsilon: float) -> float:
+    """p >= e^-eps (with room for the sources' rounding of Bernoulli(p) down: by < 2^-53) and
+    within a relative 2^-40 of it: an output other than the true label is weighted p, the true
+    label 1."""
+    return min(1.0, math.exp(-epsilon) * (1 + 2.0**-40) + 2.0**-50)
 
 
 def output_distribution(prior: np.ndarray, labels: np.ndarray, epsilon: float) -> np.ndarray:
@@ -65,11 +75,38 @@ def output_distribution(prior: np.ndarray, labels: np.ndarray, epsilon: float) -
     return probs
 
 
-def randomise(prior: np.ndarray, labels: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """One RRWithPrior draw per record (inverse CDF of :func:`output_distribution`)."""
-    probs = output_distribution(prior, labels, epsilon)
-    u = rng.random(len(labels))[:, None]
-    return np.minimum((np.cumsum(probs, axis=1) < u).sum(axis=1), prior.shape[1] - 1)
+def randomise(prior: np.ndarray, labels: np.ndarray, epsilon: float, source) -> np.ndarray:
+    """One RRWithPrior draw per record from the NoiseSource ``source``, by rejection sampling: a
+    label outside Y_k becomes a uniform member of Y_k; otherwise a uniform member of Y_k is
+    proposed and taken if it is the true label, else with probability p = :func:`other_weight`
+    (outputs weighted 1 and p). That is :func:`output_distribution` at the source's Bernoulli(p)
+    probability (p rounded down by less than 2^-53, still >= e^-eps)."""
+    order, k = top_k_sets(prior, epsilon)
+    n = len(labels)
+    rows = np.arange(n)
+    truth_in = (order == labels[:, None]).cumsum(axis=1)[rows, k - 1] > 0
+    out = order[rows, _uniform_below(source, k)]
+    pending = np.flatnonzero(truth_in)
+    p = other_weight(epsilon)
+    while len(pending):
+        proposal = order[pending, _uniform_below(source, k[pending])]
+        take = (proposal == labels[pending]) | source.bernoulli(len(pending), p).numpy()
+        out[pending[take]] = proposal[take]
+        pending = pending[~take]
+    return out
+
+
+def _uniform_below(source, bound: np.ndarray) -> np.ndarray:
+    """One uniform integer in [0, bound_i) per entry, exactly: 53-bit uniforms from ``source``,
+    redrawn at or above the largest multiple of bound_i below 2^53."""
+    out = np.zeros(len(bound), dtype=np.int64)
+    pending = np.arange(len(bound))
+    while len(pending):
+        m = (source.uniform(len(pending)).numpy() * 2.0**53).astype(np.int64)
+        ok = m < (2**53 // bound[pending]) * bound[pending]
+        out[pending[ok]] = m[ok] % bound[pending[ok]]
+        pending = pending[~ok]
+    return out
 
 
 class RRPrior(common.FirstOrderMethod):
@@ -105,10 +142,9 @@ class RRPrior(common.FirstOrderMethod):
         labels = self.true_labels.numpy()[mask]
         if math.isinf(self.config.epsilon):
             return labels
-        # each stage's draws from a fresh seed of the server's secret generator (its state is kept in
-        # the run's private area; nothing that predicts the draws goes into the public checkpoint)
-        rng = np.random.default_rng(self.server.noise.seed())
-        return randomise(prior / prior.sum(axis=1, keepdims=True), labels, self.config.epsilon, rng)
+        # the server's secret "rr-prior" stream (its state is kept in the run's private area)
+        return randomise(prior / prior.sum(axis=1, keepdims=True), labels, self.config.epsilon,
+                         self.server.noise.stream("rr-prior"))
 
     def second_stage(self, server) -> None:
         """RRWithPrior for the records not yet privatised, the prior from the current model."""

@@ -62,7 +62,7 @@ class ZooVFL(DPZV):
         rows = common.with_row(server.table.gather(ids), m, h)
         delta = common.loss_differences(server, m, rows, labels, h, h_perturbed, self.lam)
         total = zo.clip_scalars(delta, self.clip).sum() / self.config.batch_size
-        big_delta = server.noise.add_gaussian(total, self.sigma).reshape(1).float()
+        big_delta = server.noise.stream("downlink").add_gaussian(total, self.sigma).reshape(1).float()
         server.table.update(m, ids, h)
         if self.train_server:
             self.head.step(rows, labels)

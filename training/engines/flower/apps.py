@@ -10,7 +10,7 @@ done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SE
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
-folder: transcript, data slice, and the file ``noise-seed`` with its derived private seed; in
+folder: transcript, data slice, and the file ``noise-key`` with its private noise key; in
 Flower's simulation, which has no such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). Its state between
 messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
 ``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
@@ -79,16 +79,19 @@ def main(grid: Grid, context: Context) -> None:
 
 # --------------------------------------------------------------------------------- device side
 DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"   # simulation: the folder of the devices' folders
-NOISE_SEED = "noise-seed"   # in the device's folder, mode 0600: never on a command line (ps shows those)
+NOISE_KEY = "noise-key"   # in the device's folder, mode 0600: never on a command line (ps shows those)
 
 
-def noise_seed(folder: Path) -> int:
-    """The device's private noise seed, from the file ``NOISE_SEED`` in its own folder."""
+def noise_key(folder: Path) -> bytes:
+    """The device's private noise key, from the file ``NOISE_KEY`` (hex) in its own folder."""
     try:
-        return int((folder / NOISE_SEED).read_text())
+        key = bytes.fromhex((folder / NOISE_KEY).read_text())
     except (OSError, ValueError) as exc:
-        raise PrivzvError(f"flower: {str(folder / NOISE_SEED)!r}: the device's noise seed, an "
-                          f"integer in a file only the device reads ({exc})") from None
+        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key, 32 bytes "
+                          f"in hex in a file only the device reads ({exc})") from None
+    if len(key) != 32:
+        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key must be 32 bytes")
+    return key
 
 
 def device_folder(node: dict, m: int) -> Path:
@@ -119,7 +122,7 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
     else:
         sigma = float(kept["sigma"]) if kept is not None else 0.0
     folder = device_folder(node, m)
-    party = DeviceParty(config, m, noise_seed(folder), sigma, folder)
+    party = DeviceParty(config, m, noise_key(folder), sigma, folder)
     if kept is not None:
         party.restore(kept["blob"])
     if kind == "query.hello":   # the device loads its slice and starts its transcript

@@ -58,13 +58,10 @@ def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[Ow
     return own, models.device_model(shape, m, config.embed_dim)
 
 
-def private_noise(config: TrainConfig, seed: int) -> noise.NoiseSource:
-    """The device's private generator from its derived seed (``seeds.derive(secret, "device", m)``,
-    given to this device alone), as ``noise.source(config, secret, "device", m)`` makes it."""
-    source = noise.source(config, 0, "unused")
-    if isinstance(source, noise.SeededNoise):
-        source.gen = torch.Generator().manual_seed(seed)
-    return source
+def private_noise(config: TrainConfig, key: bytes) -> noise.NoiseSource:
+    """The device's private source from its key (``seeds.key(secret, "device", m)``, given to this
+    device alone), as ``noise.source(config, secret, "device", m)`` makes it."""
+    return noise.SecureNoise() if config.secure_noise else noise.KeyedNoise(key)
 
 
 class DeviceParty:
@@ -74,12 +71,12 @@ class DeviceParty:
     ``folder``: the device's own folder (its transcript, its data slice); None: no transcript.
     """
 
-    def __init__(self, config: TrainConfig, m: int, noise_seed: int, sigma: float,
+    def __init__(self, config: TrainConfig, m: int, noise_key: bytes, sigma: float,
                  folder: Path | None = None):
         self.config, self.m = config, m
         self.data, model = own_data(config, m, None if folder is None else folder / "own-data.pt")
         self.device = Device(m, model, self.data.x_train, seed=config.seed,
-                             noise=private_noise(config, noise_seed))
+                             noise=private_noise(config, noise_key))
         self.method = methods.get(config.method)(config, sigma=sigma)
         self.method.setup([self.device], _no_server(config, self.data.num_classes))
         self.pending: dict | None = None

@@ -4,9 +4,11 @@
 
 1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
    port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
-   only (the run folder, the secret seed);
-2. each device's folder with its derived private seed, never the root, in the 0600 file
-   ``folder/noise-seed`` (not on a command line, which every local user can read in ``ps``);
+   only (the run folder, the secret seed; in mode ``simulation``, which refuses private runs
+   because its Ray workers inherit that environment, no secret);
+2. each device's folder with its private noise key (``seeds.key(secret, "device", m)``, never
+   the root) in the 0600 file ``folder/noise-key`` (not on a command line, which every local
+   user can read in ``ps``);
    except in mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's
    SuperNode with short waits), node config ``partition-id=m folder=<its folder>``, in mode
    ``deployment`` each with its long-lived ClientApp ``executor`` (``--isolation process``), in
@@ -168,6 +170,9 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     except ImportError:
         raise PrivzvError("--engine flower: needs the optional package flwr: "
                           "pip install 'privzv[flower]'") from None
+    if mode == "simulation" and config.private:
+        raise PrivzvError("--engine flower-sim: not for a private run (Ray's workers run every "
+                          "device's ClientApp beside the server's secrets); use --engine flower")
     if mode == "simulation" and importlib.util.find_spec("ray") is None:
         raise PrivzvError("--engine flower-sim: needs Ray, Flower's simulation backend: "
                           "pip install 'privzv[flower-sim]'")
@@ -198,16 +203,16 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
-                  "PRIVZV_FLOWER_SECRET_SEED": str(secret), "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
-                  "PRIVZV_FLOWER_TIMEOUT": str(timeout)}
+                  "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0", "PRIVZV_FLOWER_TIMEOUT": str(timeout),
+                  **secret_environment(secret, mode)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
     for m in range(config.devices):
         folder = work / device_name(m)
         folder.mkdir(mode=0o700)
-        seed_file = folder / apps.NOISE_SEED
-        seed_file.touch(mode=0o600)
-        seed_file.write_text(str(seeds.derive(secret, "device", m)))
+        key_file = folder / apps.NOISE_KEY
+        key_file.touch(mode=0o600)
+        key_file.write_text(seeds.key(secret, "device", m).hex())
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
         stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--simulation", "--host",
                                   "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
@@ -249,6 +254,13 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
             for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
                 shutil.copy2(path, out / "transcripts" / path.name)
     return result
+
+
+def secret_environment(secret: int, mode: str) -> dict:
+    """The SuperLink's secret inputs: the root secret seed, except in mode ``simulation``, where
+    the devices' ClientApps run in Ray workers that inherit the SuperLink's environment (that
+    mode trains only runs without noise, whose server then draws its own secret seed)."""
+    return {} if mode == "simulation" else {"PRIVZV_FLOWER_SECRET_SEED": str(secret)}
 
 
 def _start_device(stack: Stack, m: int, port: int, warm: bool, env: dict) -> None:
