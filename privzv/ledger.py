@@ -15,6 +15,12 @@ per record, its batches in the open head window (c) and the sum of c^2 over clos
 composes K_i = (1 - w) k_i + w sum c^2 (:mod:`privzv.threats`); the open window counts as if it
 were released now, so the budget check before a release covers the head step it may close.
 
+With a sampled DP head (``HeadUpdate.sampling_rate``) every round is also one head step on a
+secret Poisson sample of the table: epsilon is that of the worst record's downlink count k (as
+above) composed with the T_h head steps so far (T_h = rounds recorded; :mod:`privzv.mixture`).
+Epsilon grows in both, so a pair dominated by one already within the budget needs no new
+evaluation (the run's planned pair is checked first).
+
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
 ledger's epsilon equals :func:`privzv.accounting.account` for that schedule.
 """
@@ -60,6 +66,8 @@ class PrivacyLedger:
         self._epsilons: dict[int, float] = {}
         self._ok_up_to, self._bad_from = 0, math.inf
         self._pooled = threats.pooled(release)
+        self._sampled = threats.sampled_head(release)
+        self._ok_pairs: list[tuple[int, int]] = []   # sampled head: (k, T_h) within budget
         if self._pooled:   # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
             self._window = np.zeros(d, dtype=np.int64)
@@ -84,23 +92,42 @@ class PrivacyLedger:
         w = self.release.head_weight
         return (1.0 - w) * k + w * (self._squares[ids] + c * c)
 
-    def _epsilon(self, k: int) -> float:
-        """Epsilon of k compositions under the ledger's threat and accountant (cached)."""
-        if k == 0:
+    def _epsilon(self, k: int, head_steps: int | None = None) -> float:
+        """Epsilon of k compositions (and, with a sampled head, ``head_steps`` head steps; the
+        rounds recorded when None) under the ledger's threat and accountant (cached)."""
+        steps = (self.releases if head_steps is None else head_steps) if self._sampled else None
+        if k == 0 and not steps:
             return 0.0
-        if k not in self._epsilons:
+        key = k if steps is None else (k, steps)
+        if key not in self._epsilons:
             schedule = self.schedule
             if self.accountant == "seed":
                 schedule = dataclasses.replace(schedule, steps=k)
-            self._epsilons[k] = accounting.epsilon_for_exposure(
+            self._epsilons[key] = accounting.epsilon_for_exposure(
                 self.release.noise_multiplier, self.release, schedule,
-                Exposure(k, self._full.sampling_rate), self.delta, self.accountant)[0]
-        return self._epsilons[k]
+                Exposure(k, self._full.sampling_rate, steps), self.delta, self.accountant)[0]
+        return self._epsilons[key]
 
-    def _within_budget(self, k: int) -> bool:
+    def _pair_within_budget(self, k: int, steps: int) -> bool:
+        """Sampled head: whether (k, T_h) stays within the budget; the planned pair (or one
+        dominating both) is evaluated first, so a run that follows its schedule costs one
+        evaluation."""
+        if any(k <= a and steps <= b for a, b in self._ok_pairs):
+            return True
+        plan = (max(k, self._full.compositions), max(steps, self.schedule.steps))
+        for pair in (plan, (k, steps)) if plan != (k, steps) else ((k, steps),):
+            if self._epsilon(*pair) <= self.epsilon_budget:
+                self._ok_pairs.append(pair)
+                return True
+        return False
+
+    def _within_budget(self, k: int, steps: int | None = None) -> bool:
         """Whether k compositions stay within the budget. Epsilon grows with k, so the answer is
         kept as a bracket; an unknown k is checked together with 2k (looked at first), which
-        makes the checks over a whole run cost O(log k) epsilon evaluations."""
+        makes the checks over a whole run cost O(log k) epsilon evaluations. With a sampled
+        head, ``steps`` (T_h after the release) goes with k (:meth:`_pair_within_budget`)."""
+        if self._sampled:
+            return self._pair_within_budget(k, self.releases if steps is None else steps)
         if k <= self._ok_up_to:
             return True
         if k >= self._bad_from:
@@ -153,7 +180,8 @@ class PrivacyLedger:
     def would_exceed(self, device: int, batch_ids) -> bool:
         """Whether recording this release would take epsilon spent above the budget."""
         return not self._within_budget(self._compositions_after(device, self._ids(device,
-                                                                                   batch_ids)))
+                                                                                   batch_ids)),
+                                       self.releases + 1)
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).
@@ -162,10 +190,10 @@ class PrivacyLedger:
         """
         ids = self._ids(device, batch_ids)
         k = self._compositions_after(device, ids)
-        if not self._within_budget(k):
+        if not self._within_budget(k, self.releases + 1):
             raise BudgetExceeded(
                 f"epsilon budget {self.epsilon_budget:g}: the next release would spend "
-                f"{self._epsilon(k):.4g} (delta {self.delta:g}, {self.accountant}, threat "
+                f"{self._epsilon(k, self.releases + 1):.4g} (delta {self.delta:g}, {self.accountant}, threat "
                 f"{self.schedule.threat}); stopping before it")
         self._counts[device, ids] += 1
         if ids.size:
@@ -200,7 +228,9 @@ class PrivacyLedger:
         if release.head is not None:
             rows.append({"mechanism": "head", "count": self.head_steps(),
                          "sigma": release.head.sigma, "window": release.head.window,
-                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head})
+                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head,
+                         **({"sampling_rate": release.head.sampling_rate}
+                            if self._sampled else {})})
         return rows
 
     def rounds(self) -> int:
@@ -210,7 +240,10 @@ class PrivacyLedger:
 
     def head_steps(self) -> int:
         """DP head steps that contain the worst record: its rounds, or with a pooled head its
-        windows (the open one included)."""
+        windows (the open one included), or with a sampled head every round (each may sample
+        it)."""
+        if self._sampled:
+            return self.releases
         if self._pooled and not self._counts_all_releases():
             return int(self._windows.max(initial=0))
         return self.rounds()

@@ -100,7 +100,7 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 def _parts(m: Mixture) -> list[tuple[float, float, int]]:
     """(noise multiplier, sampling probability, times) of each self-composed part."""
-    parts = [(m.z_head, m.head_rate, m.head_steps)]
+    parts = [(m.z_head, m.head_rate, m.head_steps)] if m.head_steps else []
     if m.downlink is not None:
         k, q = m.downlink.compositions, m.downlink.sampling_rate
         parts.append((m.z_down / math.sqrt(k), 1.0, 1) if q is None else (m.z_down, q, int(k)))
@@ -222,6 +222,8 @@ def epsilon(m: Mixture, neighbors: str, delta: float, accountant: str) -> tuple[
     """(epsilon, the accountant that answered, why another did not or None): ``best`` the
     smaller of pld and rdp, ``pld`` / ``rdp`` the one asked, falling back to the other, and both
     to :func:`unamplified_epsilon`; each a rigorous upper bound."""
+    if not m.compositions:
+        return 0.0, accountant, None
     order = {"best": ("rdp", "pld"), "pld": ("pld", "rdp"), "rdp": ("rdp", "pld")}[accountant]
     answers, failures = {}, []
     for name in order:
