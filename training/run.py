@@ -62,7 +62,8 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,
                     "num_classes": dataset.num_classes}
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release,
+                                                               records))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
                      threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger,
                      engine=None if engine is None else engine(config))
@@ -225,7 +226,8 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     if saved["rounds"] != expected:
         raise PrivzvError(f"config.json: rounds {saved['rounds']} do not match its config "
                           f"({expected} for {saved_config.epochs:g} epochs)")
-    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"))
+    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"),
+                        len(dataset.y_train))
     ledger = None
     if p.private:
         ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)

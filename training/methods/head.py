@@ -25,10 +25,22 @@ accounted with the downlink in one ledger (the round's noise multiplier combines
 Either way the rows are exactly the round's (kept) records: device m's fresh embedding and the
 table's embeddings of the others (no labels but the server's own). An empty batch (Poisson)
 still makes the noisy step.
+
+The sampled head (:class:`SampledHead`, ``--head-sampling table``, the default for a private run
+whose first-order head trains) does not use the round's records: each round it draws a Poisson
+sample of the server's table at q_h = B/D from the server's secret NoiseSource (``bernoulli``,
+independent of the downlink's batch) and takes one DP-SGD step on it, divisor q_h D = B. A record
+is eligible once every device's row of it has reached the table (a fact of the public schedule,
+never of the sample); before that it is never in a step (the accounting's T_h steps at rate q_h
+bound it). The sample, its size and its timing stay inside the server: the per-example gradients
+are computed on a fixed number of rows (:func:`capacity`, padding masked out) so a step's time
+does not depend on the sample's size, except when the sample exceeds it (probability below
+1e-15), and nothing about the sample is noted in a transcript or written to a public file.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import torch
@@ -40,6 +52,9 @@ from privzv.errors import PrivzvError
 from privzv.release import HeadUpdate, Release
 from privzv.training import zo
 
+# default share of each round's 1/z^2 on a sampled head (z_h / z_d = sqrt(0.01 / 0.99) = 0.1),
+# chosen by the measurement in docs/results.md ("The head on a secret sample of the table")
+TABLE_SHARE = 0.99
 MAX_LR = 0.1   # default first-order DP head rate: min(MAX_LR, 1 / z_h) (issue 7's prototype)
 # default pooled window of a private first-order head, in batches of each device (q; a window
 # is q M rounds under round-robin), tuned on seed 100 (docs/results.md)
@@ -70,10 +85,41 @@ def zeroth_order(config) -> bool:
     return config.method == "zoo-vfl" or (config.method == "dpzv" and config.server_update == "zo")
 
 
+def sampling(config) -> str:
+    """``--head-sampling``, else "table" for a private run whose first-order head trains, else
+    "batch". PrivzvError for a table-sampled zeroth-order or pooled head."""
+    if config.head_sampling == "batch":
+        return "batch"
+    if config.head_sampling == "table":
+        if zeroth_order(config):
+            raise PrivzvError(f"--head-sampling table: a zeroth-order head ({config.method}) "
+                              "steps on the round's batch; use --head-sampling batch")
+        if config.head_window:
+            raise PrivzvError(f"--head-window {config.head_window}: a head on a sample of the "
+                              "table steps every round; use --head-sampling batch to pool")
+        return "table"
+    default = (config.private and trains_head(config) and not zeroth_order(config)
+               and not config.head_window)
+    return "table" if default else "batch"
+
+
+def share(config) -> float:
+    """The head's share of each round's 1/z^2: ``--head-share``, else 1 with ``--freeze
+    devices`` (the whole budget on the head: no downlink), else TABLE_SHARE for a sampled head,
+    else 0.5."""
+    if config.head_share is not None:
+        return config.head_share
+    if config.freeze == "devices":
+        return 1.0
+    return TABLE_SHARE if sampling(config) == "table" else 0.5
+
+
 def window(config) -> int:
     """The head's pooled window q (0: a DP step every round): ``--head-window``, else WINDOW for
-    a first-order head under threat ``device`` with round-robin activation (where it is
-    accounted, privzv.threats), else 0."""
+    a first-order head on the round's batch under threat ``device`` with round-robin activation
+    (where it is accounted, privzv.threats), else 0."""
+    if sampling(config) == "table":
+        return 0
     if config.head_window is not None:
         if config.head_window and zeroth_order(config):
             raise PrivzvError(f"--head-window {config.head_window}: a zeroth-order head "
@@ -97,8 +143,17 @@ def head_update(config) -> HeadUpdate | None:
 
 
 def with_head(release: Release, config) -> Release:
-    """``release`` plus the round's head update and the config's share of the noise."""
-    return dataclasses.replace(release, head=head_update(config), head_share=config.head_share)
+    """``release`` plus the round's head update and the config's share of the noise (a sampled
+    head's rate is set by :func:`on_table`, which knows D)."""
+    return dataclasses.replace(release, head=head_update(config), head_share=share(config))
+
+
+def on_table(release: Release | None, config, records: int) -> Release | None:
+    """``release`` with its head's sampling rate q_h = B/D when the head samples the table."""
+    if release is None or release.head is None or sampling(config) != "table":
+        return release
+    return dataclasses.replace(release, head=dataclasses.replace(
+        release.head, sampling_rate=config.batch_size / records))
 
 
 def default_lr(dp: HeadUpdate | None, plain: float) -> float:
@@ -111,6 +166,8 @@ def default_lr(dp: HeadUpdate | None, plain: float) -> float:
 def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "FirstOrderHead":
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     rate = default_lr(dp, plain_lr) if config.lr_server is None else float(config.lr_server)
+    if dp is not None and dp.sampled:
+        return SampledHead(server.head, rate, config.momentum, dp, server.noise, server=server)
     per_epoch = -(-len(server.labels) // config.batch_size)
     return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise,
                           walk=(config.devices, per_epoch))
@@ -198,6 +255,46 @@ class FirstOrderHead:
             if self.pooled:
                 self.pool, self.calls = pool["sum"].clone(), int(pool["calls"])
             self.optimizer.load_state_dict(state)
+
+
+def capacity(expected: float) -> int:
+    """Rows a sampled head step computes on: the expected sample size q_h D plus 8 of its
+    standard deviations plus 8 (a Poisson sample exceeds it with probability below 1e-15)."""
+    return int(math.ceil(expected + 8.0 * math.sqrt(expected) + 8.0))
+
+
+class SampledHead(FirstOrderHead):
+    """DP-SGD on a secret Poisson sample of ``server``'s table (module docstring): each
+    :meth:`step` ignores the round's rows, draws keep decisions for every record at q_h =
+    ``dp.sampling_rate`` from ``noise``, keeps the eligible ones (every device's row reached the
+    table: ``EmbeddingTable.filled``), and makes one noisy step on them, divisor
+    ``dp.batch_size``, the per-example gradients computed on :func:`capacity` rows."""
+
+    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise,
+                 server):
+        super().__init__(head, lr, momentum, dp, noise)
+        self.server = server
+        self.rows = capacity(dp.sampling_rate * len(server.labels))
+
+    def sample(self) -> torch.Tensor:
+        """The ids of this step's sample (secret: never noted, logged or sent)."""
+        keep = self.noise.bernoulli(len(self.server.labels), self.dp.sampling_rate)
+        return torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
+
+    def clipped_sum(self, rows, labels) -> torch.Tensor:
+        """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]."""
+        grads = per_example_gradients(self.module, rows, labels)
+        return (zo.clip_rows(grads, self.dp.clip) * self.mask[:, None]).sum(0)
+
+    def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
+        """One DP-SGD step on a fresh sample (the round's ``rows`` and ``labels`` are not
+        used): the sample padded with record 0 to at least ``self.rows`` rows."""
+        if self.optimizer is None:
+            return
+        ids = self.sample()
+        padded = torch.cat((ids, ids.new_zeros(max(self.rows - len(ids), 0))))
+        self.mask = (torch.arange(len(padded)) < len(ids)).to(self.pool.dtype)
+        super().step(self.server.table.gather(padded), self.server.labels[padded])
 
 
 class ZerothOrderHead:
