@@ -68,6 +68,7 @@ class PrivacyLedger:
         self._pooled = threats.pooled(release)
         self._sampled = threats.sampled_head(release)
         self._ok_pairs: list[tuple[int, int]] = []   # sampled head: (k, T_h) within budget
+        self._bad_pairs: list[tuple[int, int]] = []   # ... and over it
         if self._pooled:   # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
             self._window = np.zeros(d, dtype=np.int64)
@@ -109,16 +110,21 @@ class PrivacyLedger:
         return self._epsilons[key]
 
     def _pair_within_budget(self, k: int, steps: int) -> bool:
-        """Sampled head: whether (k, T_h) stays within the budget; the planned pair (or one
-        dominating both) is evaluated first, so a run that follows its schedule costs one
-        evaluation."""
+        """Sampled head: whether (k, T_h) stays within the budget. Epsilon grows in both, so
+        pairs known within (over) the budget decide every pair they dominate (are dominated by);
+        the planned pair is evaluated first (a run that follows its schedule costs one
+        evaluation), then one 1/8 ahead, then the pair itself."""
         if any(k <= a and steps <= b for a, b in self._ok_pairs):
             return True
+        if any(k >= a and steps >= b for a, b in self._bad_pairs):
+            return False
         plan = (max(k, self._full.compositions), max(steps, self.schedule.steps))
-        for pair in (plan, (k, steps)) if plan != (k, steps) else ((k, steps),):
+        ahead = (k + -(-k // 8), steps + -(-steps // 8))   # past the plan: 1/8 ahead
+        for pair in dict.fromkeys((plan, ahead, (k, steps))):
             if self._epsilon(*pair) <= self.epsilon_budget:
                 self._ok_pairs.append(pair)
                 return True
+            self._bad_pairs.append(pair)
         return False
 
     def _within_budget(self, k: int, steps: int | None = None) -> bool:
