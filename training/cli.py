@@ -18,7 +18,7 @@ from privzv.errors import PrivzvError
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 ENGINES = ("inprocess", "flower", "flower-sim")
-FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
+FLAG_FIELDS = ("dataset", "data_dir", "records", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
                "head_clip", "head_share", "head_window", "head_sampling", "embed_dim", "server_kind", "directions")
 
@@ -32,6 +32,9 @@ def build_parser() -> cliutil.Parser:
     n = cliutil.number
     p.add_argument("--dataset", choices=data.DATASETS, help="default digits")
     p.add_argument("--data-dir", help="folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
+    p.add_argument("--records", type=n("--records", low=10, integer=True),
+                   help="mnist1d: signals to generate (a multiple of 10, split 80/20, cached; "
+                        "default its published 5,000)")
     p.add_argument("--method", choices=methods.METHODS, help="default dpzv")
     p.add_argument("--devices", type=n("--devices", low=1, integer=True), help="M, default 4")
     p.add_argument("--epochs", type=n("--epochs", low=0, low_open=True), help="device epochs, default 10")

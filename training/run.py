@@ -156,7 +156,8 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
 
 def _setup(config: TrainConfig):
     """The dataset, the method class and the planned rounds T of ``config``."""
-    dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed)
+    dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed,
+                        records=config.records)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
