@@ -156,3 +156,26 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
     assert seen[False].keys() == seen[True].keys()
     for name in seen[False]:
         assert seen[False][name] == seen[True][name], name
+
+
+def test_the_ghost_clipped_sum_equals_per_example_clipping():
+    """linear_clipped_sum (no per-example gradients formed) equals clip_rows of the vmap
+    per-example gradients, weighted, for the MLP head; a non-finite row still adds at most C_h;
+    None for a head it does not cover."""
+    from privzv.training import models, zo
+
+    torch.manual_seed(1)
+    module = models.server_model(3, 5, 4)
+    rows = [torch.randn(40, 5) * 4 for _ in range(3)]
+    labels = torch.randint(0, 4, (40,))
+    weights = (torch.rand(40) < 0.7).float()
+    expected = (zo.clip_rows(head.per_example_gradients(module, rows, labels), 0.3)
+                * weights[:, None]).sum(0)
+    fast = head.linear_clipped_sum(module, rows, labels, 0.3, weights)
+    assert torch.allclose(fast, expected, atol=1e-6)
+    bad = [r[:1].clone() for r in rows]
+    bad[0][0, 0] = float("inf")
+    one = head.linear_clipped_sum(module, bad, labels[:1], 0.3, torch.ones(1))
+    assert torch.isfinite(one).all() and float(one.norm()) <= 0.3 * (1 + 1e-6)
+    assert head.linear_clipped_sum(_Concat(torch.nn.Sequential(torch.nn.LayerNorm(15))),
+                                   rows, labels, 0.3, weights) is None

@@ -187,6 +187,51 @@ def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
     return torch.cat([g.reshape(len(labels), -1) for g in grads.values()], dim=1)
 
 
+def linear_clipped_sum(head: nn.Module, rows: Sequence[torch.Tensor], labels: torch.Tensor,
+                       clip: float, weights: torch.Tensor) -> torch.Tensor | None:
+    """sum_i w_i clip_{C_h}(g_i), flat in ``parameters()`` order, without forming the per-example
+    gradients g_i, for a head whose trainable parameters are all weights and biases of
+    ``nn.Linear`` layers, each applied once to a [n, in] input (ghost clipping: Goodfellow 2015,
+    "Efficient per-example gradient computations", arXiv:1510.01799; Li, Tramer, Liang &
+    Hashimoto 2022, ICLR). For such a layer record i's gradient is delta_i a_i^T (weight) and
+    delta_i (bias), delta_i = dl_i/dz_i of its output, a_i its input, so ||g_i||^2 = sum over
+    layers of ||delta_i||^2 (||a_i||^2 + 1), and the clipped sum is one product (s delta)^T a
+    with s_i = w_i min(1, C_h / ||g_i||). Non-finite entries of delta and a are zeroed, as
+    :func:`privzv.training.zo.clip_rows` does. None where the head is not of that form (the
+    caller uses :func:`per_example_gradients`)."""
+    layers = [m for m in head.modules() if isinstance(m, nn.Linear)]
+    owned = {id(p) for m in layers for p in m.parameters(recurse=False)}
+    params = [p for p in head.parameters() if p.requires_grad]
+    if not params or any(id(p) not in owned for p in params):
+        return None
+    seen: dict[nn.Linear, list] = {m: [] for m in layers}
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen[mod].append((args[0], out)))
+             for m in layers]
+    try:
+        with torch.enable_grad():
+            loss = nn.functional.cross_entropy(head(list(rows)), labels, reduction="sum")
+            if any(len(v) != 1 or v[0][0].dim() != 2 for v in seen.values()):
+                return None
+            outs = [seen[m][0][1] for m in layers]
+            deltas = torch.autograd.grad(loss, outs)
+    finally:
+        for h in hooks:
+            h.remove()
+    inputs = [torch.nan_to_num(seen[m][0][0].detach(), nan=0.0, posinf=0.0, neginf=0.0)
+              for m in layers]
+    deltas = [torch.nan_to_num(d, nan=0.0, posinf=0.0, neginf=0.0) for d in deltas]
+    norm2 = sum(d.square().sum(1) * (a.square().sum(1) + (m.bias is not None))
+                for m, d, a in zip(layers, deltas, inputs))
+    scale = weights * (clip / norm2.sqrt().clamp_min(1e-12)).clamp(max=1.0)
+    grads = {}
+    for m, d, a in zip(layers, deltas, inputs):
+        scaled = d * scale[:, None]
+        grads[id(m.weight)] = scaled.T @ a
+        if m.bias is not None:
+            grads[id(m.bias)] = scaled.sum(0)
+    return torch.cat([grads[id(p)].reshape(-1) for p in params])
+
+
 class FirstOrderHead:
     """SGD with momentum on the head: on the batch-mean loss, or DP-SGD when ``dp`` is given
     (a ``HeadUpdate`` with its sigma; noise from ``noise``, the server's generator). A pooled
@@ -282,7 +327,11 @@ class SampledHead(FirstOrderHead):
         return torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
 
     def clipped_sum(self, rows, labels) -> torch.Tensor:
-        """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]."""
+        """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]
+        (:func:`linear_clipped_sum` where the head allows, else per-example gradients)."""
+        fast = linear_clipped_sum(self.module, rows, labels, self.dp.clip, self.mask)
+        if fast is not None:
+            return fast.detach()
         grads = per_example_gradients(self.module, rows, labels)
         return (zo.clip_rows(grads, self.dp.clip) * self.mask[:, None]).sum(0)
 
