@@ -179,3 +179,28 @@ def test_the_ghost_clipped_sum_equals_per_example_clipping():
     assert torch.isfinite(one).all() and float(one.norm()) <= 0.3 * (1 + 1e-6)
     assert head.linear_clipped_sum(_Concat(torch.nn.Sequential(torch.nn.LayerNorm(15))),
                                    rows, labels, 0.3, weights) is None
+
+
+def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, tiny_scheduler):
+    """The head's samples come from the server's checkpointed generator and the table's
+    ``filled`` marks are in its state: a scheduler restored from a state continues bit for
+    bit (a checkpoint from before ``filled`` infers it from the non-zero rows)."""
+    import copy
+
+    kw = dict(sigma=1.0, epsilon=50.0)
+    first = tiny_scheduler(**kw)
+    assert type(first.method.head).__name__ == "SampledHead"
+    for _ in range(10):
+        first.step()
+    state = copy.deepcopy(first.state_dict())
+    second = tiny_scheduler(**kw)
+    second.load_state_dict(state)
+    for _ in range(10):
+        first.step()
+        second.step()
+    a, b = first.server.head.state_dict(), second.server.head.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    table = state["server"]["table"]
+    filled = table.pop("filled")
+    first.server.table.load_state_dict(table)
+    assert torch.equal(first.server.table.filled, filled)
