@@ -188,7 +188,8 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     head = plan.release.head if plan.private else None
     return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
             "sigma": plan.sigma, "head_sigma": head and head.sigma,
-            "head_window": head and head.window, "server_kind": server_kind, "attacker": attacker,
+            "head_window": head and head.window,
+            "head_sampling_rate": head and head.sampling_rate, "server_kind": server_kind, "attacker": attacker,
             "rounds": sched.round, "epsilon_upper": upper, "accountant": cfg.accountant,
             "threat": cfg.threat, "epochs": epochs, "seed": seed,
             "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}
