@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from privzv import accountants, gdp
+from privzv import accountants, gdp, mixture
 from privzv.accountants import ACCOUNTANTS
 from privzv.calibration import Z_RANGE, smallest_feasible
 from privzv.errors import PrivzvError
@@ -33,7 +33,9 @@ class Result:
     ``requested`` "best": the smaller of pld and rdp; after a fallback: the one that answered,
     with ``fallback`` saying why); ``compositions``: releases composed per record;
     ``sampling_rate``: the Poisson rate that amplifies them (None: no amplification); ``mu``:
-    the GDP parameter for the GDP-based accountants (None otherwise). ``sigma`` is the
+    the GDP parameter for the GDP-based accountants (None otherwise). With a sampled head,
+    ``head_steps`` (T_h) and ``head_sampling_rate`` (q_h) describe its part of the composition
+    (:mod:`privzv.mixture`). ``sigma`` is the
     downlink's noise std, ``head_sigma`` the head update's (None without a DP head);
     ``noise_multiplier`` is the round's, both combined
     (:attr:`privzv.release.Release.noise_multiplier`)."""
@@ -53,6 +55,8 @@ class Result:
     head_sigma: float | None = None
     requested: str | None = None
     fallback: str | None = None
+    head_steps: int | None = None
+    head_sampling_rate: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -91,6 +95,11 @@ def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
         "secret-subsampling": f"secret-subsampling threat: record in {k} super-batches, "
                               f"server keeps it with {amp}",
     }[schedule.threat]
+    if exp.head_steps is not None:   # a sampled head (privzv.mixture)
+        down = ("no downlink (withheld)" if release.withholds else text)
+        return (f"{down}; composed with {exp.head_steps} head steps, each on a secret Poisson "
+                f"sample of the table at q_h={release.head.sampling_rate:.6g} (amplified against "
+                "every party)")
     if release.head is not None and release.head.window:   # privzv.threats: a pooled head
         return (f"device threat: record in one pooled head window (q={release.head.window}) per "
                 f"epoch, in c of its batches; effective count K = sum (1-w) c + w c^2 = {k:g} "
@@ -167,6 +176,8 @@ def evaluate(z: float, release: Release, schedule: Schedule, exp: Exposure, delt
     if accountant == "seed":
         mu = accountants.seed_mu(z, release.batch_size, schedule.dataset_size, schedule.steps)
         return Bound(accountants.gdp_epsilon(mu, delta), "seed", mu)
+    if exp.head_steps is not None:
+        return _mixture_bound(mixture_at(z, release, exp), release.neighbors, delta, accountant)
     if accountant == "gdp-clt":
         mu = accountants.clt_mu(z, exp)
         return Bound(accountants.gdp_epsilon(mu, delta), "gdp-clt", mu)
@@ -184,6 +195,23 @@ def evaluate(z: float, release: Release, schedule: Schedule, exp: Exposure, delt
     return bound
 
 
+def mixture_at(z: float, release: Release, exp: Exposure) -> mixture.Mixture:
+    """The sampled head's composition at round-level z (split by the release's fixed ratio,
+    :meth:`privzv.release.Release.split`)."""
+    z_down, z_head = release.split(z)
+    down = (None if release.withholds or not exp.compositions
+            else Exposure(exp.compositions, exp.sampling_rate))
+    return mixture.Mixture(down, z_down, exp.head_steps, release.head.sampling_rate, z_head)
+
+
+def _mixture_bound(m: mixture.Mixture, neighbors: str, delta: float, accountant: str) -> Bound:
+    if accountant == "gdp-clt":
+        mu = mixture.clt_mu(m)
+        return Bound(accountants.gdp_epsilon(mu, delta), "gdp-clt", mu)
+    eps, name, why = mixture.epsilon(m, neighbors, delta, accountant)
+    return Bound(eps, name, None, why)
+
+
 def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Exposure,
                          delta: float, accountant: str) -> tuple[float, float | None]:
     """(epsilon, mu or None) of noise multiplier z for an exposure (:func:`evaluate`)."""
@@ -197,6 +225,8 @@ _HOW = {
     "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
                        "Renyi divergence, dp-accounting's conversion",
     "unamplified": "closed form without amplification: k Gaussian releases are sqrt(k)/z-GDP",
+    "mixture": "the downlink's releases composed with the sampled head's steps, "
+               "privzv.mixture",
     "sampling": "delta is at least 1 - (1-q)^k, the chance that the record is sampled at all: "
                 "(0, delta)-DP at any noise",
 }
@@ -212,13 +242,14 @@ def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: E
                 "bound; it scales mu linearly by the sampling rate B/D and ignores the threat "
                 f"and the devices (the threat here, {schedule.threat}, does not change it)")
     elif name == "gdp-clt":
-        rigorous = exp.sampling_rate is None
+        rigorous = exp.sampling_rate is None and exp.head_steps is None
         note = (f"gdp-clt: {threat}; " + (
             "exact: k Gaussian releases compose to sqrt(k)/z-GDP" if rigorous else
             "APPROXIMATE central-limit value (Bu et al. 2020), not an upper bound"))
     else:
         rigorous = True
-        how = ("exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
+        how = (_HOW["mixture"] if exp.head_steps is not None else
+               "exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
                if exp.sampling_rate is None else _HOW[
                    "rdp-replace-one" if name == "rdp" and release.neighbors == "replace-one"
                    else name])
@@ -233,7 +264,9 @@ def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: E
                   noise_multiplier=z, epsilon=bound.epsilon, delta=delta,
                   accountant=name, threat=schedule.threat, neighbors=release.neighbors,
                   rigorous=rigorous, compositions=k, sampling_rate=q, mu=bound.mu, note=note,
-                  requested=accountant, fallback=bound.fallback)
+                  requested=accountant, fallback=bound.fallback,
+                  head_steps=exp.head_steps,
+                  head_sampling_rate=None if exp.head_steps is None else release.head.sampling_rate)
 
 
 def checked_exposure(release: Release, schedule: Schedule, delta: float,
@@ -299,6 +332,8 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
     def bound(z, coarseness=1.0):
         return evaluate(z, release, schedule, exp, delta, accountant, coarseness)
 
+    if exp.head_steps is not None and accountant != "seed":
+        return _calibrate_mixture(epsilon, delta, release, schedule, exp, accountant, bound)
     if accountant in ("seed", "gdp-clt") or (exp.sampling_rate is None and accountant != "rdp"):
         # closed forms; without sampling pld and best are the exact Gaussian composition
         mu_target = gdp.mu_from_epsilon(epsilon, delta)
@@ -338,6 +373,24 @@ def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule:
         answered = Bound(other.epsilon, other.accountant, other.mu,
                          f"{accountant}: {exc}; {other.accountant} answered")
         return _result(other.noise_multiplier, answered, release, schedule, exp, delta, accountant)
+    return _result(z, bound(z), release, schedule, exp, delta, accountant)
+
+
+def _calibrate_mixture(epsilon, delta, release, schedule, exp, accountant, bound) -> Result:
+    """The smallest round-level z (the fixed split, :meth:`privzv.release.Release.split`) whose
+    mixture epsilon is <= the target: :func:`privzv.calibration.smallest_feasible` from the
+    mixture's GDP model (:func:`privzv.mixture.clt_mu`)."""
+    def model_mu(z):
+        return mixture.clt_mu(mixture_at(z, release, exp))
+
+    def model_inverse(mu):   # model_mu decreases in z: bisection on log z
+        lo, hi = Z_RANGE
+        while hi / lo > 1.0 + 1e-9:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if model_mu(mid) > mu else (lo, mid)
+        return hi
+
+    z, _ = smallest_feasible(lambda z: bound(z).epsilon, epsilon, delta, model_mu, model_inverse)
     return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
 

@@ -123,6 +123,10 @@ def add_round_options(p) -> None:
                    default=0, help="q >= 1: one pooled head step per q batches of each device "
                    "(divisor q M B; threat device, round-robin only; as privzv train's default "
                    "4); 0 (default): a head step every round")
+    p.add_argument("--head-sampling", choices=("batch", "table"), default="batch",
+                   help="batch (default): the head steps on the round's batch (or pooled "
+                   "windows); table: one step per round on a secret Poisson sample of the "
+                   "server's table at rate B/D (divisor B), composed with the downlink")
     p.add_argument("--device-steps", type=_device_steps, metavar="N0,N1,...",
                    help="each device's number of rounds (summing to --steps, one per device); "
                         "default round-robin")
@@ -159,9 +163,15 @@ def _release_and_schedule(args):
                           f"{args.devices} counts summing to --steps {args.steps}")
     head_clip = getattr(args, "head_clip", None)
     q = getattr(args, "head_window", 0)
+    table = getattr(args, "head_sampling", "batch") == "table"
+    if table and q:
+        raise PrivzvError(f"--head-window {q}: a head on a sample of the table "
+                          "(--head-sampling table) steps every round; omit --head-window")
+    if table and head_clip is None:
+        raise PrivzvError("--head-sampling table: needs --head-clip (the head's DP update)")
     head = None if head_clip is None else HeadUpdate(
         clip=head_clip, batch_size=b * (q * args.devices if q else 1), neighbors=args.neighbors,
-        window=q)
+        window=q, sampling_rate=b / d if table else None)
     release = Release(clip=args.clip, batch_size=b, neighbors=args.neighbors, head=head,
                       head_share=getattr(args, "head_share", 0.5))
     sigma = getattr(args, "sigma", None)

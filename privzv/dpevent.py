@@ -14,6 +14,11 @@ dp-accounting's PLD and RDP accountants compose a Poisson-sampled *single* Gauss
 sampled composition; ``combined=True`` gives the equivalent single Gaussian of the round-level
 noise multiplier (z^-2 = z_down^-2 + z_head^-2, :attr:`privzv.release.Release.noise_multiplier`),
 which they accept.
+
+With a sampled head (``HeadUpdate.sampling_rate``) the head is a mechanism of its own: the event
+is ``ComposedDpEvent([downlink, SelfComposedDpEvent(PoissonSampledDpEvent(q_h,
+GaussianDpEvent(z'_head)), T_h)])`` with the downlink's event as above (omitted when withheld),
+under REPLACE_ONE (all Gaussians at 2z) for replace-one, since the head is always sampled.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ def to_dp_event(release: Release, schedule: Schedule, *, combined: bool = False)
 
     exp = exposure(release, schedule)
     z = release.noise_multiplier
+    if exp.head_steps is not None:
+        return _mixture_event(dpa, release, exp, z)
     sampled = exp.sampling_rate is not None
     replace = sampled and release.neighbors == "replace-one"
     scale = 2.0 if replace else 1.0
@@ -49,3 +56,20 @@ def to_dp_event(release: Release, schedule: Schedule, *, combined: bool = False)
     if sampled:
         round_event = dpa.PoissonSampledDpEvent(exp.sampling_rate, round_event)
     return dpa.SelfComposedDpEvent(round_event, exp.compositions), relation
+
+
+def _mixture_event(dpa, release: Release, exp, z: float):
+    """The sampled head's (DpEvent, NeighboringRelation) (module docstring)."""
+    replace = release.neighbors == "replace-one"
+    scale = 2.0 if replace else 1.0
+    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace
+                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    z_down, z_head = release.split(z)
+    events = [dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
+        release.head.sampling_rate, dpa.GaussianDpEvent(scale * z_head)), exp.head_steps)]
+    if not release.withholds and exp.compositions:
+        down = dpa.GaussianDpEvent(scale * z_down)
+        if exp.sampling_rate is not None:
+            down = dpa.PoissonSampledDpEvent(exp.sampling_rate, down)
+        events.insert(0, dpa.SelfComposedDpEvent(down, exp.compositions))
+    return dpa.ComposedDpEvent(events), relation

@@ -15,6 +15,12 @@ per record, its batches in the open head window (c) and the sum of c^2 over clos
 composes K_i = (1 - w) k_i + w sum c^2 (:mod:`privzv.threats`); the open window counts as if it
 were released now, so the budget check before a release covers the head step it may close.
 
+With a sampled DP head (``HeadUpdate.sampling_rate``) every round is also one head step on a
+secret Poisson sample of the table: epsilon is that of the worst record's downlink count k (as
+above) composed with the T_h head steps so far (T_h = rounds recorded; :mod:`privzv.mixture`).
+Epsilon grows in both, so a pair dominated by one already within the budget needs no new
+evaluation (the run's planned pair is checked first).
+
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
 ledger's epsilon equals :func:`privzv.accounting.account` for that schedule. Only rigorous
 accountants (``privzv.accountants.RIGOROUS``) keep a ledger: a budget is a bound or nothing.
@@ -93,6 +99,9 @@ class PrivacyLedger:
         self._since: list[tuple[int, np.ndarray]] = []   # live releases after the mark
         self._pending = 0    # the last _pending of _since: made before a resume, not yet re-made
         self._pooled = threats.pooled(release)
+        self._sampled = threats.sampled_head(release)
+        self._ok_pairs: list[tuple[int, int]] = []   # sampled head: (k, T_h) within budget
+        self._bad_pairs: list[tuple[int, int]] = []   # ... and over it
         if self._pooled:   # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
             self._window = np.zeros(d, dtype=np.int64)
@@ -117,20 +126,44 @@ class PrivacyLedger:
         w = self.release.head_weight
         return (1.0 - w) * k + w * (self._squares[ids] + c * c)
 
-    def _epsilon(self, k: int) -> float:
-        """Epsilon of k compositions under the ledger's threat and accountant (cached)."""
-        if k == 0:
+    def _epsilon(self, k: int, head_steps: int | None = None) -> float:
+        """Epsilon of k compositions (and, with a sampled head, ``head_steps`` head steps; the
+        rounds recorded when None) under the ledger's threat and accountant (cached)."""
+        steps = (self.releases if head_steps is None else head_steps) if self._sampled else None
+        if k == 0 and not steps:
             return 0.0
-        if k not in self._epsilons:
-            self._epsilons[k] = accounting.epsilon_for_exposure(
+        key = k if steps is None else (k, steps)
+        if key not in self._epsilons:
+            self._epsilons[key] = accounting.epsilon_for_exposure(
                 self.release.noise_multiplier, self.release, self.schedule,
-                Exposure(k, self._full.sampling_rate), self.delta, self.accountant)[0]
-        return self._epsilons[k]
+                Exposure(k, self._full.sampling_rate, steps), self.delta, self.accountant)[0]
+        return self._epsilons[key]
 
-    def _within_budget(self, k: int) -> bool:
+    def _pair_within_budget(self, k: int, steps: int) -> bool:
+        """Sampled head: whether (k, T_h) stays within the budget. Epsilon grows in both, so
+        pairs known within (over) the budget decide every pair they dominate (are dominated by);
+        the planned pair is evaluated first (a run that follows its schedule costs one
+        evaluation), then one 1/8 ahead, then the pair itself."""
+        if any(k <= a and steps <= b for a, b in self._ok_pairs):
+            return True
+        if any(k >= a and steps >= b for a, b in self._bad_pairs):
+            return False
+        plan = (max(k, self._full.compositions), max(steps, self.schedule.steps))
+        ahead = (k + -(-k // 8), steps + -(-steps // 8))   # past the plan: 1/8 ahead
+        for pair in dict.fromkeys((plan, ahead, (k, steps))):
+            if self._epsilon(*pair) <= self.epsilon_budget:
+                self._ok_pairs.append(pair)
+                return True
+            self._bad_pairs.append(pair)
+        return False
+
+    def _within_budget(self, k: int, steps: int | None = None) -> bool:
         """Whether k compositions stay within the budget. Epsilon grows with k, so the answer is
         kept as a bracket; an unknown k is checked together with 2k (looked at first), which
-        makes the checks over a whole run cost O(log k) epsilon evaluations."""
+        makes the checks over a whole run cost O(log k) epsilon evaluations. With a sampled
+        head, ``steps`` (T_h after the release) goes with k (:meth:`_pair_within_budget`)."""
+        if self._sampled:
+            return self._pair_within_budget(k, self.releases if steps is None else steps)
         if k <= self._ok_up_to:
             return True
         if k >= self._bad_from:
@@ -185,7 +218,7 @@ class PrivacyLedger:
         the next discarded release of a seeded resume, :meth:`record`)."""
         ids = self._ids(device, batch_ids)
         return not (self._replaying(device, ids)
-                    or self._within_budget(self._compositions_after(device, ids)))
+                    or self._within_budget(self._compositions_after(device, ids), self.releases + 1))
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).
@@ -198,10 +231,10 @@ class PrivacyLedger:
             self._pending -= 1
             return
         k = self._compositions_after(device, ids)
-        if not self._within_budget(k):
+        if not self._within_budget(k, self.releases + 1):
             raise BudgetExceeded(
                 f"epsilon budget {self.epsilon_budget:g}: the next release would spend "
-                f"{self._epsilon(k):.4g} (delta {self.delta:g}, {self.accountant}, threat "
+                f"{self._epsilon(k, self.releases + 1):.4g} (delta {self.delta:g}, {self.accountant}, threat "
                 f"{self.schedule.threat}); stopping before it")
         self._apply(device, ids)
 
@@ -306,7 +339,9 @@ class PrivacyLedger:
         if release.head is not None:
             rows.append({"mechanism": "head", "count": self.head_steps(),
                          "sigma": release.head.sigma, "window": release.head.window,
-                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head})
+                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head,
+                         **({"sampling_rate": release.head.sampling_rate}
+                            if self._sampled else {})})
         return rows
 
     def rounds(self) -> int:
@@ -315,7 +350,10 @@ class PrivacyLedger:
 
     def head_steps(self) -> int:
         """DP head steps that contain the worst record: its rounds, or with a pooled head its
-        windows (the open one included)."""
+        windows (the open one included), or with a sampled head every round (each may sample
+        it)."""
+        if self._sampled:
+            return self.releases
         if self._pooled and not self._counts_all_releases():
             return int(self._windows.max(initial=0))
         return self.rounds()

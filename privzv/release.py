@@ -60,6 +60,13 @@ class HeadUpdate:
     of the window's batches moves the sum by c times a row's reach, so the window is one
     Gaussian mechanism of noise multiplier sigma / (c * sensitivity) for it
     (:mod:`privzv.threats`).
+
+    ``sampling_rate`` = q_h (the sampled head, ``--head-sampling table``): one step per round on
+    a Poisson sample of the server's embedding table drawn at rate q_h from its secret source,
+    independent of the downlink's batch, divisor ``batch_size`` = q_h D. No party knows who is
+    in a step, so each step is a Poisson-subsampled Gaussian against every threat, composed with
+    the downlink releases per record (:mod:`privzv.mixture`); None: the head steps on the
+    round's batch (above).
     """
 
     clip: float
@@ -67,6 +74,7 @@ class HeadUpdate:
     neighbors: str = "replace-one"
     sigma: float | None = None
     window: int = 0
+    sampling_rate: float | None = None
 
     def __post_init__(self):
         _positive("head clip", self.clip)
@@ -79,6 +87,17 @@ class HeadUpdate:
                 and self.window >= 0):
             raise PrivzvError(f"head window={self.window!r}: must be an integer >= 0 (0: a step "
                               "every round)")
+        q = self.sampling_rate
+        if q is not None and not (isinstance(q, (int, float)) and 0 < q <= 1):
+            raise PrivzvError(f"head sampling_rate={q!r}: must be a number with 0 < q <= 1")
+        if q is not None and self.window:
+            raise PrivzvError(f"head window={self.window}: a sampled head (sampling_rate {q:g}) "
+                              "steps every round; use window 0")
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the head steps on a secret Poisson sample of the table."""
+        return self.sampling_rate is not None
 
     @property
     def sensitivity(self) -> float:
@@ -116,6 +135,11 @@ class Release:
     reach releases whose batch does not hold it (first-order device updates J(x)^T g), so only
     its label is covered; ``"record"`` where no release moves without the record in its batch
     (``tests/training/test_neighbours.py`` checks both for every method).
+
+    With a sampled head (``head.sampled``) the two mechanisms no longer act on the same records
+    and z is not one Gaussian: it is the one parameter calibration solves for, split at the fixed
+    ratio above (z_h / z_d = sqrt((1 - share) / share)), and the accountants compose the two
+    (:mod:`privzv.mixture`).
     """
 
     clip: float

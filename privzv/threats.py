@@ -29,6 +29,12 @@ given). The ledger counts the same number from the batches actually sent.
   them); the server keeps each with probability p = B/B' and tells nobody: k above with b = B',
   each round amplified with p.
 
+A sampled DP head (``HeadUpdate.sampling_rate`` = q_h) steps once per round on a Poisson sample
+of the server's table drawn from its secret source, independent of the batches: no observer
+knows who is in a step, so under every threat the record's exposure is the downlink's (above)
+plus T_h = T head steps, each a Gaussian Poisson-sampled at q_h (``Exposure.head_steps``,
+composed by :mod:`privzv.mixture`).
+
 A pooled DP head (``HeadUpdate.window`` = q >= 1) makes one head step per window of the walk:
 under round-robin activation release n is walk index j = n // M of device n mod M, and a window
 is q consecutive walk indices of one epoch (the epoch's last window shorter), all M devices
@@ -58,10 +64,13 @@ from privzv.release import Release, Schedule
 @dataclasses.dataclass(frozen=True)
 class Exposure:
     """Releases composed per record (``compositions``; an effective, fractional count for a
-    pooled head, see the module docstring) and the hiding sampling rate (or None)."""
+    pooled head, see the module docstring) and the hiding sampling rate (or None). With a
+    sampled head, ``head_steps`` = T_h, its steps (each Poisson-sampled at the head's own rate
+    against every threat), composed with the downlink's (:mod:`privzv.mixture`); else None."""
 
     compositions: int | float
     sampling_rate: float | None
+    head_steps: int | None = None
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -110,6 +119,12 @@ def pooled(release: Release) -> bool:
     return release.head is not None and release.head.window > 0
 
 
+def sampled_head(release: Release) -> bool:
+    """Whether the release's DP head steps on a secret Poisson sample of the table
+    (``HeadUpdate.sampling_rate``): one step per round, T_h = T."""
+    return release.head is not None and release.head.sampled
+
+
 def window_closes(index: int, devices: int, per_epoch: int, window: int) -> bool:
     """Whether release number ``index`` (0-based, served releases in order) ends a pooled head
     window: it is device M-1's (index mod M = M-1) walk index j = index // M, and j is the last
@@ -139,6 +154,9 @@ def exposure(release: Release, schedule: Schedule) -> Exposure:
     """The Exposure of one record under ``schedule.threat`` (see the module docstring)."""
     check(release, schedule)
     d, b = schedule.dataset_size, release.batch_size
+    if sampled_head(release):   # the downlink's exposure, plus one head step per round
+        plain = exposure(dataclasses.replace(release, head=None), schedule)
+        return dataclasses.replace(plain, head_steps=schedule.steps)
     if pooled(release):
         return Exposure(pooled_compositions(release, schedule), None)
     if schedule.threat == "device":

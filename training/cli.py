@@ -19,9 +19,9 @@ from privzv.release import covers
 from privzv.training.config import CHECKPOINT_EVERY, FREEZE, TrainConfig
 
 ENGINES = ("inprocess", "flower", "flower-sim")
-FLAG_FIELDS = ("dataset", "data_dir", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
+FLAG_FIELDS = ("dataset", "data_dir", "records", "method", "devices", "epochs", "batch_size", "epsilon", "delta",
                "threat", "accountant", "seed", "sigma", "freeze", "lr_device", "lr_server", "clip", "lam",
-               "head_clip", "head_share", "head_window", "embed_dim", "server_kind", "directions")
+               "head_clip", "head_share", "head_window", "head_sampling", "embed_dim", "server_kind", "directions")
 
 
 def build_parser() -> cliutil.Parser:
@@ -33,6 +33,9 @@ def build_parser() -> cliutil.Parser:
     n = cliutil.number
     p.add_argument("--dataset", choices=data.DATASETS, help="default digits")
     p.add_argument("--data-dir", help="folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
+    p.add_argument("--records", type=n("--records", low=10, integer=True),
+                   help="mnist1d: signals to generate (a multiple of 10, split 80/20, cached; "
+                        "default its published 5,000)")
     p.add_argument("--method", choices=methods.METHODS, help="default dpzv")
     p.add_argument("--devices", type=n("--devices", low=1, integer=True), help="M, default 4")
     p.add_argument("--epochs", type=n("--epochs", low=0, low_open=True), help="device epochs, default 10")
@@ -50,11 +53,17 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--head-clip", type=n("--head-clip", low=0, low_open=True),
                    help="C_h of the server head's DP update (private runs); default: the tuned value (training/tuned.py), else 0.1")
     p.add_argument("--head-share", type=n("--head-share", low=0, high=1, low_open=True),
-                   help="share of each round's privacy (1/z^2) on the head update, default 0.5; "
-                        "1: no downlink at all (only with --freeze devices)")
+                   help="share of each round's privacy (1/z^2) on the head update; default 1 with "
+                        "--freeze devices (no downlink at all), else 0.99 with --head-sampling "
+                        "table and 0.5 with batch")
     p.add_argument("--head-window", type=n("--head-window", low=0, integer=True),
                    help="DP head: one step per q batches of each device, pooled (0: every round; "
                         "default 4 under threat device with round-robin activation, else 0)")
+    p.add_argument("--head-sampling", choices=("batch", "table"),
+                   help="DP head: table (default for a private run whose first-order head trains): "
+                        "one step per round on a secret Poisson sample of the server's table at "
+                        "rate B/D, amplified against every party; batch: on the round's batch "
+                        "(pooled per --head-window), today's comparison")
     p.add_argument("--lam", type=n("--lam", low=0, low_open=True), help="ZO smoothing lambda, default 1e-3")
     p.add_argument("--embed-dim", type=n("--embed-dim", low=1, integer=True),
                    help="embedding size per device (the bottleneck), default 16")

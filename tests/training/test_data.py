@@ -465,3 +465,34 @@ def test_breast_cancer_ranges_are_the_published_ones():
     published = np.array([[float(v) for v in line.split(":")[1].split()] for line in table])
     assert np.array_equal(published[:, 0], data.BREAST_CANCER.lo)
     assert np.array_equal(published[:, 1], data.BREAST_CANCER.hi)
+
+
+def test_mnist1d_records_are_generated_once_into_the_cache_without_network(monkeypatch, tmp_path):
+    """--records N: N signals (80/20), the same generator and seed; written once to the cache
+    (not to the working folder), read back from it the next time, a damaged file regenerated."""
+    pytest.importorskip("mnist1d")
+    _no_network(monkeypatch)
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PRIVZV_CACHE", str(cache))
+    ds = data.load("mnist1d", 2, records=200)
+    assert (len(ds.y_train), len(ds.y_test)) == (160, 40) and list(work.iterdir()) == []
+    (stored,) = cache.iterdir()
+    assert stored.name.startswith("mnist1d-200-seed42-")
+    calls = []
+    monkeypatch.setattr(data, "_mnist1d_arrays", lambda n=None: calls.append(n))
+    again = data.load("mnist1d", 2, records=200)
+    assert calls == [] and torch.equal(again.y_train, ds.y_train)
+    assert torch.equal(again.x_train[1], ds.x_train[1])
+    for bad in (dict(records=205), dict(records=0)):
+        with pytest.raises(PrivzvError, match="records"):
+            data.load("mnist1d", 2, **bad)
+    with pytest.raises(PrivzvError, match="only --dataset mnist1d"):
+        data.load("digits", 2, records=200)
+    from privzv.training.config import TrainConfig
+
+    assert TrainConfig(dataset="mnist1d", records=200).validate().records == 200
+    for bad in (dict(dataset="digits", records=200), dict(dataset="mnist1d", records=205)):
+        with pytest.raises(PrivzvError, match="records"):
+            TrainConfig(**bad).validate()

@@ -113,7 +113,8 @@ def test_the_zo_head_derivative_is_clipped_per_example_with_sensitivity_2ch_over
 
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector", "czofo", "zoo-vfl"])
 def test_a_private_run_whose_head_trains_makes_a_dp_head_update(method, tiny_config):
-    config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6)
+    config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6,
+                         head_sampling="batch")   # the comparison; the sampled head: test_sampled_head
     p = privacy.plan(config, methods.get(method), records=96, rounds=24)
     q = 0 if method == "zoo-vfl" else head.WINDOW   # pooled by default where it is accounted
     assert p.release.head == HeadUpdate(clip=0.5, batch_size=8 * (q * config.devices or 1),
@@ -256,7 +257,7 @@ def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(
     from privzv.errors import PrivzvError
     from privzv.ledger import PrivacyLedger
 
-    kw = dict(epsilon=1.0, freeze="devices", head_share=1.0, transcripts=True)
+    kw = dict(epsilon=1.0, freeze="devices", head_share=1.0, transcripts=True, head_sampling="batch")
     p = privacy.plan(tiny_config(**kw), methods.get("dpzv"), records=96, rounds=24)
     assert p.release.withholds and p.release.head_weight == 1.0
     z_h = p.release.head.sigma / p.release.head.sensitivity

@@ -23,7 +23,8 @@ from privzv.training.noise import KeyedNoise
 
 CLIP, SIGMA = 0.1, 1.0
 PRIVATE_RUN = TrainConfig(dataset="digits", devices=2, epochs=0.3, batch_size=64, evals=2, seed=5,
-                          clip=CLIP, sigma=SIGMA, epsilon=50.0)
+                          clip=CLIP, sigma=SIGMA, epsilon=50.0,
+                          head_sampling="batch")   # _denoised replays the pooled head's draws
 
 
 def _one_line_exit_2(capsys, argv, *words):
@@ -207,7 +208,7 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
     config = dataclasses.replace(PRIVATE_RUN, epochs=1.0, batch_size=32, evals=3)
     flags = ["--dataset", "digits", "--devices", "2", "--epochs", "1", "--batch-size", "32",
              "--clip", str(CLIP), "--sigma", str(SIGMA), "--epsilon", "50", "--seed", "5",
-             "--secret-seed", "77", "--checkpoint-every", "7", "--json"]
+             "--secret-seed", "77", "--checkpoint-every", "7", "--head-sampling", "batch", "--json"]
     with open(tmp_path / "c.json", "w") as fh:
         json.dump({"evals": 3}, fh)
     reference = run.train(config, tmp_path / "reference", secret_seed=77)   # (also warms imports)

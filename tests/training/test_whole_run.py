@@ -24,9 +24,12 @@ DIGITS = TrainConfig(dataset="digits", epochs=2.0, batch_size=64, evals=1, seed=
 
 
 # ------------------------------------------------------------------ exact counts
-@pytest.mark.parametrize("devices, activation", [(1, None), (4, [0.4, 0.3, 0.2, 0.1]), (8, None)])
-def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, devices, activation):
-    config = dataclasses.replace(DIGITS, devices=devices, activation=activation)
+@pytest.mark.parametrize("devices, activation, head_sampling", [
+    (1, None, None), (4, [0.4, 0.3, 0.2, 0.1], None), (8, None, None), (8, None, "batch")])
+def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, devices, activation,
+                                                                      head_sampling):
+    config = dataclasses.replace(DIGITS, devices=devices, activation=activation,
+                                 head_sampling=head_sampling)
     summary = run.train(config, tmp_path, secret_seed=9)
     assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"]
     state = json.loads((tmp_path / "private" / "ledger.json").read_text())
@@ -41,8 +44,12 @@ def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, 
         assert max(steps) - min(steps) > 1
     ledger = PrivacyLedger.from_state_dict(state)
     assert ledger.release.head is not None and ledger.release.head.sigma > 0   # the head is in it
-    # the head pools windows under round-robin (the default), steps every round otherwise
-    assert (ledger.release.head.window > 0) == (activation is None)
+    table = head_sampling is None   # the default: a head on a secret sample of the table
+    assert ledger.release.head.sampled == table
+    if table:
+        assert ledger.release.head.sampling_rate == 64 / records and not ledger.release.head.window
+    else:   # the batch head pools windows under round-robin, steps every round otherwise
+        assert (ledger.release.head.window > 0) == (activation is None)
     accounted = accounting.account(ledger.release, schedule, config.delta)
     assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9)
     assert accounted.epsilon <= 1.0
@@ -52,7 +59,10 @@ def test_a_calibrated_run_completes_and_its_account_equals_its_ledger(tmp_path, 
     down, head = summary["mechanisms"]
     assert (down["mechanism"], head["mechanism"]) == ("downlink", "head")
     assert down["count"] == k
-    assert head["count"] == (k if activation else -(-k // devices))   # one window per epoch
+    if table:   # every round is a head step (each on a sample the accountant amplifies)
+        assert head["count"] == summary["rounds"] and accounted.head_steps == summary["rounds"]
+    else:
+        assert head["count"] == (k if activation else -(-k // devices))   # one window per epoch
     assert head["sigma"] == pytest.approx(ledger.release.head.sigma)
 
 
@@ -223,10 +233,11 @@ def test_a_malicious_uplink_is_refused_before_anything_is_computed(tiny_schedule
 
 
 def test_a_budget_stop_sends_nothing_and_undoes_the_device_step(tiny_scheduler, tiny_config):
-    config = tiny_config(epsilon=3.0, sigma=0.5, clip=1.0)
+    kw = dict(epsilon=3.0, sigma=0.5, clip=1.0, head_share=0.5)   # z_h = z_d
+    config = tiny_config(**kw)
     p = privacy.plan(config, run.methods.get("dpzv"), records=96, rounds=24)
     ledger = privacy.ledger(config, p)
-    sched = tiny_scheduler(epsilon=3.0, sigma=0.5, clip=1.0, ledger=ledger, release=p.release)
+    sched = tiny_scheduler(**kw, ledger=ledger, release=p.release)
     while True:
         m = sched.activation.device(sched.round)
         flat, state = sched.devices[m].flat.clone(), copy.deepcopy(ledger.state_dict())

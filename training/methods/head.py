@@ -25,10 +25,22 @@ accounted with the downlink in one ledger (the round's noise multiplier combines
 Either way the rows are exactly the round's (kept) records: device m's fresh embedding and the
 table's embeddings of the others (no labels but the server's own). An empty batch (Poisson)
 still makes the noisy step.
+
+The sampled head (:class:`SampledHead`, ``--head-sampling table``, the default for a private run
+whose first-order head trains) does not use the round's records: each round it draws a Poisson
+sample of the server's table at q_h = B/D from the server's secret NoiseSource (``bernoulli``,
+independent of the downlink's batch) and takes one DP-SGD step on it, divisor q_h D = B. A record
+is eligible once every device's row of it has reached the table (a fact of the public schedule,
+never of the sample); before that it is never in a step (the accounting's T_h steps at rate q_h
+bound it). The sample, its size and its timing stay inside the server: the per-example gradients
+are computed on a fixed number of rows (:func:`capacity`, padding masked out) so a step's time
+does not depend on the sample's size, except when the sample exceeds it (probability below
+1e-15), and nothing about the sample is noted in a transcript or written to a public file.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
 import torch
@@ -40,6 +52,9 @@ from privzv.errors import PrivzvError
 from privzv.release import HeadUpdate, Release
 from privzv.training import zo
 
+# default share of each round's 1/z^2 on a sampled head (z_h / z_d = sqrt(0.01 / 0.99) = 0.1),
+# chosen by the measurement in docs/results.md ("The head on a secret sample of the table")
+TABLE_SHARE = 0.99
 MAX_LR = 0.1   # default first-order DP head rate: min(MAX_LR, 1 / z_h) (issue 7's prototype)
 # default pooled window of a private first-order head, in batches of each device (q; a window
 # is q M rounds under round-robin), tuned on seed 100 (docs/results.md)
@@ -70,10 +85,41 @@ def zeroth_order(config) -> bool:
     return config.method == "zoo-vfl" or (config.method == "dpzv" and config.server_update == "zo")
 
 
+def sampling(config) -> str:
+    """``--head-sampling``, else "table" for a private run whose first-order head trains, else
+    "batch". PrivzvError for a table-sampled zeroth-order or pooled head."""
+    if config.head_sampling == "batch":
+        return "batch"
+    if config.head_sampling == "table":
+        if zeroth_order(config):
+            raise PrivzvError(f"--head-sampling table: a zeroth-order head ({config.method}) "
+                              "steps on the round's batch; use --head-sampling batch")
+        if config.head_window:
+            raise PrivzvError(f"--head-window {config.head_window}: a head on a sample of the "
+                              "table steps every round; use --head-sampling batch to pool")
+        return "table"
+    default = (config.private and trains_head(config) and not zeroth_order(config)
+               and not config.head_window)
+    return "table" if default else "batch"
+
+
+def share(config) -> float:
+    """The head's share of each round's 1/z^2: ``--head-share``, else 1 with ``--freeze
+    devices`` (the whole budget on the head: no downlink), else TABLE_SHARE for a sampled head,
+    else 0.5."""
+    if config.head_share is not None:
+        return config.head_share
+    if config.freeze == "devices":
+        return 1.0
+    return TABLE_SHARE if sampling(config) == "table" else 0.5
+
+
 def window(config) -> int:
     """The head's pooled window q (0: a DP step every round): ``--head-window``, else WINDOW for
-    a first-order head under threat ``device`` with round-robin activation (where it is
-    accounted, privzv.threats), else 0."""
+    a first-order head on the round's batch under threat ``device`` with round-robin activation
+    (where it is accounted, privzv.threats), else 0."""
+    if sampling(config) == "table":
+        return 0
     if config.head_window is not None:
         if config.head_window and zeroth_order(config):
             raise PrivzvError(f"--head-window {config.head_window}: a zeroth-order head "
@@ -97,8 +143,17 @@ def head_update(config) -> HeadUpdate | None:
 
 
 def with_head(release: Release, config) -> Release:
-    """``release`` plus the round's head update and the config's share of the noise."""
-    return dataclasses.replace(release, head=head_update(config), head_share=config.head_share)
+    """``release`` plus the round's head update and the config's share of the noise (a sampled
+    head's rate is set by :func:`on_table`, which knows D)."""
+    return dataclasses.replace(release, head=head_update(config), head_share=share(config))
+
+
+def on_table(release: Release | None, config, records: int) -> Release | None:
+    """``release`` with its head's sampling rate q_h = B/D when the head samples the table."""
+    if release is None or release.head is None or sampling(config) != "table":
+        return release
+    return dataclasses.replace(release, head=dataclasses.replace(
+        release.head, sampling_rate=config.batch_size / records))
 
 
 def default_lr(dp: HeadUpdate | None, plain: float) -> float:
@@ -111,6 +166,8 @@ def default_lr(dp: HeadUpdate | None, plain: float) -> float:
 def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "FirstOrderHead":
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     rate = default_lr(dp, plain_lr) if config.lr_server is None else float(config.lr_server)
+    if dp is not None and dp.sampled:
+        return SampledHead(server.head, rate, config.momentum, dp, server.noise.stream("head"), server=server)
     per_epoch = -(-len(server.labels) // config.batch_size)
     return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise.stream("head"),
                           walk=(config.devices, per_epoch))
@@ -128,6 +185,51 @@ def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
 
     grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, list(rows), labels)
     return torch.cat([g.reshape(len(labels), -1) for g in grads.values()], dim=1)
+
+
+def linear_clipped_sum(head: nn.Module, rows: Sequence[torch.Tensor], labels: torch.Tensor,
+                       clip: float, weights: torch.Tensor) -> torch.Tensor | None:
+    """sum_i w_i clip_{C_h}(g_i), flat in ``parameters()`` order, without forming the per-example
+    gradients g_i, for a head whose trainable parameters are all weights and biases of
+    ``nn.Linear`` layers, each applied once to a [n, in] input (ghost clipping: Goodfellow 2015,
+    "Efficient per-example gradient computations", arXiv:1510.01799; Li, Tramer, Liang &
+    Hashimoto 2022, ICLR). For such a layer record i's gradient is delta_i a_i^T (weight) and
+    delta_i (bias), delta_i = dl_i/dz_i of its output, a_i its input, so ||g_i||^2 = sum over
+    layers of ||delta_i||^2 (||a_i||^2 + 1), and the clipped sum is one product (s delta)^T a
+    with s_i = w_i min(1, C_h / ||g_i||). Non-finite entries of delta and a are zeroed, as
+    :func:`privzv.training.zo.clip_rows` does. None where the head is not of that form (the
+    caller uses :func:`per_example_gradients`)."""
+    layers = [m for m in head.modules() if isinstance(m, nn.Linear)]
+    owned = {id(p) for m in layers for p in m.parameters(recurse=False)}
+    params = [p for p in head.parameters() if p.requires_grad]
+    if not params or any(id(p) not in owned for p in params):
+        return None
+    seen: dict[nn.Linear, list] = {m: [] for m in layers}
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen[mod].append((args[0], out)))
+             for m in layers]
+    try:
+        with torch.enable_grad():
+            loss = nn.functional.cross_entropy(head(list(rows)), labels, reduction="sum")
+            if any(len(v) != 1 or v[0][0].dim() != 2 for v in seen.values()):
+                return None
+            outs = [seen[m][0][1] for m in layers]
+            deltas = torch.autograd.grad(loss, outs)
+    finally:
+        for h in hooks:
+            h.remove()
+    inputs = [torch.nan_to_num(seen[m][0][0].detach(), nan=0.0, posinf=0.0, neginf=0.0)
+              for m in layers]
+    deltas = [torch.nan_to_num(d, nan=0.0, posinf=0.0, neginf=0.0) for d in deltas]
+    norm2 = sum(d.square().sum(1) * (a.square().sum(1) + (m.bias is not None))
+                for m, d, a in zip(layers, deltas, inputs))
+    scale = weights * (clip / norm2.sqrt().clamp_min(1e-12)).clamp(max=1.0)
+    grads = {}
+    for m, d, a in zip(layers, deltas, inputs):
+        scaled = d * scale[:, None]
+        grads[id(m.weight)] = scaled.T @ a
+        if m.bias is not None:
+            grads[id(m.bias)] = scaled.sum(0)
+    return torch.cat([grads[id(p)].reshape(-1) for p in params])
 
 
 class FirstOrderHead:
@@ -198,6 +300,51 @@ class FirstOrderHead:
             if self.pooled:
                 self.pool, self.calls = pool["sum"].clone(), int(pool["calls"])
             self.optimizer.load_state_dict(state)
+
+
+def capacity(expected: float) -> int:
+    """Rows a sampled head step computes on: the expected sample size q_h D plus 8 of its
+    standard deviations plus 8 (a Poisson sample exceeds it with probability below 1e-15)."""
+    return int(math.ceil(expected + 8.0 * math.sqrt(expected) + 8.0))
+
+
+class SampledHead(FirstOrderHead):
+    """DP-SGD on a secret Poisson sample of ``server``'s table (module docstring): each
+    :meth:`step` ignores the round's rows, draws keep decisions for every record at q_h =
+    ``dp.sampling_rate`` from the server's ``head-sampling`` stream (its Gaussian noise comes
+    from ``noise``, the ``head`` stream), keeps the eligible ones (every device's row reached the
+    table: ``EmbeddingTable.filled``), and makes one noisy step on them, divisor
+    ``dp.batch_size``, the per-example gradients computed on :func:`capacity` rows."""
+
+    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise,
+                 server):
+        super().__init__(head, lr, momentum, dp, noise)
+        self.server = server
+        self.rows = capacity(dp.sampling_rate * len(server.labels))
+
+    def sample(self) -> torch.Tensor:
+        """The ids of this step's sample (secret: never noted, logged or sent)."""
+        keep = self.server.noise.stream("head-sampling").bernoulli(len(self.server.labels), self.dp.sampling_rate)
+        return torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
+
+    def clipped_sum(self, rows, labels) -> torch.Tensor:
+        """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]
+        (:func:`linear_clipped_sum` where the head allows, else per-example gradients)."""
+        fast = linear_clipped_sum(self.module, rows, labels, self.dp.clip, self.mask)
+        if fast is not None:
+            return fast.detach()
+        grads = per_example_gradients(self.module, rows, labels)
+        return (zo.clip_rows(grads, self.dp.clip) * self.mask[:, None]).sum(0)
+
+    def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
+        """One DP-SGD step on a fresh sample (the round's ``rows`` and ``labels`` are not
+        used): the sample padded with record 0 to at least ``self.rows`` rows."""
+        if self.optimizer is None:
+            return
+        ids = self.sample()
+        padded = torch.cat((ids, ids.new_zeros(max(self.rows - len(ids), 0))))
+        self.mask = (torch.arange(len(padded)) < len(ids)).to(self.pool.dtype)
+        super().step(self.server.table.gather(padded), self.server.labels[padded])
 
 
 class ZerothOrderHead:

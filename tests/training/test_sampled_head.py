@@ -1,0 +1,206 @@
+"""The head on a secret sample of the table (``--head-sampling table``): which records a step
+uses, what it computes, and that no party can tell which records a step used."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from privzv.errors import PrivzvError
+from privzv.release import HeadUpdate
+from privzv.training import methods, privacy, run
+from privzv.training.methods import head
+from privzv.training.noise import SeededNoise
+from privzv.training.parties import EmbeddingTable, Server
+
+
+def test_the_default_for_a_private_trained_first_order_head_is_the_table(tiny_config):
+    private = tiny_config(epsilon=2.0)
+    assert head.sampling(private) == "table" and head.share(private) == head.TABLE_SHARE
+    p = privacy.plan(private, methods.get("dpzv"), records=96, rounds=24)
+    assert p.release.head.sampling_rate == 8 / 96 and p.release.head.batch_size == 8
+    assert p.release.head.window == 0 and p.result["head_steps"] == 24
+    assert head.sampling(tiny_config()) == "batch"                       # no noise
+    assert head.sampling(tiny_config(epsilon=2.0, method="zoo-vfl")) == "batch"   # zeroth order
+    assert head.sampling(tiny_config(epsilon=2.0, head_window=2)) == "batch"
+    assert head.share(tiny_config(epsilon=2.0, freeze="devices")) == 1.0   # the whole budget
+    for bad in (dict(method="zoo-vfl"), dict(head_window=2)):
+        with pytest.raises(PrivzvError):
+            head.sampling(tiny_config(epsilon=2.0, head_sampling="table", **bad))
+
+
+def _sampled_head(records=50, devices=2, dim=3, rate=0.3, sigma=0.0, seed=0):
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(devices * dim, 4))
+    wrapped = _Concat(module)
+    table = EmbeddingTable(devices, records, dim)
+    server = Server(wrapped, torch.randint(0, 4, (records,)), table, SeededNoise(seed, "s"))
+    dp = HeadUpdate(clip=0.5, batch_size=round(rate * records), sigma=sigma, sampling_rate=rate)
+    return head.SampledHead(wrapped, 1.0, 0.0, dp, server.noise, server=server), server
+
+
+class _Concat(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, rows):
+        return self.inner(torch.cat(rows, dim=1))
+
+
+def test_only_records_every_device_has_sent_are_sampled():
+    step, server = _sampled_head()
+    assert len(step.sample()) == 0                        # an empty table: nobody eligible
+    server.table.update(0, torch.arange(0, 30), torch.randn(30, 3))
+    server.table.update(1, torch.arange(20, 50), torch.randn(30, 3))
+    seen = torch.cat([step.sample() for _ in range(200)])
+    assert set(seen.tolist()) == set(range(20, 30))        # both rows filled: 20..29 only
+    assert 0.2 < len(seen) / (200 * 10) < 0.4               # each at about q_h = 0.3
+
+
+def test_a_step_is_the_clipped_sum_of_the_sample_over_the_fixed_divisor():
+    """sigma 0: the head moves by exactly lr x sum_i clip(g_i) / (q_h D) over the sample (the
+    padding rows add nothing), whatever rows the round passes in."""
+    step, server = _sampled_head()
+    for m in range(2):
+        server.table.update(m, torch.arange(50), torch.randn(50, 3))
+    before = [p.detach().clone() for p in step.params]
+    state = server.noise.state_dict()
+    ids = step.sample()
+    server.noise.load_state_dict(state)                     # the step draws the same sample
+    rows = server.table.gather(ids)
+    grads = head.per_example_gradients(step.module, rows, server.labels[ids])
+    expected = head.zo.clip_rows(grads, 0.5).sum(0) / step.dp.batch_size
+    step.step([torch.full((1, 3), 1e6)] * 2, torch.zeros(1, dtype=torch.long))   # ignored
+    moved = torch.cat([(b - p.detach()).reshape(-1) for b, p in zip(before, step.params)])
+    assert step.rows > len(ids) > 0
+    assert torch.allclose(moved, expected, atol=1e-6)
+
+
+def _public_bytes(folder) -> dict:
+    """Every file a party can read (all but the run's private area), the server's transcript
+    too, with wall-clock times and plots left out."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_dir() or path.suffix in (".png", ".svg") or (
+                rel.startswith("private/") and not rel.startswith("private/transcripts/")):
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".pt":   # the public checkpoint: the parties' states
+            state = torch.load(path, weights_only=False)
+            for key in ("run_id", "id", "metrics"):   # a random run id; wall-clock times
+                state.pop(key)
+            # the head's momentum: a sum of its noisy DP steps (the release), moved at rate 0
+            state["state"]["method"].pop("optimizer")
+            data = repr(_plain(state)).encode()
+        elif path.suffix in (".json", ".jsonl", ".journal"):
+            text = data.decode()
+            lines = ([json.loads(text)] if path.suffix == ".json" else
+                     [json.loads(line) for line in text.splitlines() if line.strip()])
+            for value in lines:
+                if isinstance(value, dict):   # wall-clock times; random run and checkpoint ids
+                    for key in ("wall_seconds", "run_id", "checkpoint"):
+                        value.pop(key, None)
+            data = json.dumps(lines, sort_keys=True).encode()
+        out[rel] = data
+    return out
+
+
+def _plain(value):
+    """Nested dicts / lists / tensors as plain Python values (for an exact comparison)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return (str(value.dtype), value.tolist())
+    return value
+
+
+def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, monkeypatch):
+    """The strongest party: a device knows its own batches and everything public. Two runs with
+    the same config and secrets, except that the second run's head steps use a different
+    sample (the complement of the first's draw among eligible records), with the head's rate 0
+    so that the head itself (whose noisy steps are the DP release) does not move: every byte a
+    party can read (transcripts of all parties, messages, traffic, ledger, config, metrics,
+    summary, the public checkpoint but for the head's momentum) is identical, while the samples
+    differ. So the sample, its size and which records
+    it holds reach no party except through the head's DP steps."""
+    samples = {}
+    draw = head.SampledHead.sample
+
+    def recorded(flip):
+        def sample(self):
+            ids = draw(self)
+            if flip:
+                keep = torch.ones(len(self.server.labels), dtype=torch.bool)
+                keep[ids] = False
+                ids = torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
+            samples.setdefault(flip, []).append(ids.tolist())
+            return ids
+        return sample
+
+    config = tiny_config(epsilon=2.0, lr_server=0.0, transcripts=True, epochs=0.25)
+    seen = {}
+    for flip in (False, True):
+        monkeypatch.setattr(head.SampledHead, "sample", recorded(flip))
+        folder = tmp_path / str(flip)
+        run.train(dataclasses.replace(config), folder, secret_seed=7, progress=False)
+        seen[flip] = _public_bytes(folder)
+    assert samples[False] != samples[True]
+    assert sum(map(len, samples[False])) != sum(map(len, samples[True]))   # sizes differ too
+    assert any(name.startswith("transcripts/device") for name in seen[False])
+    assert seen[False].keys() == seen[True].keys()
+    for name in seen[False]:
+        assert seen[False][name] == seen[True][name], name
+
+
+def test_the_ghost_clipped_sum_equals_per_example_clipping():
+    """linear_clipped_sum (no per-example gradients formed) equals clip_rows of the vmap
+    per-example gradients, weighted, for the MLP head; a non-finite row still adds at most C_h;
+    None for a head it does not cover."""
+    from privzv.training import models, zo
+
+    torch.manual_seed(1)
+    module = models.server_model(3, 5, 4)
+    rows = [torch.randn(40, 5) * 4 for _ in range(3)]
+    labels = torch.randint(0, 4, (40,))
+    weights = (torch.rand(40) < 0.7).float()
+    expected = (zo.clip_rows(head.per_example_gradients(module, rows, labels), 0.3)
+                * weights[:, None]).sum(0)
+    fast = head.linear_clipped_sum(module, rows, labels, 0.3, weights)
+    assert torch.allclose(fast, expected, atol=1e-6)
+    bad = [r[:1].clone() for r in rows]
+    bad[0][0, 0] = float("inf")
+    one = head.linear_clipped_sum(module, bad, labels[:1], 0.3, torch.ones(1))
+    assert torch.isfinite(one).all() and float(one.norm()) <= 0.3 * (1 + 1e-6)
+    assert head.linear_clipped_sum(_Concat(torch.nn.Sequential(torch.nn.LayerNorm(15))),
+                                   rows, labels, 0.3, weights) is None
+
+
+def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, tiny_scheduler):
+    """The head's samples come from the server's checkpointed generator and the table's
+    ``filled`` marks are in its state: a scheduler restored from a state continues bit for
+    bit (a checkpoint from before ``filled`` infers it from the non-zero rows)."""
+    import copy
+
+    kw = dict(sigma=1.0, epsilon=50.0)
+    first = tiny_scheduler(**kw)
+    assert type(first.method.head).__name__ == "SampledHead"
+    for _ in range(10):
+        first.step()
+    state = copy.deepcopy(first.state_dict())
+    second = tiny_scheduler(**kw)
+    second.load_state_dict(state)
+    for _ in range(10):
+        first.step()
+        second.step()
+    a, b = first.server.head.state_dict(), second.server.head.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    table = state["server"]["table"]
+    filled = table.pop("filled")
+    first.server.table.load_state_dict(table)
+    assert torch.equal(first.server.table.filled, filled)
