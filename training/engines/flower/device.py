@@ -120,6 +120,15 @@ class DeviceParty:
         self.recorder.close()
         self.recorder = self._recorder()
 
+    def flush(self) -> None:
+        """After each message of a long-lived party (the executor's): this message's transcript
+        entries written and synced to its folder, the files kept open for the next."""
+        if self.folder is None:
+            return
+        if self.transcript_sizes is None:
+            self.recorder.stream_to(self.folder)
+        self.transcript_sizes = self.recorder.sync()
+
     def restore(self, blob: bytes) -> None:
         state = torch.load(io.BytesIO(blob), weights_only=False)
         self.device.model.load_state_dict(state["model"])
