@@ -272,3 +272,28 @@ def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_pa
     port = node[node.index("--port") + 1]
     assert exe_name == "device1-executor"
     assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
+
+
+class Killed(Loopback):
+    """The run stops (Ctrl-C) at device 1's second uplink, after a checkpoint."""
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        if kind == "query.send" and node == 899 and any(k == "query.send" for k, _ in self.received[1]):
+            raise KeyboardInterrupt
+        return super().push(node, kind, content)
+
+
+def test_resume_of_a_flower_run_is_refused(tmp_path, capsys):
+    """Issue 25 item 2: a stopped Flower run's checkpoint has no device state; ``--resume`` of it
+    (which the in-process engine would otherwise continue from fresh devices) is one line, exit 2."""
+    from privzv.training.cli import main
+
+    def engine(cfg):
+        return FlowerEngine(Killed(cfg, tmp_path / "devices", SECRET), cfg, keys(cfg.devices))
+
+    summary = run.train(CONFIG, tmp_path / "flower", secret_seed=SECRET, checkpoint_every=1, engine=engine)
+    assert summary["stopped"] == "interrupted"
+    capsys.readouterr()
+    assert main(["--resume", str(tmp_path / "flower")]) == 2
+    err = capsys.readouterr().err
+    assert "a run of the Flower engine cannot be resumed" in err and err.count("\n") == 1

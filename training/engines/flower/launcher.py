@@ -52,6 +52,7 @@ from privzv.training.messages import device_name
 APP = "privzv.training.engines.flower.apps"
 WORK_PREFIX = "privzv-flower-"
 SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
+SERVER_START = 30.0   # seconds from the submission within which the ServerApp must be running
 
 
 def free_port() -> int:
@@ -111,16 +112,19 @@ class Stack:
         self.names[proc.pid] = name
         return proc
 
-    def check_alive(self) -> None:
-        """Failed (one line) when a process started has exited, or the ServerApp was seen and is gone."""
+    def check_alive(self, submitted: float | None = None) -> None:
+        """Failed (one line) when a process started has exited, or, once the run was submitted
+        (at ``time.monotonic()`` ``submitted``), the ServerApp is gone (seen, or not seen within
+        :data:`SERVER_START` s: it may have come and gone unseen)."""
         for proc in self.procs:
             if proc.poll() is not None:
                 raise Failed(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}")
         running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
                       for name in SERVER_PROCESSES)
-        if self.server_seen and not running:
-            raise Failed("flower: the ServerApp exited without a result (killed, or stopped by flwr stop)")
         self.server_seen = self.server_seen or running
+        if submitted is not None and not running and (
+                self.server_seen or time.monotonic() > submitted + SERVER_START):
+            raise Failed("flower: the ServerApp exited without a result (killed, or stopped by flwr stop)")
 
     def stop(self) -> None:
         """The guard stops every process started and its descendants and removes the work folder."""
@@ -298,8 +302,14 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
         if time.monotonic() > deadline:
             raise Failed(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
         time.sleep(0.5)
+    submitted = time.monotonic()
     while not status.exists():
-        stack.check_alive()
+        try:
+            stack.check_alive(submitted)
+        except Failed:
+            if status.exists():   # the ServerApp wrote its result and exited meanwhile
+                break
+            raise
         if time.monotonic() > deadline:
             raise Failed(f"flower: the run did not finish within {timeout:g} s (--flower-timeout)")
         time.sleep(0.2)

@@ -1,0 +1,115 @@
+"""Faults of a local Flower run (issue 25 items 4 and 5), real processes on 127.0.0.1, each
+bounded in time: whatever ends the run, every process it started is gone, the work folder with the
+devices' noise seeds, reply keys and data slices is removed, and the error is one line with the
+documented exit code (1: the run failed)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
+
+from privzv.training.cli import main  # noqa: E402
+from privzv.training.run_folder import FolderLock  # noqa: E402
+
+ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epsilon", "8", "--secret-seed", "5",
+        "--engine", "flower"]
+
+
+def _inside(folder: Path) -> list[int]:
+    """The processes whose working directory is inside ``folder`` (a run's processes run in its
+    work folder, also once it is deleted)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(folder)):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _until(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+def tmp(tmp_path, monkeypatch):
+    """A private temp directory for the launcher's work folders (``$TMPDIR``)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys):
+    code = main([*ARGS, "--epochs", "1", "--out", str(tmp_path / "run"), "--flower-timeout", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "--flower-timeout" in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert list(tmp.glob("privzv-flower-*")) == [] and _inside(tmp) == []
+
+
+def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp):
+    """SIGKILL of the launcher: its guard stops the SuperLink, SuperNodes and executors and removes
+    the 0700 work folder with the devices' noise seeds."""
+    launcher = subprocess.Popen([sys.executable, "-c", (
+        "from pathlib import Path; from privzv.training.config import TrainConfig; "
+        "from privzv.training.engines.flower import launcher; "
+        "launcher.run(TrainConfig(dataset='digits', devices=2, epsilon=8.0), Path(r'%s'), secret_seed=5, "
+        "timeout=60)") % (tmp.parent / "run")], env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        (work,) = _until(lambda: [w for w in tmp.glob("privzv-flower-*") if (w / "device1" / "noise-seed").exists()],
+                         30, "the work folder")
+        assert (work.stat().st_mode & 0o777) == 0o700 and (work / "device0").stat().st_mode & 0o077 == 0
+        _until(lambda: len(_inside(work)) >= 5, 30, "the run's processes")   # SuperLink, 2 x (node, executor)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+    _until(lambda: not work.exists() and _inside(tmp) == [], 20, "nothing left")
+
+
+def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path):
+    """The ServerApp killed (or stopped by ``flwr stop``): the launcher notices within seconds, not
+    after --flower-timeout; one line, exit 1; no process left; the run folder's lock is free."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "20", "--out", str(out),
+                             "--flower-timeout", "300"], env={**os.environ, "TMPDIR": str(tmp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def server():
+            return [pid for pid in _inside(tmp) if "flwr-serverapp" in _cmdline(pid)]
+
+        (pid, *_) = _until(server, 120, "the ServerApp")
+        time.sleep(1.0)   # the launcher has seen it (it looks every 0.2 s)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert time.monotonic() - killed < 30   # --flower-timeout is 300
+    assert proc.returncode == 1 and "ServerApp exited without a result" in err and err.count("\n") == 1, err
+    assert _inside(tmp) == [] and list(tmp.glob("privzv-flower-*")) == []
+    lock = FolderLock.take(out.parent / f".{out.name}.lock")
+    assert lock is not None
+    lock.release()
