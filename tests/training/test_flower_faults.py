@@ -113,3 +113,88 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path):
     lock = FolderLock.take(out.parent / f".{out.name}.lock")
     assert lock is not None
     lock.release()
+
+
+def test_a_rogue_process_that_takes_device_0s_task_cannot_answer_it(tmp, tmp_path):
+    """Issue 25 item 1, played for real: a local process that is not part of the run connects to
+    device 0's SuperNode (its Runtime API on 127.0.0.1), takes device 0's tasks (the device's own
+    executor stopped), reads them and pushes a forged uplink. The task carries nothing of the
+    device (its context's state is empty: no model, no generator state); the server refuses the
+    forged reply (not signed with device 0's key): one line, exit 1."""
+    from flwr.app import ConfigRecord, Message as FlowerMessage, RecordDict
+    from flwr.common.constant import SubStatus
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+
+    import httpx
+    import torch
+
+    from privzv.training.engines.flower import codec, executor
+    from privzv.training.messages import Message
+
+    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "2",
+                             "--out", str(tmp_path / "run"), "--flower-timeout", "300"],
+                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stopped, seen = None, []
+    try:
+        def device0_executor():
+            return [pid for pid in _inside(tmp) if "executor" in _cmdline(pid) and
+                    any(f"127.0.0.1:{p}" in _cmdline(pid) for p in _node_ports(tmp, 0))]
+
+        (stopped, *_) = _until(device0_executor, 120, "device 0's executor")
+        os.kill(stopped, signal.SIGSTOP)   # device 0's own process no longer takes its tasks
+        address = _cmdline(stopped).split("\0")[_cmdline(stopped).split("\0").index("--runtime-api-address") + 1]
+        def client(*interceptors):   # no retries: the SuperNode goes when the run ends
+            return RuntimeHttpClient.from_server_address(server_address=address, insecure=True, root_certificates=None,
+                                                         interceptors=list(interceptors), retry_invoker=None)
+
+        tasks = client(RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and len(seen) < 3:
+            try:
+                res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
+            except httpx.ConnectError:   # the SuperNode is not listening yet
+                res = None
+            if not (res is not None and res.HasField("task") and res.token):
+                time.sleep(0.05)
+                continue
+            task = client(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                          RuntimeTokenHttpInterceptor(res.token))
+            message, context, _ = executor.pull_task_input(task)
+            kind = message.metadata.message_type
+            seen.append((kind, set(context.state.keys())))
+            if kind == "query.send":   # a forged uplink: device 0's batch ids, zero embeddings
+                ids = message.content["batch"]["ids"].numpy()
+                forged = codec.encode(Message(int(message.content["round"]["round"]), "device0", "server", "uplink",
+                                              {"ids": torch.from_numpy(ids.copy()),
+                                               "h_plus": torch.zeros(len(ids), 8), "h_minus": torch.zeros(len(ids), 8)}))
+            else:
+                forged = RecordDict({"node": ConfigRecord({"partition-id": 0})})
+            push_message(task, FlowerMessage(forged, reply_to=message), context)
+            push_task_output(task, context, SubStatus.COMPLETED, "")
+            task.close()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert seen and all(keys == set() for _, keys in seen), seen
+    assert proc.returncode == 1 and "not signed by device 0's key" in err and err.count("\n") == 1, err
+    assert _until(lambda: _inside(tmp) == [], 20, "no process left")
+
+
+def _node_ports(tmp: Path, m: int) -> list[str]:
+    """The Runtime API ports of device m's SuperNode (from its command line)."""
+    ports = []
+    for pid in _inside(tmp):
+        args = _cmdline(pid).split("\0")
+        if "--node-config" in args and f"partition-id={m} " in args[args.index("--node-config") + 1]:
+            ports.append(args[args.index("--port") + 1])
+    return ports
