@@ -70,9 +70,10 @@ def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys):
     assert list(tmp.glob("privzv-flower-*")) == [] and _inside(tmp) == []
 
 
-def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp):
+@pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code):
     """SIGKILL of the launcher: its guard stops the SuperLink, SuperNodes and executors and removes
-    the 0700 work folder with the devices' noise seeds."""
+    the 0700 work folder with the devices' noise seeds; SIGTERM: the launcher does it, exit 143."""
     launcher = subprocess.Popen([sys.executable, "-c", (
         "from pathlib import Path; from privzv.training.config import TrainConfig; "
         "from privzv.training.engines.flower import launcher; "
@@ -84,9 +85,10 @@ def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp):
         assert (work.stat().st_mode & 0o777) == 0o700 and (work / "device0").stat().st_mode & 0o077 == 0
         _until(lambda: len(_inside(work)) >= 5, 30, "the run's processes")   # SuperLink, 2 x (node, executor)
     finally:
-        launcher.send_signal(signal.SIGKILL)
-        launcher.wait(10)
+        launcher.send_signal(sig)
+        launcher.wait(20)
     _until(lambda: not work.exists() and _inside(tmp) == [], 20, "nothing left")
+    assert launcher.returncode == code
 
 
 def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path):
