@@ -200,3 +200,27 @@ def _node_ports(tmp: Path, m: int) -> list[str]:
         if "--node-config" in args and f"partition-id={m} " in args[args.index("--node-config") + 1]:
             ports.append(args[args.index("--port") + 1])
     return ports
+
+
+def test_the_stack_names_a_dead_process_and_stops_orphaned_descendants(tmp_path):
+    """A process of the run that exits (a killed SuperNode, a SuperLink that could not bind its
+    port) is one line, exit 1; a descendant it left behind (as a killed SuperLink leaves Flower's
+    SuperExec and ServerApp, in sessions of their own) is stopped too, and the folder removed."""
+    from privzv.cliutil import Failed
+    from privzv.training.engines.flower import launcher
+
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    stack = launcher.Stack(work, work / "logs")
+    try:
+        stack.start("device0", ["sleep", "30"], dict(os.environ))
+        parent = stack.start("superlink", ["sh", "-c", "setsid sleep 31 & echo $! > orphan; sleep 3"], dict(os.environ))
+        orphan = int(_until(lambda: (work / "orphan").exists() and (work / "orphan").read_text().strip(), 10, "the orphan"))
+        parent.wait(10)   # the orphan now belongs to init, in a session of its own
+        time.sleep(0.5)   # the guard has looked (every 0.2 s)
+        with pytest.raises(Failed, match="superlink exited with code 0"):
+            stack.check_alive()
+    finally:
+        stack.stop()
+    assert not work.exists()
+    assert not Path(f"/proc/{orphan}").exists() or "sleep" not in _cmdline(orphan)

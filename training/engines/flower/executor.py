@@ -46,7 +46,8 @@ from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from privzv.training.engines.flower import apps, waits
 
-POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has no task
+POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has had no task for a while
+FIRST_POLL = 0.002   # ... and right after a task, doubling up to POLL
 APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
 PARTIES: dict = {}   # partition id -> the device's DeviceParty, alive between its messages
 
@@ -54,12 +55,15 @@ PARTIES: dict = {}   # partition id -> the device's DeviceParty, alive between i
 def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | None = None) -> None:
     """Run the SuperNode's ClientApp tasks at Runtime API ``address``, one after another, forever."""
     tasks = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+    pause = FIRST_POLL
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
             run_task(address, insecure, certificates, res.token)
+            pause = FIRST_POLL   # a device's next task tends to follow soon
         else:
-            time.sleep(poll)
+            time.sleep(pause)
+            pause = min(2 * pause, poll)
 
 
 def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:

@@ -31,7 +31,7 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.engines.flower import codec
 
-POLL_SECONDS = 0.1
+FIRST_POLL, POLL_SECONDS = 0.002, 0.1   # look for replies after 2 ms, doubling to 0.1 s
 
 
 class GridTransport:
@@ -62,6 +62,7 @@ class GridTransport:
         """The replies' contents to message ``ids``, by id (PrivzvError on an error or timeout)."""
         replies: dict[str, RecordDict] = {}
         deadline = time.monotonic() + self.timeout
+        pause = FIRST_POLL
         while len(replies) < len(ids):
             for reply in self.grid.pull_messages([i for i in ids if i not in replies]):
                 mid = reply.metadata.reply_to_message_id
@@ -75,7 +76,8 @@ class GridTransport:
             if len(replies) < len(ids):
                 if time.monotonic() > deadline:
                     raise Failed(f"flower: no reply to {what} within {self.timeout:g} s")
-                time.sleep(POLL_SECONDS)
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_SECONDS)
         return replies
 
 
