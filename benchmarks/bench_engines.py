@@ -4,10 +4,9 @@ Setting: digits, 2 devices, batch 32, DPZV (``--method``), ``--rounds`` rounds, 
 evaluation at the end (plus the one at round 0), the same public and secret seeds. The Flower run
 ``--modes`` (``launcher.MODES``) picks the Flower runs: ``deployment`` (the default; row
 ``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
-device's long-lived ClientApp executor (``executor``) and the ServerApp on 127.0.0.1;
-``per-message`` (row ``flower_per_message``) the same with Flower 1.41's own ClientApp process per
-message; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``: Flower's
-simulation runtime on Ray.
+device's long-lived ClientApp executor (``executor``, the device kept in its memory) and the
+ServerApp on 127.0.0.1; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``:
+Flower's simulation runtime on Ray.
 
 Reported per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
 ``total_seconds`` (with the start and stop of the Flower processes), ``rounds_per_second`` =
@@ -16,8 +15,7 @@ the serialised bytes of the messages (``wire_bytes``: uplinks, downlinks, contro
 requests, acknowledgements, hello and evaluation messages) and their count. ``overhead`` is the
 Flower loop's seconds per round minus the in-process one. The loop starts after the setup (the
 devices' ``query.hello``, where each loads its data slice). Each row has the machine's 1-minute
-load average at its end: on a shared machine the Flower figures grow with it
-(``flower_per_message`` most: each message starts a Python process).
+load average at its end: on a shared machine the Flower figures grow with it.
 Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]``
 (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
@@ -51,8 +49,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--method", default="dpzv")
     ap.add_argument("--modes", nargs="+", choices=launcher.MODES, default=["deployment"],
-                    help="Flower runs to time (launcher.MODES; default deployment): per-message = Flower's "
-                         "own ClientApp process per message (slow), simulation = Ray (privzv[flower-sim])")
+                    help="Flower runs to time (launcher.MODES; default deployment): simulation = Ray "
+                         "(privzv[flower-sim])")
     args = ap.parse_args()
     config = TrainConfig(dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90,
                          evals=1, epsilon=8.0)

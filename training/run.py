@@ -246,6 +246,9 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     secret = folder.read_secrets()
     ckpt = folder.load_checkpoint()
     _check_checkpoint(ckpt, saved, saved_config)
+    if not ckpt["state"].get("devices") and saved_config.devices:   # the Flower engine keeps none
+        raise PrivzvError(f"--resume {folder.path}: a run of the Flower engine cannot be resumed "
+                          "(its checkpoint has no device state)")
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
     expected = rounds_for(saved_config, len(dataset.y_train))

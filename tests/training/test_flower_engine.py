@@ -1,12 +1,14 @@
 """The Flower engine against the in-process engine, without processes: ``Loopback`` hands every
-message to the device's handler (``apps.handle``) at once, a fresh ``DeviceParty`` each time (as
-Flower starts a fresh ClientApp process per message), its state in a RecordDict (context.state).
-The real-process run is ``test_flower_e2e.py``."""
+message to the device's handler (``apps.handle``) at once and signs the reply with the device's
+key, the device kept alive between messages (``live``, as in the executor) or, with
+``live=None``, rebuilt per message from its state in a RecordDict (context.state, as in Flower's
+simulation). The real-process run is ``test_flower_e2e.py``."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import types
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ pytest.importorskip("flwr", reason="the Flower engine needs the optional package
 
 from flwr.app import RecordDict  # noqa: E402
 
+from privzv.cliutil import Failed  # noqa: E402
 from privzv.errors import PrivzvError  # noqa: E402
 from privzv.training import data, run, seeds, transcript  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
@@ -30,15 +33,21 @@ SECRET = 7
 CONFIG = TrainConfig(dataset="digits", devices=2, epochs=4 / 90, evals=2, epsilon=8.0)
 
 
+def keys(count: int) -> list[bytes]:
+    return [bytes([m + 1]) * 32 for m in range(count)]
+
+
 class Loopback:
     """Transport of ``FlowerEngine`` that answers at once with ``apps.handle`` of the device; node
     ids are not in device order (the engine must map them by partition id)."""
 
-    def __init__(self, config: TrainConfig, folder, secret: int):
+    def __init__(self, config: TrainConfig, folder, secret: int, live: bool = True):
         self.node = [{"partition-id": m, "folder": str(folder / f"device{m}")} for m in range(config.devices)]
+        self.keys = keys(config.devices)
         for m, n in enumerate(self.node):
             Path(n["folder"]).mkdir(parents=True)
             (Path(n["folder"]) / apps.NOISE_KEY).write_text(seeds.key(secret, "device", m).hex())
+        self.live = {} if live else None
         self.state = [RecordDict({}) for _ in range(config.devices)]
         self.received: list[list[tuple[str, RecordDict]]] = [[] for _ in range(config.devices)]
         self.replies: dict[str, RecordDict] = {}
@@ -50,20 +59,21 @@ class Loopback:
         m = 900 - node
         self.received[m].append((kind, content))
         mid = f"{len(self.replies)}-{node}-{kind}-{sum(map(len, self.received))}"
-        self.replies[mid] = apps.handle(kind, content, self.node[m], self.state[m])
+        reply = apps.handle(kind, content, self.node[m], self.state[m], self.live)
+        self.replies[mid] = codec.sign(self.keys[m], mid, reply)
         return mid
 
     def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
         return {i: self.replies.pop(i) for i in ids}
 
 
-def _runs(tmp_path, method: str):
+def _runs(tmp_path, method: str, live: bool = True):
     config = dataclasses.replace(CONFIG, method=method)
     ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
     engines = []
 
     def engine(cfg):
-        engines.append(FlowerEngine(Loopback(cfg, tmp_path / "devices", SECRET), cfg))
+        engines.append(FlowerEngine(Loopback(cfg, tmp_path / "devices", SECRET, live), cfg, keys(cfg.devices)))
         return engines[-1]
 
     flower = run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
@@ -74,9 +84,10 @@ def _metrics(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
-def test_flower_engine_equals_in_process(tmp_path, method):
-    ref, flower, engine = _runs(tmp_path, method)
+@pytest.mark.parametrize("method, live", [("dpzv", True), ("fo-vector", True), ("vafl", True), ("czofo", True),
+                                          ("zoo-vfl", True), ("dpzv", False)])
+def test_flower_engine_equals_in_process(tmp_path, method, live):
+    ref, flower, engine = _runs(tmp_path, method, live)
     assert flower["rounds"] == ref["rounds"] == 4
     assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
     assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
@@ -109,11 +120,11 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
 
     def engine(cfg):
         loop.append(Loopback(cfg, tmp_path / "devices", SECRET))
-        return FlowerEngine(loop[0], cfg)
+        return FlowerEngine(loop[0], cfg, keys(cfg.devices))
 
     run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
     dataset = data.load("digits", 2, seed=config.seed)
-    allowed = {"query.hello": {"config/json"}, "query.send": {"round/round", "round/sigma", "batch/ids"},
+    allowed = {"query.hello": {"config/json", "config/sigma"}, "query.send": {"round/round", "batch/ids"},
                "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
                "query.embed": {"rows/start", "rows/stop"}}
     for m, received in enumerate(loop[0].received):
@@ -154,16 +165,57 @@ class Tampering(Loopback):
             up = codec.decode(self.replies[mid])
             ids = up["ids"].clone()
             ids[1] = ids[0]
-            self.replies[mid] = codec.encode(Message(up.round, up.sender, up.receiver, up.kind,
-                                                     {**up.tensors, "ids": ids}))
+            self.replies[mid] = codec.sign(self.keys[900 - node], mid, codec.encode(
+                Message(up.round, up.sender, up.receiver, up.kind, {**up.tensors, "ids": ids})))
             self.tampered = True
         return mid
 
 
-def _device_state(loop: Loopback, m: int) -> dict:
-    import io
+class Rogue(Loopback):
+    """A local process that is not device 0 answers device 0's first round with a forged uplink
+    (the right shape and ids, its own values): signed with a key not device 0's, or not signed."""
 
-    return torch.load(io.BytesIO(loop.state[m]["device"]["blob"]), weights_only=False)
+    def __init__(self, *args, key: bytes | None):
+        super().__init__(*args)
+        self.key, self.forged = key, False
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        mid = super().push(node, kind, content)
+        if kind == "query.send" and node == 900 and not self.forged:
+            up = codec.decode(self.replies[mid])
+            forged = codec.encode(Message(up.round, up.sender, up.receiver, up.kind,
+                                          {name: torch.zeros_like(t) if t.is_floating_point() else t
+                                           for name, t in up.tensors.items()}))
+            self.replies[mid] = forged if self.key is None else codec.sign(self.key, mid, forged)
+            self.forged = True
+        return mid
+
+
+@pytest.mark.parametrize("key", [None, b"\x00" * 32])
+def test_a_forged_uplink_from_another_process_is_refused(tmp_path, key):
+    """Issue 25 item 1: the server accepts a reply only with device m's signature over the task
+    it answers; a process that pulled device 0's task and pushed its own uplink stops the run."""
+    def engine(cfg):
+        return FlowerEngine(Rogue(cfg, tmp_path / "devices", SECRET, key=key), cfg, keys(cfg.devices))
+
+    with pytest.raises(Failed, match="not signed by device 0's key"):
+        run.train(CONFIG, tmp_path / "flower", secret_seed=SECRET, engine=engine)
+
+
+def test_a_signature_binds_the_task_and_every_value():
+    content = codec.encode(Message(1, "device0", "server", "embeddings", {"h": torch.ones(2, 3)}))
+    signed = codec.sign(b"k" * 32, "task-1", content)
+    assert codec.verify(b"k" * 32, "task-1", signed)
+    assert not codec.verify(b"k" * 32, "task-2", signed)        # replayed onto another task
+    assert not codec.verify(b"j" * 32, "task-1", signed)        # another key
+    signed[codec.TENSORS]["h"] = signed[codec.TENSORS]["h"].__class__(torch.ones(2, 3).numpy() * 2)
+    assert not codec.verify(b"k" * 32, "task-1", signed)        # a value changed
+
+
+def _device_state(loop: Loopback, m: int) -> dict:
+    party = loop.live[m]
+    return {"step": party.device.step, "pending": party.pending,
+            "model": {k: v.clone() for k, v in party.device.model.state_dict().items()}}
 
 
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
@@ -173,7 +225,7 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
 
     def engine(cfg):
         loops.append(Tampering(cfg, tmp_path, SECRET))
-        return FlowerEngine(loops[0], cfg)
+        return FlowerEngine(loops[0], cfg, keys(cfg.devices))
 
     sched = run.build(config, data.load("digits", 2, seed=config.seed), secret_seed=SECRET, engine=engine)
     before = _device_state(loops[0], 0)
@@ -216,7 +268,7 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     """One-line errors before any process starts or any file is written."""
     from privzv.training.engines.flower import launcher
 
-    with pytest.raises(PrivzvError, match="mode 'cloud': one of deployment, per-message, simulation"):
+    with pytest.raises(PrivzvError, match="mode 'cloud': one of deployment, simulation"):
         launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="cloud")
     real = launcher.importlib.util.find_spec
     monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name))
@@ -226,24 +278,42 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("warm", [True, False])
-def test_each_device_gets_its_supernode_and_in_deployment_an_executor_on_that_supernode(tmp_path, warm):
-    """Mode deployment: SuperNode m with --isolation process and an executor on SuperNode m's own
-    Runtime API port; mode per-message: the SuperNode starts Flower's ClientApp processes itself."""
+def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_path):
+    """SuperNode m with --isolation process and an executor on SuperNode m's own Runtime API port."""
     from privzv.training.engines.flower import launcher
 
     started = []
-    stack = launcher.Stack(tmp_path, tmp_path)
-    stack.start = lambda name, args, env: started.append((name, args))
-    launcher._start_device(stack, 1, 9000, warm, {})
-    (name, node), *rest = started
+    stack = types.SimpleNamespace(work=tmp_path, start=lambda name, args, env: started.append((name, args)))
+    launcher._start_device(stack, 1, 9000, {})
+    (name, node), (exe_name, executor) = started
     assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
-    assert node[node.index("--isolation") + 1] == ("process" if warm else "subprocess")
+    assert node[node.index("--isolation") + 1] == "process"
     assert f'folder={json.dumps(str(tmp_path / "device1"))}' in node[node.index("--node-config") + 1]
-    if warm:
-        ((name, executor),) = rest
-        port = node[node.index("--port") + 1]
-        assert name == "device1-executor"
-        assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
-    else:
-        assert rest == []
+    port = node[node.index("--port") + 1]
+    assert exe_name == "device1-executor"
+    assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
+
+
+class Killed(Loopback):
+    """The run stops (Ctrl-C) at device 1's second uplink, after a checkpoint."""
+
+    def push(self, node: int, kind: str, content: RecordDict) -> str:
+        if kind == "query.send" and node == 899 and any(k == "query.send" for k, _ in self.received[1]):
+            raise KeyboardInterrupt
+        return super().push(node, kind, content)
+
+
+def test_resume_of_a_flower_run_is_refused(tmp_path, capsys):
+    """Issue 25 item 2: a stopped Flower run's checkpoint has no device state; ``--resume`` of it
+    (which the in-process engine would otherwise continue from fresh devices) is one line, exit 2."""
+    from privzv.training.cli import main
+
+    def engine(cfg):
+        return FlowerEngine(Killed(cfg, tmp_path / "devices", SECRET), cfg, keys(cfg.devices))
+
+    summary = run.train(CONFIG, tmp_path / "flower", secret_seed=SECRET, checkpoint_every=1, engine=engine)
+    assert summary["stopped"] == "interrupted"
+    capsys.readouterr()
+    assert main(["--resume", str(tmp_path / "flower")]) == 2
+    err = capsys.readouterr().err
+    assert "a run of the Flower engine cannot be resumed" in err and err.count("\n") == 1

@@ -5,16 +5,18 @@
 head, the embedding table, the ledger and the server's noise generator live in this process.
 Its inputs come from the SuperLink's environment (set by ``launcher``, never sent to a device):
 ``PRIVZV_FLOWER_OUT`` (the run folder), ``PRIVZV_FLOWER_STATUS`` (a JSON file it writes when
-done: the summary and the wire bytes, or the error), optional ``PRIVZV_FLOWER_SECRET_SEED``,
+done: the summary and the wire bytes, or the ``error`` (bad input) or ``failed`` (runtime)), ``PRIVZV_FLOWER_KEYS`` (a 0600 file of the
+devices' reply keys, :func:`reply_keys`), optional ``PRIVZV_FLOWER_SECRET_SEED``,
 ``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``. The
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
-folder: transcript, data slice, and the file ``noise-key`` with its private noise key; in
-Flower's simulation, which has no such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). Its state between
-messages is ``context.state``: ``"config"``, the run's config as the server resolved it (sent with
-``query.hello``: the tuned C and rates of ``privzv.training.defaults`` need every device's model
-size), and ``"device"`` (``device.DeviceParty``).
+folder: transcript, data slice, the file ``noise-key`` with its private noise key and the
+file ``reply-key`` with the key it signs its replies with; in Flower's simulation, which has no
+such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). ``query.hello`` carries the run's config
+as the server resolved it (the tuned C and rates of ``privzv.training.defaults`` need every
+device's model size) and sigma. In the executor the device (``device.DeviceParty``) lives in the
+executor's memory between messages; in Flower's simulation in ``context.state`` (:func:`handle`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import codec, waits
@@ -43,6 +46,14 @@ def public_config(context: Context) -> TrainConfig:
     return TrainConfig.from_dict(json.loads(str(context.run_config["privzv-config"]))).validate()
 
 
+def reply_keys(path: Path) -> list[bytes]:
+    """The devices' reply keys (hex, one a line) from the server's 0600 file ``path``."""
+    try:
+        return [bytes.fromhex(line) for line in path.read_text().split()]
+    except (OSError, ValueError) as exc:
+        raise PrivzvError(f"flower: {str(path)!r}: the devices' reply keys, hex, one a line ({exc})") from None
+
+
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
     from privzv.training import run
@@ -53,7 +64,7 @@ def main(grid: Grid, context: Context) -> None:
 
     def engine(config):
         transport = GridTransport(grid, float(env.get("PRIVZV_FLOWER_TIMEOUT", "120")))
-        engines.append(FlowerEngine(transport, config))
+        engines.append(FlowerEngine(transport, config, reply_keys(Path(env["PRIVZV_FLOWER_KEYS"]))))
         return engines[-1]
 
     try:
@@ -70,6 +81,8 @@ def main(grid: Grid, context: Context) -> None:
         result = {"summary": summary, "wire": engines[0].wire if engines else None}
     except PrivzvError as exc:
         result = {"error": str(exc)}
+    except Failed as exc:   # a runtime failure (a device's reply missing or refused): exit 1
+        result = {"failed": str(exc)}
     except Exception:   # reported to the launcher, which raises it where the user sees it
         result = {"error": "ServerApp failed:\n" + traceback.format_exc()}
     tmp = status.with_suffix(".tmp")
@@ -79,19 +92,37 @@ def main(grid: Grid, context: Context) -> None:
 
 # --------------------------------------------------------------------------------- device side
 DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"   # simulation: the folder of the devices' folders
-NOISE_KEY = "noise-key"   # in the device's folder, mode 0600: never on a command line (ps shows those)
+NOISE_KEY = "noise-key"     # in the device's folder, mode 0600: never on a command line (ps shows those)
+REPLY_KEY = "reply-key"     # in the device's folder, mode 0600: the key its replies are signed with
+
+
+def _secret_file(folder: Path, name: str, what: str) -> str:
+    try:
+        return (folder / name).read_text().strip()
+    except OSError as exc:
+        raise PrivzvError(f"flower: {str(folder / name)!r}: {what}, in a file only the device reads "
+                          f"({exc})") from None
 
 
 def noise_key(folder: Path) -> bytes:
     """The device's private noise key, from the file ``NOISE_KEY`` (hex) in its own folder."""
+    text = _secret_file(folder, NOISE_KEY, "the device's noise key")
     try:
-        key = bytes.fromhex((folder / NOISE_KEY).read_text())
-    except (OSError, ValueError) as exc:
-        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key, 32 bytes "
-                          f"in hex in a file only the device reads ({exc})") from None
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
     if len(key) != 32:
-        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key must be 32 bytes")
+        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key must be 32 "
+                          "bytes in hex")
     return key
+
+
+def reply_key(folder: Path) -> bytes:
+    """The device's key for signing its replies (``codec.sign``), hex in the file ``REPLY_KEY``."""
+    try:
+        return bytes.fromhex(_secret_file(folder, REPLY_KEY, "the device's reply key"))
+    except ValueError:
+        raise PrivzvError(f"flower: {str(folder / REPLY_KEY)!r}: the device's reply key, in hex") from None
 
 
 def device_folder(node: dict, m: int) -> Path:
@@ -105,28 +136,42 @@ def device_folder(node: dict, m: int) -> Path:
     return Path(os.environ[DEVICES_ENV]) / device_name(m)
 
 
-def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> RecordDict:
-    """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
-    ``content``; ``state`` (its ``context.state``) is read and updated: it keeps the run's config
-    (resolved by the server, sent with ``query.hello``) and the device's state."""
+def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: dict | None) -> DeviceParty:
+    """Device m's party for a message: with ``live``, the one ``query.hello`` made and kept there;
+    else rebuilt from ``state`` (the run's config and sigma, sent with hello, and its saved state)."""
     m = int(node["partition-id"])
-    kept = state["device"] if "device" in state else None
-    # the server's config with the defaults it resolved (C, rates), sent with hello and kept
     if kind == "query.hello":
-        state["config"] = ConfigRecord({"json": str(content["config"]["json"])})
-    if "config" not in state:
+        state.clear()
+        if live is None:   # the server's config with the defaults it resolved (C, rates) and sigma
+            state["config"] = ConfigRecord(dict(content["config"]))
+        record = content["config"]
+    elif live is not None:
+        if m not in live:
+            raise PrivzvError(f"flower: message kind {kind!r} reached device {m} before query.hello")
+        return live[m]
+    elif "config" not in state:
         raise PrivzvError(f"flower: message kind {kind!r} reached device {m} before query.hello")
-    config = TrainConfig.from_dict(json.loads(str(state["config"]["json"]))).validate()
-    if kind == "query.send":
-        sigma = float(content["round"]["sigma"])
     else:
-        sigma = float(kept["sigma"]) if kept is not None else 0.0
+        record = state["config"]
+    config = TrainConfig.from_dict(json.loads(str(record["json"]))).validate()
     folder = device_folder(node, m)
-    party = DeviceParty(config, m, noise_key(folder), sigma, folder)
-    if kept is not None:
-        party.restore(kept["blob"])
-    if kind == "query.hello":   # the device loads its slice and starts its transcript
-        reply = RecordDict({"node": ConfigRecord({"partition-id": m})})
+    party = DeviceParty(config, m, noise_key(folder), float(record["sigma"]), folder)
+    if live is not None:
+        live[m] = party
+    elif "device" in state:
+        party.restore(state["device"]["blob"])
+    return party
+
+
+def handle(kind: str, content: RecordDict, node: dict, state: RecordDict, live: dict | None = None) -> RecordDict:
+    """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
+    ``content``. ``live`` (the long-lived executor's): device m stays in memory there, and nothing
+    of it goes to ``state`` (the task's ``context.state``, which its SuperNode serves to whoever
+    pulls the task); None (Flower's simulation, where the context stays in the SuperLink's
+    process tree): ``state`` keeps the run's config and the device's state between messages."""
+    party = _party(kind, content, node, state, live)
+    if kind == "query.hello":   # the device loaded its slice and started its transcript
+        reply = RecordDict({"node": ConfigRecord({"partition-id": party.m})})
     elif kind == "query.embed":
         h = party.embed(int(content["rows"]["start"]), int(content["rows"]["stop"]))
         return RecordDict({"h": ArrayRecord({"h": Array(h.numpy())})})
@@ -142,13 +187,23 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict) -> Rec
     else:
         raise PrivzvError(f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
                           "train.receive, train.abort, query.embed")
-    state["device"] = ConfigRecord({"blob": party.save(), "sigma": float(party.method.sigma)})
+    if live is None:
+        state["device"] = ConfigRecord({"blob": party.save()})
+    else:
+        party.flush()
     return reply
 
 
+def answer(msg: Message, context: Context, live: dict | None = None) -> Message:
+    """The signed reply of device ``partition-id`` to ``msg`` (:func:`handle`, ``codec.sign``)."""
+    node = dict(context.node_config)
+    content = handle(msg.metadata.message_type, msg.content, node, context.state, live)
+    key = reply_key(device_folder(node, int(node["partition-id"])))
+    return Message(codec.sign(key, msg.metadata.message_id, content), reply_to=msg)
+
+
 def _answer(msg: Message, context: Context) -> Message:
-    return Message(handle(msg.metadata.message_type, msg.content, dict(context.node_config),
-                          context.state), reply_to=msg)
+    return answer(msg, context)
 
 
 for _kind in ("hello", "send", "embed"):

@@ -8,8 +8,16 @@ method on the other side receives exactly what was sent.
 :func:`wire_bytes` is what Flower (1.41) pushes for a message: every object of its tree
 (message, record dict, records, arrays) deflated, headers included; eq. (23) counts only the
 tensors' bytes (``Message.nbytes``).
+
+:func:`sign` / :func:`verify`: a device's reply carries an HMAC-SHA256 (record ``auth``) under
+the device's own per-run key, over the id of the task it answers and a digest of its records,
+so the server accepts a reply only from the process that holds device m's key (not from any
+local process that pulled device m's task from its SuperNode).
 """
 from __future__ import annotations
+
+import hashlib
+import hmac
 
 import numpy as np
 import torch
@@ -17,7 +25,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from privzv.training.messages import Message
 
-META, TENSORS = "meta", "tensors"
+META, TENSORS, AUTH = "meta", "tensors", "auth"
 
 
 def encode(msg: Message) -> RecordDict:
@@ -44,3 +52,44 @@ def wire_bytes(obj) -> int:
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
     return sum(len(o.deflate()) for o in get_all_nested_objects(obj).values())
+
+
+def digest(content: RecordDict) -> bytes:
+    """SHA-256 of every record of ``content`` but ``auth``: names, dtypes, shapes, bytes, values
+    (each field length-prefixed, so no two contents share an encoding)."""
+    h = hashlib.sha256()
+
+    def field(value) -> None:
+        b = value if isinstance(value, bytes) else repr(value).encode()
+        h.update(len(b).to_bytes(8, "little") + b)
+
+    for name in sorted(content.keys()):
+        if name == AUTH:
+            continue
+        record = content[name]
+        field((name, type(record).__name__))
+        for key in sorted(record.keys()):
+            value = record[key]
+            if isinstance(value, Array):
+                field((key, value.dtype, tuple(value.shape), value.stype))
+                field(value.data)
+            else:
+                field((key, value))
+    return h.digest()
+
+
+def _mac(key: bytes, reply_to: str, content: RecordDict) -> str:
+    return hmac.new(key, reply_to.encode() + digest(content), hashlib.sha256).hexdigest()
+
+
+def sign(key: bytes, reply_to: str, content: RecordDict) -> RecordDict:
+    """``content`` with its ``auth`` record: the HMAC of (the answered task's id, its records)."""
+    content[AUTH] = ConfigRecord({"mac": _mac(key, reply_to, content)})
+    return content
+
+
+def verify(key: bytes, reply_to: str, content: RecordDict) -> bool:
+    """Whether ``content`` carries a valid ``auth`` record under ``key`` for the task ``reply_to``."""
+    if AUTH not in content or not isinstance(content[AUTH], ConfigRecord):
+        return False
+    return hmac.compare_digest(str(content[AUTH].get("mac", "")), _mac(key, reply_to, content))

@@ -1,10 +1,10 @@
 """Device m's part of the protocol inside its ClientApp: its own data, model, method and state.
 
-A ClientApp call may run in a fresh process (Flower 1.41's own, one per message), in privzv's
-long-lived ``executor`` or in a Ray worker shared by the devices (simulation), so a device keeps
-everything between messages in ``context.state`` (:func:`save` / :func:`restore`: its model, step counter t_m,
-private noise generator and the method's state of this device, serialised with ``torch.save``).
-Nothing of an autograd graph survives a process, so between its uplink and the downlink a device
+In privzv's long-lived ``executor`` a :class:`DeviceParty` lives from ``query.hello`` to the end
+of the run (:meth:`DeviceParty.flush` after each message); in a Ray worker shared by the devices
+(simulation) it is rebuilt per message from ``context.state`` (:meth:`DeviceParty.save` /
+:meth:`DeviceParty.restore`: its model, step counter t_m, private noise generator and the
+method's state of this device, serialised with ``torch.save``). Either way, between its uplink and the downlink a device
 keeps its state as it was *before* the uplink and the round's batch; on the downlink (or a
 refusal) it recomputes its uplink from that state (``method.device_send``, deterministic given
 the state, as Flower's vertical-FL example recomputes its forward) and then runs
@@ -66,7 +66,7 @@ def private_noise(config: TrainConfig, key: bytes) -> noise.NoiseSource:
 
 
 class DeviceParty:
-    """Device ``m`` rebuilt inside one ClientApp call: data, model, method and saved state.
+    """Device ``m``: data, model, method and state (kept by the executor, or rebuilt per message).
 
     ``sigma`` is the run's release sigma (public, it is in config.json), given by the server.
     ``folder``: the device's own folder (its transcript, its data slice); None: no transcript.
@@ -119,6 +119,15 @@ class DeviceParty:
         self.transcript_sizes = self.recorder.sync()
         self.recorder.close()
         self.recorder = self._recorder()
+
+    def flush(self) -> None:
+        """After each message of a long-lived party (the executor's): this message's transcript
+        entries written and synced to its folder, the files kept open for the next."""
+        if self.folder is None:
+            return
+        if self.transcript_sizes is None:
+            self.recorder.stream_to(self.folder)
+        self.transcript_sizes = self.recorder.sync()
 
     def restore(self, blob: bytes) -> None:
         state = torch.load(io.BytesIO(blob), weights_only=False)

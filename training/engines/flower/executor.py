@@ -13,9 +13,13 @@ executor that the operator starts), this process does what Flower's SuperExec an
 ``flwr-clientapp`` do together, over the same Runtime API of the SuperNode, without a process per
 task: it acquires a ClientApp task (``AcquireTask``), pulls its message and context with the
 task's token (as Flower's ``pull_task_input``), runs privzv's ClientApp (``apps.client_app``) on
-them, and pushes the reply and the context back (``push_message``, ``push_task_output``). The
-device's state still travels in ``context.state``, as with a process per message. It runs only
-privzv's app: a task of another app gets an error reply, never its code.
+them, and pushes the reply and the context back (``push_message``, ``push_task_output``). It runs
+only privzv's app: a task of another app gets an error reply, never its code.
+
+The device lives in this process (:data:`PARTIES`, made by ``query.hello``): its data slice,
+model, private generator and method state are never rebuilt per message and never leave the
+process; the task's ``context.state``, which the SuperNode serves to whoever pulls the task,
+stays empty. Each reply is signed with the device's key (``apps.answer``).
 """
 from __future__ import annotations
 
@@ -42,19 +46,24 @@ from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from privzv.training.engines.flower import apps, waits
 
-POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has no task
+POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has had no task for a while
+FIRST_POLL = 0.002   # ... and right after a task, doubling up to POLL
 APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
+PARTIES: dict = {}   # partition id -> the device's DeviceParty, alive between its messages
 
 
 def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | None = None) -> None:
     """Run the SuperNode's ClientApp tasks at Runtime API ``address``, one after another, forever."""
     tasks = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+    pause = FIRST_POLL
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
             run_task(address, insecure, certificates, res.token)
+            pause = FIRST_POLL   # a device's next task tends to follow soon
         else:
-            time.sleep(poll)
+            time.sleep(pause)
+            pause = min(2 * pause, poll)
 
 
 def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:
@@ -87,7 +96,7 @@ def answer(message, context, fab_id: str):
     try:
         if fab_id != APP_ID:
             raise ValueError(f"this executor runs privzv's ClientApp ({APP_ID}) only, not {fab_id!r}")
-        return apps.client_app(message=message, context=context), SubStatus.COMPLETED, ""
+        return apps.answer(message, context, PARTIES), SubStatus.COMPLETED, ""
     except Exception as exc:  # pylint: disable=broad-exception-caught  (an error reply, as Flower's)
         traceback.print_exc()
         details = f"{type(exc)}:<'{exc}'>"

@@ -2,26 +2,32 @@
 
 ``run(config, out, ..., mode)`` (what ``privzv train --engine flower`` / ``flower-sim`` call):
 
-1. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
+1. a work folder ``$TMPDIR/privzv-flower-*`` (mode 0700) and its ``guard`` process, which stops
+   every process of the run and removes the folder however the launcher ends (SIGKILL
+   included); folders that dead launchers left are removed first (:func:`remove_stale`);
+2. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
    port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
-   only (the run folder, the secret seed; in mode ``simulation``, which refuses private runs
-   because its Ray workers inherit that environment, no secret);
-2. each device's folder with its private noise key (``seeds.key(secret, "device", m)``, never
-   the root) in the 0600 file ``folder/noise-key`` (not on a command line, which every local
-   user can read in ``ps``);
-   except in mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's
-   SuperNode with short waits), node config ``partition-id=m folder=<its folder>``, in mode
-   ``deployment`` each with its long-lived ClientApp ``executor`` (``--isolation process``), in
-   mode ``per-message`` with Flower's ClientApp process per message;
-3. ``flwr run`` of a generated app folder (``pyproject.toml`` naming ``apps.server_app`` and
+   only (the run folder, the secret seed, the path of the devices' reply keys; in mode
+   ``simulation``, which refuses private runs because its Ray workers inherit that environment,
+   no secret seed);
+3. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
+   never the root) in the 0600 file ``noise-key``, and its per-run reply key in the 0600 file
+   ``reply-key`` (not on a command line, which every local user can read in ``ps``); except in
+   mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's SuperNode
+   with short waits, ``--isolation process``), node config ``partition-id=m folder=<its
+   folder>``, each with its long-lived ClientApp ``executor``;
    ``apps.client_app``, the public config as the run config ``privzv-config``);
-4. waits for the ServerApp's status file (bounded by ``timeout``), copies the devices'
-   transcripts into ``out/transcripts/``, stops every process it started (SIGTERM, then SIGKILL).
+5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
+   ServerApp included, ends the wait at once), copies the devices' transcripts into
+   ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
 
-Every process runs in its own session; on any error or timeout all of them are stopped.
+A runtime failure (a process died, a timeout, a refused reply) raises ``cliutil.Failed`` (exit
+1), bad input ``PrivzvError`` (exit 2), both one line naming a copy of the logs; SIGTERM and
+SIGHUP stop the run as an error does and exit 143 and 129.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -30,16 +36,24 @@ import signal
 import socket
 import subprocess
 import sys
+import secrets
+import shlex
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
+from privzv.training.engines.flower import guard
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
+WORK_PREFIX = "privzv-flower-"
+SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
+SERVER_START = 30.0   # seconds from the submission within which the ServerApp must be running
 
 
 def free_port() -> int:
@@ -76,67 +90,82 @@ privzv-config = {json.dumps(json.dumps(config.to_dict()))}
 
 
 class Stack:
-    """The processes of one local Flower deployment (stopped by :meth:`stop`, also on error)."""
+    """The processes of one local Flower deployment in work folder ``work``: each is handed to a
+    ``guard`` process as it starts; :meth:`stop` (or the launcher's death, SIGKILL included)
+    makes the guard stop them and their descendants and remove ``work``."""
 
     def __init__(self, work: Path, logs: Path):
         self.work, self.logs = work, logs
         self.procs: list[subprocess.Popen] = []
         self.names: dict[int, str] = {}   # pid -> the name given to start
+        self.guard = subprocess.Popen([sys.executable, "-m", "privzv.training.engines.flower.guard", str(work)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+        self.server_seen = False   # whether the ServerApp process has been seen running
 
     def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=self.work, start_new_session=True)
         log.close()
+        self.guard.stdin.write(f"{proc.pid}\n".encode())
+        self.guard.stdin.flush()
         self.procs.append(proc)
         self.names[proc.pid] = name
         return proc
 
-    def check_alive(self) -> None:
+    def check_alive(self, submitted: float | None = None) -> None:
+        """Failed (one line) when a process started has exited, or, once the run was submitted
+        (at ``time.monotonic()`` ``submitted``), the ServerApp is gone (seen, or not seen within
+        :data:`SERVER_START` s: it may have come and gone unseen)."""
         for proc in self.procs:
             if proc.poll() is not None:
-                raise PrivzvError(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}"
-                                  f" (logs in {self.logs})")
+                raise Failed(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}")
+        running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
+                      for name in SERVER_PROCESSES)
+        self.server_seen = self.server_seen or running
+        if submitted is not None and not running and (
+                self.server_seen or time.monotonic() > submitted + SERVER_START):
+            raise Failed("flower: the ServerApp exited without a result (killed, or stopped by flwr stop)")
 
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM to every process started and to their descendants, SIGKILL after ``grace``."""
-        pids = [p for proc in self.procs for p in [proc.pid, *_descendants(proc.pid)]]
-        for pid in pids:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in pids:
-            _signal(pid, signal.SIGKILL)
+    def stop(self) -> None:
+        """The guard stops every process started and its descendants and removes the work folder."""
+        self.guard.stdin.close()
+        self.guard.wait()
         for proc in self.procs:
             proc.wait()
 
 
-def _signal(pid: int, sig: int) -> None:
+def _cmdline(pid: int) -> str:
     try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (from /proc; empty where /proc is missing)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    children = guard._children()
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
             out.append(child)
             todo.append(child)
     return out
+
+
+def remove_stale(tmp: Path) -> None:
+    """Remove the work folders ``privzv-flower-*`` in ``tmp`` that this user's dead launchers left
+    (a launcher and its guard both killed): each names its launcher's pid in ``launcher.pid``
+    (a folder without one is left alone: it may be a launcher's that is starting now)."""
+    for folder in tmp.glob(f"{WORK_PREFIX}*"):
+        try:
+            if folder.stat().st_uid != os.getuid():
+                continue
+            pid = int((folder / "launcher.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _bin(name: str) -> str:
@@ -147,7 +176,21 @@ def _bin(name: str) -> str:
     return str(path)
 
 
-MODES = ("deployment", "per-message", "simulation")
+MODES = ("deployment", "simulation")
+SPAWNED = ("flower-superexec", "flwr-serverapp", "flwr-simulation", "flwr-clientapp")   # by name, from PATH
+
+
+def _shims(folder: Path) -> Path:
+    """``folder`` with a script per Flower command that Flower starts by name (:data:`SPAWNED`),
+    each running that command with this interpreter (``sys.executable``): a console script's own
+    ``#!`` line may name another environment's Python (a copied virtualenv), whose privzv is
+    not this one."""
+    folder.mkdir(mode=0o700)
+    for name in SPAWNED:
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(_bin(name))} "$@"\n')
+        shim.chmod(0o700)
+    return folder
 
 
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
@@ -156,8 +199,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
 
     ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
-    the device's long-lived ClientApp ``executor``; ``"per-message"``: the same SuperNodes with
-    Flower's own ClientApp process per message (``--isolation subprocess``); ``"simulation"``:
+    the device's long-lived ClientApp ``executor``; ``"simulation"``:
     Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
     virtual SuperNodes whose ClientApps run in Ray workers shared by all devices."""
     if mode not in MODES:
@@ -180,16 +222,40 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
         raise PrivzvError(f"--secure-noise: not with --engine flower for {config.method} (a device "
                           "recomputes its noisy uplink from its seeded generator)")
     out = Path(out).resolve()
-    work = Path(tempfile.mkdtemp(prefix="privzv-flower-"))
+    remove_stale(Path(tempfile.gettempdir()))
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))   # mode 0700
+    (work / "launcher.pid").write_text(str(os.getpid()))
     logs = work / "logs"
     logs.mkdir()
     stack = Stack(work, logs)
     try:
-        result = _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
+        with _signals_stop():
+            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
+    except (Failed, PrivzvError) as exc:   # the logs outlive the work folder, the secrets do not
+        kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
+        shutil.copytree(logs, kept, dirs_exist_ok=True)
+        raise (Failed if isinstance(exc, Failed) else PrivzvError)(f"{exc} (logs in {kept})") from None
     finally:
-        stack.stop()   # the logs stay in ``work`` when the run failed
-    shutil.rmtree(work, ignore_errors=True)
-    return result
+        stack.stop()
+
+
+@contextlib.contextmanager
+def _signals_stop():
+    """SIGTERM and SIGHUP end the run as an error does (every process stopped, the work folder
+    removed), then the process exits 128 + the signal's number, as it would have."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
@@ -201,27 +267,29 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     status = work / "status.json"
     base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")])}
     server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
-                  "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0", "PRIVZV_FLOWER_TIMEOUT": str(timeout),
+                  "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
+                  "PRIVZV_FLOWER_TIMEOUT": str(timeout), "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
                   **secret_environment(secret, mode)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
+    keys = [secrets.token_bytes(32) for _ in range(config.devices)]   # per run, per device
+    _private_file(work / "reply-keys", "\n".join(key.hex() for key in keys))
     for m in range(config.devices):
         folder = work / device_name(m)
         folder.mkdir(mode=0o700)
-        key_file = folder / apps.NOISE_KEY
-        key_file.touch(mode=0o600)
-        key_file.write_text(seeds.key(secret, "device", m).hex())
+        _private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex())
+        _private_file(folder / apps.REPLY_KEY, keys[m].hex())
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
-        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--simulation", "--host",
+        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--simulation", "--host",
                                   "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
                     {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
     else:
-        stack.start("superlink", [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
+        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
                                   "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
         for m in range(config.devices):
-            _start_device(stack, m, port, mode == "deployment", base)
+            _start_device(stack, m, port, base)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
@@ -230,25 +298,35 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     app = app_folder(work / "app", config)
     while True:   # the SuperLink takes a few seconds to listen
         stack.check_alive()
-        submit = subprocess.run([_bin("flwr"), "run", str(app), "local", *(
-            ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
-                                env=base, cwd=work,
-                                capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            submit = subprocess.run([sys.executable, _bin("flwr"), "run", str(app), "local", *(
+                ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
+                                    env=base, cwd=work, capture_output=True, text=True,
+                                    timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
         if submit.returncode == 0 and "Successfully started run" in submit.stdout:
             break
         if time.monotonic() > deadline:
-            raise PrivzvError(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
+            raise Failed(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
         time.sleep(0.5)
+    submitted = time.monotonic()
     while not status.exists():
-        stack.check_alive()
+        try:
+            stack.check_alive(submitted)
+        except Failed:
+            if status.exists():   # the ServerApp wrote its result and exited meanwhile
+                break
+            raise
         if time.monotonic() > deadline:
-            raise PrivzvError(f"flower: the run did not finish within {timeout:g} s (--flower-timeout)")
-        time.sleep(0.1)
+            raise Failed(f"flower: the run did not finish within {timeout:g} s (--flower-timeout)")
+        time.sleep(0.2)
     result = json.loads(status.read_text())
-    if "error" in result:
-        if "\n" in result["error"]:   # an unexpected failure: its traceback, then one line
-            sys.stderr.write(result["error"])
-        raise PrivzvError(result["error"].strip().splitlines()[-1])
+    if "error" in result or "failed" in result:
+        error = result.get("error", result.get("failed"))
+        if "\n" in error:   # an unexpected failure: its traceback, then one line
+            sys.stderr.write(error)
+        raise (PrivzvError if "error" in result else Failed)(error.strip().splitlines()[-1])
     if config.transcripts:
         for m in range(config.devices):
             for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
@@ -263,17 +341,22 @@ def secret_environment(secret: int, mode: str) -> dict:
     return {} if mode == "simulation" else {"PRIVZV_FLOWER_SECRET_SEED": str(secret)}
 
 
-def _start_device(stack: Stack, m: int, port: int, warm: bool, env: dict) -> None:
-    """Device m's SuperNode (node config: its partition id and folder), and with ``warm`` its
-    long-lived ClientApp executor on the SuperNode's Runtime API."""
+def _private_file(path: Path, text: str) -> None:
+    """``path`` created with mode 0600 (never wider, not even for a moment), holding ``text``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def _start_device(stack: Stack, m: int, port: int, env: dict) -> None:
+    """Device m's SuperNode (node config: its partition id and folder, ``--isolation process``)
+    and its long-lived ClientApp executor on the SuperNode's Runtime API."""
     folder = stack.work / device_name(m)
     runtime = free_port()
     stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                 "--insecure", "--superlink", f"127.0.0.1:{port}",
-                                 "--isolation", "process" if warm else "subprocess",
+                                 "--insecure", "--superlink", f"127.0.0.1:{port}", "--isolation", "process",
                                  "--host", "127.0.0.1", "--port", str(runtime),
                                  "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
-    if warm:
-        stack.start(f"{device_name(m)}-executor",
-                    [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
-                     "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
+    stack.start(f"{device_name(m)}-executor",
+                [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
+                 "--runtime-api-address", f"127.0.0.1:{runtime}"], env)

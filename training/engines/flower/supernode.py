@@ -1,6 +1,6 @@
 """``python -m privzv.training.engines.flower.supernode ARGS``: ``flower-supernode ARGS`` with
 Flower's fixed waits in a message's path shortened (``waits``): it looks for a message or a
-ClientApp's reply every ``PRIVZV_SUPERNODE_POLL`` seconds (default 0.1; Flower: 3 s and 0.5 s) and
+ClientApp's reply every ``PRIVZV_SUPERNODE_POLL`` seconds (default 0.02; Flower: 3 s and 0.5 s) and
 retries a message object not yet at the SuperLink after 0.01 s (Flower: 1 s).
 
 privzv's protocol sends one message at a time to a device, so every message would wait for those
@@ -19,7 +19,7 @@ def main() -> None:
 
     from privzv.training.engines.flower import waits
 
-    waits.poll(node, float(os.environ.get("PRIVZV_SUPERNODE_POLL", "0.1")))
+    waits.poll(node, float(os.environ.get("PRIVZV_SUPERNODE_POLL", "0.02")))
     waits.quick_pulls(node)
     sys.argv[0] = "flower-supernode"
     flower_supernode()
