@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import math
 import types
 from pathlib import Path
@@ -295,11 +296,12 @@ def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_pa
 
 
 class Killed(Loopback):
-    """The run stops (Ctrl-C) at device 1's second uplink, after a checkpoint."""
+    """The run stops (Ctrl-C: a real SIGINT to this process) at device 1's second uplink, after
+    a checkpoint; the run ends at that round's end (``privzv.training.stopping``)."""
 
     def push(self, node: int, kind: str, content: RecordDict) -> str:
         if kind == "query.send" and node == 899 and any(k == "query.send" for k, _ in self.received[1]):
-            raise KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)
         return super().push(node, kind, content)
 
 
