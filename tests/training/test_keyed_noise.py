@@ -16,7 +16,7 @@ from scipy import stats
 from privzv.training import noise, privacy, run, seeds
 from privzv.training.noise import KeyedNoise, SeededNoise
 
-STREAMS = ("downlink", "head", "sampling", "keep", "rr-prior")
+STREAMS = ("downlink", "head", "head-sampling", "sampling", "keep", "rr-prior")
 
 
 def _private(tiny_scheduler, tiny_config, **changes):

@@ -154,7 +154,7 @@ def test_a_streaming_recorder_holds_nothing_and_load_reads_it_back(tmp_path):
     device = transcript.read_folder(tmp_path / "pub", "device0")
     assert [(e.round, e.direction, e.kind) for e in device.entries] == [
         (0, "local", "batch"), (0, "sent", "up"), (1, "received", "down")]
-    assert device.meta == {"records": 9} and device.entries[1].fields["h"].dtype == np.float32
+    assert device.meta == {"records": 9, "private": []} and device.entries[1].fields["h"].dtype == np.float32
     assert np.array_equal(device.entries[1].fields["ids"], np.arange(3))
     server = transcript.read_folder(tmp_path / "pub", SERVER)
     assert [e.kind for e in server.entries] == ["up", "down"]                 # no keep in public

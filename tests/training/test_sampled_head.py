@@ -67,9 +67,10 @@ def test_a_step_is_the_clipped_sum_of_the_sample_over_the_fixed_divisor():
     for m in range(2):
         server.table.update(m, torch.arange(50), torch.randn(50, 3))
     before = [p.detach().clone() for p in step.params]
-    state = server.noise.state_dict()
+    sampling = server.noise.stream("head-sampling")         # the sample's own stream
+    state = sampling.state_dict()
     ids = step.sample()
-    server.noise.load_state_dict(state)                     # the step draws the same sample
+    sampling.load_state_dict(state)                         # the step draws the same sample
     rows = server.table.gather(ids)
     grads = head.per_example_gradients(step.module, rows, server.labels[ids])
     expected = head.zo.clip_rows(grads, 0.5).sum(0) / step.dp.batch_size
@@ -204,3 +205,18 @@ def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, ti
     filled = table.pop("filled")
     first.server.table.load_state_dict(table)
     assert torch.equal(first.server.table.filled, filled)
+
+
+def test_the_sample_and_the_noise_come_from_their_own_server_streams():
+    """The head's sample is drawn from the server's ``head-sampling`` stream and its noise from
+    the ``head`` stream: drawing from the server's root stream or the downlink's (which a device
+    can collect raw by sending h+ = h-) leaves the sample unchanged."""
+    step, server = _sampled_head()
+    for m in range(2):
+        server.table.update(m, torch.arange(50), torch.randn(50, 3))
+    state = server.noise.stream("head-sampling").state_dict()
+    first = step.sample()
+    server.noise.stream("head-sampling").load_state_dict(state)
+    server.noise.gaussian((1000,), 1.0)
+    server.noise.stream("downlink").gaussian((1000,), 1.0)
+    assert torch.equal(step.sample(), first)

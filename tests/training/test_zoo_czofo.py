@@ -43,7 +43,7 @@ def big_head(sched, factor=200.0):
 def test_registered_and_releases():
     config = TrainConfig(batch_size=B, clip=C)
     assert methods.get("czofo").release(config) == Release(
-        clip=C, batch_size=B, aggregate="per-sample", dim=czofo.PERTURBATIONS)
+        clip=C, batch_size=B, aggregate="per-sample", dim=czofo.PERTURBATIONS, protects="label")
     assert methods.get("czofo").release(config).sensitivity == 2 * C          # per sample, replace-one
     assert methods.get("zoo-vfl").release(config).sensitivity == pytest.approx(2 * C / B)
     for name in ("czofo", "zoo-vfl"):
