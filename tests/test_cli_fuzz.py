@@ -97,6 +97,7 @@ OUTS = [
     [*TRAIN[:-2], "--out", "{in}/file/run"], [*TRAIN[:-2], "--out", "{in}/file"],
     [*TRAIN[:-2], "--out", "{in}/full"], [*STUDY[:-2], "--out", "{in}/file/study"],
     [*STUDY[:-2], "--out", "{in}/full"],
+    [*TRAIN[:-2], "--out", ""], [*TRAIN[:-2], "--out", "  "],   # issue 25 item 6: not ./runs
 ] + ([[*TRAIN[:-2], "--out", "/proc/privzv-fuzz/run"]] if sys.platform == "linux" else [])
 
 ATTACK = [

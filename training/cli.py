@@ -169,6 +169,9 @@ def _main(argv: Sequence[str]) -> int:
         if args.extend:
             raise PrivzvError("--extend: only with --resume")
         config = config_from(args).validate()
+        if args.out is not None and not args.out.strip():
+            raise PrivzvError(f"--out {args.out!r}: an empty path; give a run folder, or leave --out "
+                              "out for runs/DATASET-METHOD-TIME")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
         announce = None if args.json else (lambda line: print(line, file=sys.stderr))
