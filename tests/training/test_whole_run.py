@@ -245,3 +245,15 @@ def test_a_budget_stop_sends_nothing_and_undoes_the_device_step(tiny_scheduler, 
             break
     assert sched.stopped == "budget" and ledger.state_dict() == state
     assert torch.equal(sched.devices[m].flat, flat) and 0 < ledger.epsilon_spent() <= 3.0
+
+
+def test_a_huge_budget_runs_the_whole_plan(tmp_path, capsys):
+    """Issue 25 item 6: ``--epsilon 1e300`` calibrates to the smallest noise the search allows and
+    runs every planned round (it used to stop for budget after 1 of 4 rounds, exit 0)."""
+    from privzv.training.cli import main
+
+    assert main(["--dataset", "digits", "--devices", "4", "--epochs", "0.02", "--epsilon", "1e300",
+                 "--out", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"] == 4
+    assert 0 < summary["epsilon_spent"] <= 1e300
