@@ -236,9 +236,10 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization, max_factor):
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, max_factor=None):
     """pld at grid step ``discretization``; where the composition would need more than
-    PLD_COMPOSED_BUDGET points, on a grid up to ``max_factor`` times coarser."""
+    PLD_COMPOSED_BUDGET points, on a grid up to ``max_factor`` times coarser (None: at this
+    step whatever the size, up to PLD_MAX_COMPOSED_POINTS; the convergence checks use it)."""
     from privzv import gaussian_pmf, tilted_pld
 
     directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
@@ -255,8 +256,9 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, max_factor):
         grid = (pmf.discretization, pmf.lower, pmf.probs)
         tilted = tilted_pld.tilt(*grid, pmf.infinity_mass,
                                  tilted_pld.saddle_tilt(*grid, k, delta))
-        factor = -(-tilted_pld.composed_points(tilted, k, tail) // PLD_COMPOSED_BUDGET)
-        if factor > max(max_factor, 1):
+        factor = (1 if max_factor is None else
+                  -(-tilted_pld.composed_points(tilted, k, tail) // PLD_COMPOSED_BUDGET))
+        if factor > max(max_factor or 1, 1):
             raise CannotAnswer(f"the composed privacy-loss grid would need {factor} times "
                                f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
                                f"{discretization:.3g}")
