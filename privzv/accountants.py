@@ -97,7 +97,7 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 # more than PLD_COMPOSED_BUDGET points runs on a grid coarsened to fit
 # (:func:`privzv.tilted_pld.coarsen`, exact and pessimistic); a grid more than
 # PLD_MAX_COARSENING times coarser than asked for is not used (the next rigorous accountant
-# answers instead). These bound one evaluation to about 0.1 s (0.3 s in extended precision).
+# answers instead). These bound one evaluation to well under a second.
 # PLD_MAX_COMPOSED_POINTS is the composition's own hard limit.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
