@@ -95,7 +95,7 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 # PLD value discretisation: pld_discretization gives the step the answer needs. A single
 # release's grid is not built above PLD_MAX_POINTS points, and a composition that would need
 # more than PLD_COMPOSED_BUDGET points runs on a release grid coarse enough to fit it
-# (:func:`pld_grid_step`; a coarser grid is a looser upper bound, still one); a grid more than
+# (:func:`_pld_epsilon`; a coarser grid is a looser upper bound, still one); a grid more than
 # PLD_MAX_COARSENING times coarser than asked for is not used (the next rigorous accountant
 # answers instead). These bound one evaluation to well under a second.
 # PLD_MAX_COMPOSED_POINTS is the composition's own hard limit.
@@ -103,8 +103,6 @@ PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
 PLD_MAX_POINTS = 100_000
 PLD_COMPOSED_BUDGET = 400_000
-# the composition's range is estimated on a release grid of about this many points
-COMPOSED_SPAN_POINTS = 2_000
 PLD_MAX_COARSENING = 16.0
 PLD_MAX_COMPOSED_POINTS = 4_000_000
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
@@ -162,22 +160,15 @@ def release_span(z: float, exposure: Exposure, delta: float) -> float:
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
     """The step :func:`pld_epsilon` uses when asked for ``discretization``: at most span / 20, so
     that a release has 20 grid points even at a huge noise multiplier, and at least
-    span / PLD_MAX_POINTS (:func:`release_span`) and the composition's range over
-    PLD_COMPOSED_BUDGET (:func:`_composed_span`, with sampling): a grid up to
-    PLD_MAX_COARSENING times coarser than asked for is still an upper bound, only a looser one;
-    beyond that CannotAnswer (the next rigorous accountant answers, faster)."""
+    span / PLD_MAX_POINTS (:func:`release_span`): a grid up to PLD_MAX_COARSENING times coarser
+    than asked for is still an upper bound, only a looser one; beyond that CannotAnswer (the
+    next rigorous accountant answers, faster)."""
     span = release_span(z, exposure, delta)
     step = min(discretization, span / 20.0)
-    needed = max(step, span / PLD_MAX_POINTS)
-    if exposure.sampling_rate is not None and needed <= PLD_MAX_COARSENING * step:
-        needed = max(needed, _composed_span(float(z), exposure.compositions,
-                                            exposure.sampling_rate, float(delta))
-                     / PLD_COMPOSED_BUDGET)
-    if not needed <= PLD_MAX_COARSENING * step:
-        raise CannotAnswer(f"the privacy-loss grids would need about {span / step:.3g} points "
-                           f"a release at discretisation {step:.3g} (at most "
-                           f"{PLD_MAX_COARSENING:g} times coarser is used)")
-    return float(needed)
+    if not span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS:
+        raise CannotAnswer(f"one release's privacy-loss grid would need about "
+                           f"{span / step:.3g} points at discretisation {step:.3g}")
+    return float(max(step, span / PLD_MAX_POINTS))
 
 
 def sampled_at_all(exposure: Exposure) -> float:
@@ -259,37 +250,31 @@ def _tail(delta: float) -> float:
     return min(1e-15, 1e-4 * delta) / 3.0
 
 
-@functools.lru_cache(maxsize=4096)
-def _composed_span(z, k, q, delta):
-    """About the loss range of the largest FFT of the k-fold composition (the widest of the
-    directions, as :func:`release_span`): :func:`privzv.tilted_pld.composed_points` of
-    :func:`privzv.gaussian_pmf.rough_pmf` (not a bound: it only sizes the grid) on about
-    COMPOSED_SPAN_POINTS grid points."""
-    from privzv import gaussian_pmf, tilted_pld
-
-    step = release_span(z, Exposure(k, q), delta) / COMPOSED_SPAN_POINTS
-    widest = 0.0
-    for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace")):
-        pmf = gaussian_pmf.rough_pmf(zk, sampling_prob=q, kind=kind, discretization=step,
-                                     log_truncation=_log_truncation(delta, k))
-        grid = (step, pmf.lower, pmf.probs)
-        tilted = tilted_pld.tilt(*grid, 0.0, tilted_pld.saddle_tilt(*grid, k, delta))
-        widest = max(widest, tilted_pld.composed_points(tilted, k, _tail(delta)) * step)
-    return widest
-
-
 # the directions of one release's pair, per neighbour relation (q = 1: REMOVE and ADD coincide)
 _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
 @functools.lru_cache(maxsize=4096)
 def _pld_epsilon(z, k, q, neighbors, delta, discretization):
+    """pld at grid step ``discretization``, or where the composition would need more than
+    PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`, counted
+    before any FFT), at the step that fits it (the range scaled to the budget), up to
+    PLD_MAX_COARSENING times coarser; CannotAnswer if even that grid does not fit in twice the
+    budget."""
     from privzv import tilted_pld
 
     directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
     eps = -math.inf
     for kind in directions:
         shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
+        ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+        if 1.0 < ratio <= PLD_MAX_COARSENING:
+            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
+            ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+        if ratio > 2.0:
+            raise CannotAnswer(f"the composed privacy-loss grid would need {ratio:.3g} times "
+                               f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
+                               f"{discretization:.3g}")
         try:
             composed = tilted_pld.self_compose(tilted, k, _tail(delta), PLD_MAX_COMPOSED_POINTS)
         except tilted_pld.GridTooLarge as exc:

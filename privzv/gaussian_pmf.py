@@ -204,20 +204,3 @@ def release_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str,
     shift = (float(np.max(np.abs(pair.loss(cuts[::-1]) - inner), initial=0.0))
              + 32.0 * _UNIT * (a * reach + a * a + max(abs(l_bottom), abs(l_top))))
     return ReleasePmf(d, lower, probs * (1.0 + r), infinity * (1.0 + r), shift)
-
-
-def rough_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str, discretization: float,
-              log_truncation: float, nodes: int = 20_000) -> ReleasePmf:
-    """A cheap approximation of :func:`release_pmf` for sizing grids, NOT a bound: the P-mass of
-    ``nodes`` equal u-intervals between the truncation quantiles (midpoint rule), each at its
-    loss rounded up to the grid."""
-    pair = _Pair(1.0 / noise_multiplier, sampling_prob, kind)
-    u_lo, u_hi, l_bottom, _ = _support(pair, log_truncation)
-    edges = np.linspace(u_lo, u_hi, nodes + 1)
-    mid = 0.5 * (edges[1:] + edges[:-1])
-    weights, means = pair.components
-    mass = sum(w * np.diff(special.ndtr(edges - m)) for w, m in zip(weights, means))
-    index = np.ceil(pair.loss(mid) / discretization).astype(np.int64)
-    lower = int(min(index.min(), math.floor(l_bottom / discretization)))
-    probs = np.bincount(index - lower, mass)
-    return ReleasePmf(discretization, lower, probs, 0.0, 0.0)
