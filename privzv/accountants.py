@@ -224,7 +224,8 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                            "pld was measured at")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                            float(delta), pld_grid_step(z, exposure, delta, discretization))
+                            float(delta), pld_grid_step(z, exposure, delta, discretization),
+                            fit=True)
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
 
@@ -255,19 +256,19 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization):
-    """pld at grid step ``discretization``, or where the composition would need more than
-    PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`, counted
-    before any FFT), at the step that fits it (the range scaled to the budget), up to
-    PLD_MAX_COARSENING times coarser; CannotAnswer if even that grid does not fit in twice the
-    budget."""
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
+    """pld at grid step ``discretization``. With ``fit``, where the composition would need more
+    than PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`,
+    counted before any FFT), at the step that fits it (the range scaled to the budget), up to
+    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
     from privzv import tilted_pld
 
     directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
     eps = -math.inf
     for kind in directions:
         shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
-        ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+        ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if 1.0 < ratio <= PLD_MAX_COARSENING:
             shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
             ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
