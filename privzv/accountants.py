@@ -230,7 +230,6 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
 
 
-
 def _tilted_release(z, k, q, kind, delta, discretization):
     """(loss_shift, PMF tilted at delta's saddle point) of one release in direction ``kind``."""
     from privzv import gaussian_pmf, tilted_pld

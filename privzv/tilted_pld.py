@@ -352,7 +352,7 @@ def composed_points(pmf: TiltedPmf, times: int, tail: float) -> int:
     ``tail`` would use without capping its range (from the Chernoff bounds of :func:`_ranges`;
     for the two-stage composition the larger of its stages, the second estimated from the whole
     composition's range on the fine grid, as :func:`self_compose` checks it). Computed before
-    any FFT, so that a caller can choose a coarser grid (:func:`coarsen`) that fits its budget."""
+    any FFT, so that a caller can choose a coarser grid that fits its budget."""
     if times < STAGED_FROM:
         low, _, high_tilted, _ = _ranges(pmf, times, tail)
         return high_tilted - low + 1
