@@ -93,13 +93,17 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
 
 
 # PLD value discretisation: pld_discretization gives the step the answer needs. A single
-# release's grid is not built above PLD_MAX_POINTS points, and no composition of more than
-# PLD_MAX_COMPOSED_POINTS (the next rigorous accountant answers instead): this bounds one
-# evaluation to well under a second.
+# release's grid is not built above PLD_MAX_POINTS points, and a composition that would need
+# more than PLD_COMPOSED_BUDGET points runs on a release grid coarse enough to fit it
+# (:func:`_pld_epsilon`; a coarser grid is a looser upper bound, still one); a grid more than
+# PLD_MAX_COARSENING times coarser than asked for is not used (the next rigorous accountant
+# answers instead). These bound one evaluation to well under a second.
+# PLD_MAX_COMPOSED_POINTS is the composition's own hard limit.
 PLD_RELATIVE_DISCRETIZATION = 1e-4
 PLD_MAX_DISCRETIZATION = 1.0
-PLD_MAX_POINTS = 1_000_000
-PLD_MAX_COARSENING = 4.0
+PLD_MAX_POINTS = 150_000
+PLD_COMPOSED_BUDGET = 400_000
+PLD_MAX_COARSENING = 16.0
 PLD_MAX_COMPOSED_POINTS = 4_000_000
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
 # --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
@@ -220,9 +224,30 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
                            "pld was measured at")
     try:
         return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                            float(delta), pld_grid_step(z, exposure, delta, discretization))
+                            float(delta), pld_grid_step(z, exposure, delta, discretization),
+                            fit=True)
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
+
+
+def _tilted_release(z, k, q, kind, delta, discretization):
+    """(loss_shift, PMF tilted at delta's saddle point) of one release in direction ``kind``."""
+    from privzv import gaussian_pmf, tilted_pld
+
+    try:
+        pmf = gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z, sampling_prob=q,
+                                       kind=kind, discretization=discretization,
+                                       log_truncation=_log_truncation(delta, k))
+    except gaussian_pmf.TooManyPieces as exc:
+        raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
+    grid = (pmf.discretization, pmf.lower, pmf.probs)
+    return pmf.loss_shift, tilted_pld.tilt(*grid, pmf.infinity_mass,
+                                           tilted_pld.saddle_tilt(*grid, k, delta))
+
+
+def _tail(delta: float) -> float:
+    """The truncated mass each composition may send to infinity."""
+    return min(1e-15, 1e-4 * delta) / 3.0
 
 
 # the directions of one release's pair, per neighbour relation (q = 1: REMOVE and ADD coincide)
@@ -230,29 +255,32 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization):
-    from privzv import gaussian_pmf, tilted_pld
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
+    """pld at grid step ``discretization``. With ``fit``, where the composition would need more
+    than PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`,
+    counted before any FFT), at the step that fits it (the range scaled to the budget), up to
+    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
+    from privzv import tilted_pld
 
     directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
-    tail = min(1e-15, 1e-4 * delta) / 3.0
     eps = -math.inf
     for kind in directions:
+        shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
+        ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+        if 1.0 < ratio <= PLD_MAX_COARSENING:
+            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
+            ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+        if ratio > 2.0:
+            raise CannotAnswer(f"the composed privacy-loss grid would need {ratio:.3g} times "
+                               f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
+                               f"{discretization:.3g}")
         try:
-            pmf = gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z,
-                                           sampling_prob=q, kind=kind,
-                                           discretization=discretization,
-                                           log_truncation=_log_truncation(delta, k))
-        except gaussian_pmf.TooManyPieces as exc:
-            raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
-        grid = (pmf.discretization, pmf.lower, pmf.probs)
-        tilted = tilted_pld.tilt(*grid, pmf.infinity_mass,
-                                 tilted_pld.saddle_tilt(*grid, k, delta))
-        try:
-            composed = tilted_pld.self_compose(tilted, k, tail, PLD_MAX_COMPOSED_POINTS)
+            composed = tilted_pld.self_compose(tilted, k, _tail(delta), PLD_MAX_COMPOSED_POINTS)
         except tilted_pld.GridTooLarge as exc:
             raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
                                f"discretisation {discretization:.3g}") from None
-        eps = max(eps, tilted_pld.epsilon(composed, delta) + k * pmf.loss_shift)
+        eps = max(eps, tilted_pld.epsilon(composed, delta) + k * shift)
     if not math.isfinite(eps):
         raise CannotAnswer("the PLD gave no finite epsilon at this delta")
     return float(eps)

@@ -23,6 +23,8 @@ __all__ = ["ACCOUNTANTS", "Result", "Unanswered", "Bound", "account", "calibrate
 
 # Calibration under pld: a cheap first solve at this many times the final discretisation.
 COARSE_FACTOR = 10.0
+# ... and on at most this many grid points per release
+COARSE_POINTS = 20_000
 # Closed-form calibration: relative nudges of z until the re-evaluated epsilon is <= the target.
 MAX_NUDGES = 64
 
@@ -402,8 +404,9 @@ def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
     seen = {}
 
     def coarse(z):
-        try:
-            seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, disc)
+        try:   # on at most COARSE_POINTS points per release: a start, not an answer
+            step = max(disc, accountants.release_span(z, exp, delta) / COARSE_POINTS)
+            seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, step)
         except accountants.CannotAnswer:
             seen[z] = bound(z, COARSE_FACTOR).epsilon
         return seen[z]

@@ -347,6 +347,21 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     return staged
 
 
+def composed_points(pmf: TiltedPmf, times: int, tail: float) -> int:
+    """The number of grid points of the largest FFT that :func:`self_compose` with ``times`` and
+    ``tail`` would use without capping its range (from the Chernoff bounds of :func:`_ranges`;
+    for the two-stage composition the larger of its stages, the second estimated from the whole
+    composition's range on the fine grid, as :func:`self_compose` checks it). Computed before
+    any FFT, so that a caller can choose a coarser grid that fits its budget."""
+    if times < STAGED_FROM:
+        low, _, high_tilted, _ = _ranges(pmf, times, tail)
+        return high_tilted - low + 1
+    m = math.isqrt(times)
+    low, _, high_tilted, _ = _ranges(pmf, m, tail / (times // m))
+    whole_low, _, whole_high, _ = _ranges(pmf, times, tail)
+    return max(high_tilted - low + 1, math.ceil((whole_high - whole_low) / math.isqrt(m)) + 2)
+
+
 def epsilon(pmf: TiltedPmf, delta: float) -> float:
     """The smallest epsilon whose hockey-stick divergence, computed from the entrywise upper
     bounds of :meth:`TiltedPmf.masses`, is at most delta (dp-accounting's epsilon walk,

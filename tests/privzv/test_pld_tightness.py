@@ -112,3 +112,40 @@ def test_one_sampled_release_is_within_0_1_percent_of_its_exact_hockey_stick(eps
     z = privzv.noise_multiplier(eps, delta, sample_rate=q, steps=1).noise_multiplier
     assert _exact_sampled_delta(eps, q, z) <= delta
     assert _exact_sampled_delta(eps, q, z * (1 - 1e-3)) > delta
+
+
+def test_a_rarely_sampled_record_is_accounted_on_bounded_grids_and_one_sided(monkeypatch):
+    """A slow corner of the fuzz (issue 22 item 8: over 5 s of CPU before, grids of 1e6 points
+    per release): q = 3.2e-8, T = 2, epsilon 0.066, delta 1.1e-10. Every release grid has at
+    most 1.5e5 points (plus the two ends), every composition at most twice the budget of 4e5, pld
+    still answers, and its epsilon at the answer is at most the target and above dp-accounting's
+    optimistic PLD (a lower bound of the true epsilon)."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    from privzv import gaussian_pmf, tilted_pld
+
+    sizes = {"release": 0, "composed": 0}
+    build, power = gaussian_pmf.release_pmf, tilted_pld.self_compose_once
+
+    def release_pmf(*args, **kwargs):
+        out = build(*args, **kwargs)
+        sizes["release"] = max(sizes["release"], len(out.probs))
+        return out
+
+    def self_compose_once(*args, **kwargs):
+        out = power(*args, **kwargs)
+        sizes["composed"] = max(sizes["composed"], len(out.probs))
+        return out
+
+    monkeypatch.setattr(gaussian_pmf, "release_pmf", release_pmf)
+    monkeypatch.setattr(tilted_pld, "self_compose_once", self_compose_once)
+    accountants._pld_epsilon.cache_clear()
+    case = dict(epsilon=0.06579917583934763, delta=1.0649081033230982e-10, steps=2,
+                sample_rate=3.1813357977999156e-08, neighbors="add-remove")
+    ours = privzv.noise_multiplier(**case, accountant="best")
+    assert ours.accountant == "pld" and ours.epsilon <= case["epsilon"]
+    assert 0 < sizes["release"] <= 150_002 and sizes["composed"] <= 800_000
+    lower = privacy_loss_distribution.from_gaussian_mechanism(
+        ours.noise_multiplier, value_discretization_interval=1e-3, pessimistic_estimate=False,
+        sampling_prob=case["sample_rate"], use_connect_dots=False)
+    assert lower.self_compose(2).get_epsilon_for_delta(case["delta"]) <= ours.epsilon

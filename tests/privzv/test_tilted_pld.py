@@ -169,3 +169,26 @@ def test_fft_power_round_off_bound_holds(n, times):
     if times == 10_000:
         eps = float(np.finfo(float).eps)
         assert error > eps * math.log2(size) * float(np.linalg.norm(out))
+
+
+@pytest.mark.parametrize("times, stages", [(17, 1), (1000, 1), (141 ** 2, 2)])
+def test_composed_points_counts_the_largest_fft_before_it_runs(times, stages, monkeypatch):
+    """composed_points (what pld sizes its grids by, issue 22 item 8) is the number of points of
+    the largest composition self_compose then runs, uncapped: exactly that for one stage, and
+    for two stages at least the first stage's and within a few points of the second's."""
+    tilted = _tilted(_single(1.2)._pmf_remove.to_dense_pmf(), times, 1e-10)
+    sizes, power = [], tilted_pld.self_compose_once
+
+    def once(pmf, k, tail, max_points, extended=False):
+        out = power(pmf, k, tail, max_points, extended)
+        sizes.append(len(out.probs))
+        return out
+
+    monkeypatch.setattr(tilted_pld, "self_compose_once", once)
+    counted = tilted_pld.composed_points(tilted, times, 1e-16)
+    tilted_pld.self_compose(tilted, times, 1e-16, 10 ** 9)
+    assert len(sizes) == stages
+    if stages == 1:
+        assert counted == sizes[0]
+    else:
+        assert sizes[0] <= counted and sizes[1] <= counted + 3
