@@ -137,38 +137,6 @@ def pld_epsilon(m: Mixture, neighbors: str, delta: float, estimate: float) -> fl
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
 
 
-def _saddle(grids: list[tuple[float, int, np.ndarray, int]], delta: float) -> float:
-    """The t >= 0 with t K'(t) - K(t) = log(1/delta) for K the log MGF of the whole composition
-    (sum over parts of times x log MGF), as :func:`privzv.tilted_pld.saddle_tilt` for one part;
-    any t keeps the answer exact, t only places the precision."""
-    goal = math.log(1.0 / delta)
-    prepared = []
-    for d, lower, probs, times in grids:
-        with np.errstate(divide="ignore"):
-            log_p = np.log(np.maximum(probs, 0.0))
-        prepared.append((log_p, (lower + np.arange(len(probs))) * d, times))
-
-    def excess(t):
-        total = 0.0
-        for log_p, losses, times in prepared:
-            log_w = log_p + t * losses
-            top = float(np.max(log_w))
-            w = np.exp(log_w - top)
-            s = float(np.sum(w))
-            total += times * (t * float(np.sum(w * losses)) / s - top - math.log(s))
-        return total - goal
-
-    low, high = 0.0, 1.0
-    while excess(high) < 0.0:
-        low, high = high, 2.0 * high
-        if high > 1e6:
-            return low
-    while high - low > 0.01 * high:
-        mid = 0.5 * (low + high)
-        low, high = (mid, high) if excess(mid) < 0.0 else (low, mid)
-    return high
-
-
 @functools.lru_cache(maxsize=1024)
 def _pld(m: Mixture, neighbors: str, delta: float, step: float) -> float:
     from privzv import gaussian_pmf, tilted_pld
@@ -187,7 +155,8 @@ def _pld(m: Mixture, neighbors: str, delta: float, step: float) -> float:
                                                       log_truncation=cut), times))
             except gaussian_pmf.TooManyPieces as exc:
                 raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
-        t = _saddle([(p.discretization, p.lower, p.probs, times) for p, times in pmfs], delta)
+        t = tilted_pld.composed_saddle_tilt([(p.discretization, p.lower, p.probs, times)
+                                              for p, times in pmfs], delta)
         composed, shift = [], 0.0
         for p, times in pmfs:
             tilted = tilted_pld.tilt(p.discretization, p.lower, p.probs, p.infinity_mass, t)

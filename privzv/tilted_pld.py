@@ -119,17 +119,25 @@ def saddle_tilt(discretization: float, lower: int, probs: np.ndarray, times: int
     equals delta at eps = K'(t), the tilted mean (for a Gaussian PLD of parameter mu this is
     t = sqrt(2 log(1/delta)) / mu). Solved to about 1% by doubling and bisection; any t keeps
     the result exact, t only decides where the precision is best."""
-    log_p = _log_weights(np.asarray(probs, dtype=float))
-    losses = (lower + np.arange(len(probs))) * discretization
+    return composed_saddle_tilt([(discretization, lower, probs, times)], delta)
+
+
+def composed_saddle_tilt(parts, delta: float) -> float:
+    """:func:`saddle_tilt` for a composition of several PMFs: ``parts`` is a list of
+    (discretization, lower, probs, times), K the sum over parts of times x log MGF."""
     goal = math.log(1.0 / delta)
+    prepared = [(_log_weights(np.asarray(probs, dtype=float)), (lower + np.arange(len(probs))) * d, times)
+                for d, lower, probs, times in parts]
 
     def excess(t):
-        log_w = log_p + t * losses
-        top = float(np.max(log_w))
-        w = np.exp(log_w - top)
-        total = float(np.sum(w))
-        k0, k1 = top + math.log(total), float(np.sum(w * losses)) / total
-        return times * (t * k1 - k0) - goal
+        total = 0.0
+        for log_p, losses, times in prepared:
+            log_w = log_p + t * losses
+            top = float(np.max(log_w))
+            w = np.exp(log_w - top)
+            mass = float(np.sum(w))
+            total += times * (t * float(np.sum(w * losses)) / mass - top - math.log(mass))
+        return total - goal
 
     low, high = 0.0, 1.0
     while excess(high) < 0.0:
