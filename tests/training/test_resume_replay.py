@@ -137,17 +137,24 @@ def test_a_killed_run_resumes_to_the_unkilled_run(unkilled, tmp_path, killed_at)
     assert _json(out / "private" / "ledger.json")["head_position"] == summary["rounds"]
 
 
-def test_the_default_window_across_a_kill(tmp_path):
-    """The default pooled window (q = 4: 16 releases), killed with 13 discarded releases (mod M
-    = 1) across a window's end: the resumed run is the unkilled one."""
-    config = dataclasses.replace(CALIBRATED, head_window=None)
+def _unkilled_and_killed(config, tmp_path, kill_at: int) -> dict:
+    """Summaries of ``config`` run whole ("unkilled") and killed at round ``kill_at``, then
+    resumed ("run"), with the same secret seed."""
     summaries = {}
-    for name, progress in (("unkilled", None), ("run", _bar(_kill, 21))):
+    for name, progress in (("unkilled", None), ("run", _bar(_kill, kill_at))):
         try:
             summaries[name] = run.train(config, tmp_path / name, secret_seed=SECRET,
                                         checkpoint_every=EVERY, progress=progress)
         except _Killed:
             summaries[name] = run.train(None, tmp_path / name, resume=True)
+    return summaries
+
+
+def test_the_default_window_across_a_kill(tmp_path):
+    """The default pooled window (q = 4: 16 releases), killed with 13 discarded releases (mod M
+    = 1) across a window's end: the resumed run is the unkilled one."""
+    config = dataclasses.replace(CALIBRATED, head_window=None)
+    summaries = _unkilled_and_killed(config, tmp_path, 21)
     _same_run(tmp_path / "run", tmp_path / "unkilled", summaries["run"], summaries["unkilled"],
               range(EVERY * 2 + 1, 22))
     assert _markers(tmp_path / "run")[0]["discarded"] == 21 - 2 * EVERY
@@ -158,13 +165,7 @@ def test_a_killed_poisson_run_resumes_to_the_unkilled_run(tmp_path):
     counted): the re-made batches are the journal's, counted once."""
     config = TrainConfig(dataset="digits", devices=2, epochs=0.3, batch_size=64, evals=2, seed=5,
                          sigma=1.0, epsilon=50.0, threat="eavesdropper")
-    summaries = {}
-    for name, progress in (("unkilled", None), ("run", _bar(_kill, 11))):
-        try:
-            summaries[name] = run.train(config, tmp_path / name, secret_seed=SECRET,
-                                        checkpoint_every=EVERY, progress=progress)
-        except _Killed:
-            summaries[name] = run.train(None, tmp_path / name, resume=True)
+    summaries = _unkilled_and_killed(config, tmp_path, 11)
     _same_run(tmp_path / "run", tmp_path / "unkilled", summaries["run"], summaries["unkilled"],
               range(EVERY + 1, 12))
     assert _markers(tmp_path / "run")[0]["discarded"] == 11 - EVERY
