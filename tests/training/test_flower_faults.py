@@ -1,6 +1,6 @@
 """Faults of a local Flower run (issue 25 items 4 and 5), real processes on 127.0.0.1, each
 bounded in time: whatever ends the run, every process it started is gone, the work folder with the
-devices' noise seeds, reply keys and data slices is removed, and the error is one line with the
+devices' noise keys, reply keys and data slices is removed, and the error is one line with the
 documented exit code (1: the run failed)."""
 from __future__ import annotations
 
@@ -73,14 +73,14 @@ def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys):
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)])
 def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code):
     """SIGKILL of the launcher: its guard stops the SuperLink, SuperNodes and executors and removes
-    the 0700 work folder with the devices' noise seeds; SIGTERM: the launcher does it, exit 143."""
+    the 0700 work folder with the devices' noise keys; SIGTERM: the launcher does it, exit 143."""
     launcher = subprocess.Popen([sys.executable, "-c", (
         "from pathlib import Path; from privzv.training.config import TrainConfig; "
         "from privzv.training.engines.flower import launcher; "
         "launcher.run(TrainConfig(dataset='digits', devices=2, epsilon=8.0), Path(r'%s'), secret_seed=5, "
         "timeout=60)") % (tmp.parent / "run")], env={**os.environ, "TMPDIR": str(tmp)})
     try:
-        (work,) = _until(lambda: [w for w in tmp.glob("privzv-flower-*") if (w / "device1" / "noise-seed").exists()],
+        (work,) = _until(lambda: [w for w in tmp.glob("privzv-flower-*") if (w / "device1" / "noise-key").exists()],
                          30, "the work folder")
         assert (work.stat().st_mode & 0o777) == 0o700 and (work / "device0").stat().st_mode & 0o077 == 0
         _until(lambda: len(_inside(work)) >= 5, 30, "the run's processes")   # SuperLink, 2 x (node, executor)
