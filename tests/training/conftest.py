@@ -3,6 +3,8 @@ fixtures that return factories (the suite runs with --import-mode=importlib)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import pytest
 import torch
@@ -60,3 +62,24 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def cli_process():
+    """``cli_process(argv)``: ``privzv argv`` in a forked process (imports already done, so no
+    interpreter start-up per run), its output to /dev/null; returns the child's pid, which exits
+    with main's code."""
+    from privzv.cli import main
+
+    def start(argv) -> int:
+        pid = os.fork()
+        if pid == 0:   # the child: run, then leave without pytest's clean-up
+            code = 1
+            try:
+                with open(os.devnull, "w") as null:
+                    sys.stdout = sys.stderr = null
+                    code = main(argv)
+            finally:
+                os._exit(code)
+        return pid
+    return start

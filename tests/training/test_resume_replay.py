@@ -184,10 +184,11 @@ def test_a_ledger_json_without_head_position_is_still_resumed(unkilled, tmp_path
     _same_run(out, unkilled[0], summary, unkilled[1], range(EVERY + 1, 14))
 
 
-def test_sigkill_of_a_real_process_then_resume_is_the_unkilled_run(unkilled, tmp_path, capsys):
+def test_sigkill_of_a_real_process_then_resume_is_the_unkilled_run(unkilled, tmp_path, capsys,
+                                                                  cli_process):
     """A real SIGKILL once the journal holds releases after the round-8 checkpoint."""
     out = tmp_path / "run"
-    pid = _cli_process(["train", *_flags(tmp_path), "--out", str(out)])
+    pid = cli_process(["train", *_flags(tmp_path), "--out", str(out)])
     _wait(pid, lambda: _after_checkpoint(out) >= 2)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
@@ -319,19 +320,6 @@ def test_a_signal_before_training_leaves_nothing(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before     # restored
 
 
-def _cli_process(argv):
-    """``privzv argv`` in a forked process (imports already done); exits with main's code."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            with open(os.devnull, "w") as null:
-                sys.stdout = sys.stderr = null
-                code = main(argv)
-        finally:
-            os._exit(code)
-    return pid
-
 
 def _after_checkpoint(out):
     """Releases journaled after the round-8 checkpoint marker (0 before it)."""
@@ -354,9 +342,9 @@ def _wait(pid, ready, limit=120.0):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_real_stop_signals_exit_128_plus_n_with_a_checkpoint_and_no_lock(tmp_path, sig):
+def test_real_stop_signals_exit_128_plus_n_with_a_checkpoint_and_no_lock(tmp_path, sig, cli_process):
     out = tmp_path / "run"
-    pid = _cli_process(["train", *_flags(tmp_path), "--out", str(out)])
+    pid = cli_process(["train", *_flags(tmp_path), "--out", str(out)])
     _wait(pid, lambda: _after_checkpoint(out) >= 1)
     os.kill(pid, sig)
     _, status = os.waitpid(pid, 0)

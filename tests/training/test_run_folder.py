@@ -182,26 +182,13 @@ def _read_or_empty(path):
         return b""
 
 
-def _cli_process(argv):
-    """``privzv argv`` in a forked process (already imported: no interpreter start-up per run)."""
-    pid = os.fork()
-    if pid == 0:   # the child: run, then leave without pytest's clean-up
-        code = 1
-        try:
-            with open(os.devnull, "w") as null:
-                sys.stdout = sys.stderr = null
-                code = main(argv)
-        finally:
-            os._exit(code)
-    return pid
-
 
 def _alive(pid):
     done, _ = os.waitpid(pid, os.WNOHANG)
     return done == 0
 
 
-def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
+def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys, cli_process):
     """SIGKILL a training process after a random number of releases (a few times, creation
     included), then --resume: the run completes, the model, metrics and ledger equal an unkilled
     run's bit for bit (seeded noise re-makes the discarded releases, counted once)."""
@@ -219,7 +206,7 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys):
     kills = 0
     for target in [0, rng.randint(1, 10), rng.randint(5, 40), rng.randint(5, 40)]:
         before = _journal_releases(tmp_path, "run")
-        pid = _cli_process(resume if (out / "config.json").exists() else fresh)
+        pid = cli_process(resume if (out / "config.json").exists() else fresh)
         while (alive := _alive(pid)) and _journal_releases(tmp_path, "run") < before + target:
             time.sleep(0.001)
         if alive:
