@@ -87,7 +87,7 @@ def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code):
     finally:
         launcher.send_signal(sig)
         launcher.wait(20)
-    _until(lambda: not work.exists() and _inside(tmp) == [], 20, "nothing left")
+    _until(lambda: not work.exists() and _inside(tmp) == [], 60, "nothing left")
     assert launcher.returncode == code
 
 
