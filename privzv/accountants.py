@@ -55,18 +55,27 @@ import numpy as np
 from privzv import gdp
 from privzv.threats import Exposure
 
-ACCOUNTANTS = ("best", "pld", "rdp", "gdp-clt", "seed")
-RIGOROUS = ("best", "pld", "rdp")
 
 
-def seed_mu(z: float, batch_size: int, dataset_size: int, steps: int) -> float:
-    """mu of Theorem VI.5 (DPZV paper): (B/D) sqrt(T) / z, i.e. 2C sqrt(T) / (D sigma)."""
-    return (batch_size / dataset_size) * math.sqrt(steps) / z
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``ACCOUNTANTS`` and ``RIGOROUS``: the registered accountants' names, and the rigorous
+    ones' (:mod:`privzv.registry`; read at each access, so registrations show)."""
+    if name in ("ACCOUNTANTS", "RIGOROUS"):
+        from privzv import registry
+
+        return registry.names(rigorous=True if name == "RIGOROUS" else None)
+    raise AttributeError(f"module 'privzv.accountants' has no attribute {name!r}")
 
 
-def seed_noise_multiplier(mu: float, batch_size: int, dataset_size: int, steps: int) -> float:
+def seed_mu(z: float, rate: float, steps: int) -> float:
+    """mu of Theorem VI.5 (DPZV paper): (B/D) sqrt(T) / z, i.e. 2C sqrt(T) / (D sigma), with
+    ``rate`` = B/D."""
+    return rate * math.sqrt(steps) / z
+
+
+def seed_noise_multiplier(mu: float, rate: float, steps: int) -> float:
     """Inverse of :func:`seed_mu`: z = (B/D) sqrt(T) / mu (sigma = z * 2C/B = 2C sqrt(T)/(D mu))."""
-    return (batch_size / dataset_size) * math.sqrt(steps) / mu
+    return rate * math.sqrt(steps) / mu
 
 
 def clt_mu(z: float, exposure: Exposure) -> float:

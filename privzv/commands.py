@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import math
 
-from privzv import cliutil
-from privzv.accounting import ACCOUNTANTS
+from privzv import checks, cliutil, registry
+from privzv.defaults import DEFAULTS
 from privzv.errors import PrivzvError
 from privzv.release import NEIGHBORS, THREATS
-
-
 
 _DELTA = cliutil.number("--delta", low=0, high=1, low_open=True, high_open=True)
 
@@ -20,6 +18,7 @@ _DELTA = cliutil.number("--delta", low=0, high=1, low_open=True, high_open=True)
 def build_parser() -> cliutil.Parser:
     parser = cliutil.Parser(prog="privzv", description="Differential-privacy accounting for "
                             "zeroth-order vertical federated learning (DPZV).")
+    parser.add_argument("--version", action="version", version=f"privzv {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=cliutil.Parser)
     _add_convert(sub)
     _add_release_command(sub, "calibrate", _calibrate,
@@ -69,10 +68,14 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
         p.add_argument("--epsilon", required=True, help="target epsilon (> 0)",
                        type=cliutil.number("--epsilon", low=0, low_open=True))
     else:
-        p.add_argument("--sigma", required=True, help="noise std of the downlink release (> 0); with --head-clip the head's std follows "
-                            "--head-share",
-                       type=cliutil.number("--sigma", low=0, low_open=True))
-    add_release_options(p, accountant_default="best")
+        noise = p.add_mutually_exclusive_group(required=True)
+        noise.add_argument("--sigma", help="noise std of the downlink release (> 0; needs "
+                           "--clip); with --head-clip the head's std follows --head-share",
+                           type=cliutil.number("--sigma", low=0, low_open=True))
+        noise.add_argument("--noise-multiplier", help="noise std / sensitivity (> 0; no --clip "
+                           "needed)", type=cliutil.number("--noise-multiplier", low=0,
+                                                          low_open=True))
+    add_release_options(p, clip_default=None, question=True)
     add_round_options(p)
     p.add_argument("--super-batch", type=cliutil.number("--super-batch", low=1, integer=True),
                    help="B': super-batch size for --threat secret-subsampling")
@@ -83,29 +86,43 @@ def _add_release_command(sub, name: str, func, help_text: str) -> None:
     p.set_defaults(func=func)
 
 
-def add_release_options(p, *, clip_default: float | None = None,
-                        accountant_default: str = "pld") -> None:
+def add_release_options(p, *, clip_default: float | None = None, question: bool = False) -> None:
     """--delta, the schedule (--steps, --dataset-size, --batch-size, --devices), --clip,
-    --threat, --accountant and --neighbors; shared with ``privzv attack audit``.
-    ``clip_default`` None makes --clip required."""
+    --threat, --accountant and --neighbors, with the defaults of :mod:`privzv.defaults`; shared
+    with ``privzv attack audit``. ``clip_default`` None makes --clip required, unless
+    ``question`` (calibrate, account): then --clip is optional (a noise multiplier does not
+    need it), --epochs may replace --steps and --sample-rate --dataset-size and --batch-size."""
     p.add_argument("--delta", required=True, type=_DELTA, help="target delta, 0 < delta < 1")
-    p.add_argument("--steps", required=True, type=cliutil.number("--steps", low=1, integer=True),
+    p.add_argument("--steps", required=not question,
+                   type=cliutil.number("--steps", low=1, integer=True),
                    help="T: releases in total over the run")
-    p.add_argument("--dataset-size", required=True, help="D: records",
+    p.add_argument("--dataset-size", required=not question, help="D: records",
                    type=cliutil.number("--dataset-size", low=1, integer=True))
-    p.add_argument("--batch-size", required=True, help="B: records per release",
+    p.add_argument("--batch-size", required=not question, help="B: records per release",
                    type=cliutil.number("--batch-size", low=1, integer=True))
-    p.add_argument("--clip", required=clip_default is None, default=clip_default,
-                   type=cliutil.number("--clip", low=0, low_open=True),
-                   help="C: clipping bound of each record's contribution")
-    p.add_argument("--devices", default=1, type=cliutil.number("--devices", low=1, integer=True),
-                   help="M: devices the releases are spread over (default 1)")
-    p.add_argument("--threat", default="device", choices=THREATS, help="observer (default device)")
-    p.add_argument("--accountant", default=accountant_default, choices=ACCOUNTANTS,
-                   help=f"default {accountant_default} (best: the smaller of the rigorous pld "
-                        "and rdp bounds, naming which)")
-    p.add_argument("--neighbors", default="replace-one", choices=NEIGHBORS,
-                   help="neighbouring relation (default replace-one: sensitivity 2C/B)")
+    if question:
+        p.add_argument("--epochs", type=cliutil.number("--epochs", low=0, low_open=True),
+                       help="instead of --steps: T = ceil(epochs / q), q = --sample-rate or B/D")
+        p.add_argument("--sample-rate", type=cliutil.number("--sample-rate", low=0, high=1,
+                                                            low_open=True),
+                       help="q: Poisson sampling rate seen by an eavesdropper (Opacus's "
+                            "setting: with --threat eavesdropper --neighbors add-remove), "
+                            "instead of --dataset-size and --batch-size")
+    p.add_argument("--clip", required=clip_default is None and not question,
+                   default=clip_default, type=cliutil.number("--clip", low=0, low_open=True),
+                   help="C: clipping bound of each record's contribution"
+                        + (" (sigma is printed only with it)" if question else ""))
+    p.add_argument("--devices", default=1, help="M: devices the releases are spread over "
+                   "(default 1)", type=cliutil.number("--devices", low=1, integer=True,
+                                                      high=checks.MAX_DEVICES))
+    p.add_argument("--threat", default=DEFAULTS["threat"], choices=THREATS,
+                   help=f"observer (default {DEFAULTS['threat']})")
+    p.add_argument("--accountant", default=DEFAULTS["accountant"], choices=registry.names(),
+                   help=f"default {DEFAULTS['accountant']}; " + "; ".join(
+                       f"{a.name}: {a.summary}" for a in registry.REGISTRY.values()))
+    p.add_argument("--neighbors", default=DEFAULTS["neighbors"], choices=NEIGHBORS,
+                   help=f"neighbouring relation (default {DEFAULTS['neighbors']}; replace-one: "
+                        "sensitivity 2C/B)")
 
 
 def add_round_options(p) -> None:
@@ -143,13 +160,28 @@ def _device_steps(text: str) -> tuple[int, ...]:
     return steps
 
 
-def _release_and_schedule(args):
-    from privzv.release import HeadUpdate, Release, Schedule
+def _question(args):
+    """(release, schedule, exposure) of a calibrate/account command line
+    (:func:`privzv.api.describe`, the Python API's own), after the flag-level checks."""
+    from privzv import api
 
     b, d, bp = args.batch_size, args.dataset_size, args.super_batch
-    if b > d:
+    if args.sample_rate is not None and args.all:
+        raise PrivzvError("--all: needs --dataset-size and --batch-size (--sample-rate answers "
+                          "for an eavesdropper alone)")
+    if args.sample_rate is None and (b is None or d is None):
+        raise PrivzvError("give --sample-rate, or --dataset-size and --batch-size")
+    if (args.steps is None) == (args.epochs is None):
+        raise PrivzvError("give --steps or --epochs (one of them)")
+    if args.sample_rate is not None:
+        if args.threat != "eavesdropper":
+            raise PrivzvError(f"--sample-rate with --threat {args.threat}: Poisson sampling hides "
+                              "nothing from a device that chose its batch; add --threat "
+                              "eavesdropper (what Opacus assumes, with --neighbors add-remove), "
+                              "or give --dataset-size and --batch-size")
+    elif b > d:
         raise PrivzvError(f"--batch-size {b}: must be <= --dataset-size {d}")
-    if bp is not None and not b <= bp <= d:
+    if bp is not None and not (b is not None and d is not None and b <= bp <= d):
         raise PrivzvError(f"--super-batch {bp}: must be >= --batch-size {b} and <= "
                           f"--dataset-size {d}")
     if bp is None and args.threat == "secret-subsampling":
@@ -157,74 +189,83 @@ def _release_and_schedule(args):
     if bp is not None and args.threat != "secret-subsampling" and not args.all:
         raise PrivzvError(f"--super-batch {bp}: only used with --threat secret-subsampling "
                           "or --all")
-    n = getattr(args, "device_steps", None)
+    n = args.device_steps
     if n is not None and not (len(n) == args.devices and sum(n) == args.steps):
         raise PrivzvError(f"--device-steps {','.join(map(str, n))}: must give --devices "
                           f"{args.devices} counts summing to --steps {args.steps}")
-    head_clip = getattr(args, "head_clip", None)
-    q = getattr(args, "head_window", 0)
-    table = getattr(args, "head_sampling", "batch") == "table"
-    if table and q:
-        raise PrivzvError(f"--head-window {q}: a head on a sample of the table "
+    table = args.head_sampling == "table"
+    if table and args.head_window:
+        raise PrivzvError(f"--head-window {args.head_window}: a head on a sample of the table "
                           "(--head-sampling table) steps every round; omit --head-window")
-    if table and head_clip is None:
+    if table and args.head_clip is None:
         raise PrivzvError("--head-sampling table: needs --head-clip (the head's DP update)")
-    head = None if head_clip is None else HeadUpdate(
-        clip=head_clip, batch_size=b * (q * args.devices if q else 1), neighbors=args.neighbors,
-        window=q, sampling_rate=b / d if table else None)
-    release = Release(clip=args.clip, batch_size=b, neighbors=args.neighbors, head=head,
-                      head_share=getattr(args, "head_share", 0.5))
-    sigma = getattr(args, "sigma", None)
-    if sigma is not None:
-        release = release.with_sigma(sigma)
-    schedule = Schedule(steps=args.steps, dataset_size=d, devices=args.devices,
-                        threat=args.threat, super_batch=bp, device_steps=n)
-    return release, schedule
+    if getattr(args, "sigma", None) is not None and args.clip is None:
+        raise PrivzvError(f"--sigma {args.sigma:g}: needs --clip (sigma / sensitivity is the "
+                          "noise multiplier; or give --noise-multiplier)")
+    return api.describe(
+        steps=args.steps, epochs=args.epochs, sample_rate=args.sample_rate, threat=args.threat,
+        neighbors=args.neighbors, dataset_size=d, batch_size=b, devices=args.devices,
+        device_steps=n, super_batch=bp, clip=args.clip, head_clip=args.head_clip,
+        head_share=args.head_share, head_window=args.head_window,
+        head_sampling=args.head_sampling)
 
 
 def _calibrate(args) -> int:
     from privzv import accounting
 
-    release, schedule = _release_and_schedule(args)
+    release, schedule, exp = _question(args)
     if args.all:
         results = accounting.calibrate_all(args.epsilon, args.delta, release, schedule)
     else:
-        results = [accounting.calibrate(args.epsilon, args.delta, release, schedule,
-                                        args.accountant)]
-    return _emit(args, results, compare="sigma")
+        results = [accounting.calibrate_exposure(args.epsilon, args.delta, release, schedule,
+                                                 exp, args.accountant)]
+    return _emit(args, results, compare="noise_multiplier" if args.clip is None else "sigma")
 
 
 def _account(args) -> int:
     from privzv import accounting
 
-    release, schedule = _release_and_schedule(args)
+    release, schedule, exp = _question(args)
+    release = (release.with_sigma(args.sigma) if args.sigma is not None
+               else release.with_noise_multiplier(args.noise_multiplier))
     if args.all:
         results = accounting.account_all(release, schedule, args.delta)
     else:
-        results = [accounting.account(release, schedule, args.delta, args.accountant)]
+        results = [accounting.account_exposure(release, schedule, exp, args.delta,
+                                               args.accountant)]
     return _emit(args, results, compare="epsilon")
 
 
 def _emit(args, results, compare: str) -> int:
     """Print the answer(s). A single answer must be finite (strict JSON: no Infinity or NaN);
     under --all a row without a finite answer is already an Unanswered saying why."""
+    rows = [r.to_dict() for r in results]
+    for row in rows:
+        if args.clip is None and "sigma" in row:   # sigma is z times 2C/B: no C, no sigma
+            row["sigma"] = row["head_sigma"] = None
     if args.all:
-        out = {"results": [r.to_dict() for r in results]}
-        cliutil.emit(out, args.json, lambda o: _table(o["results"], compare))
+        cliutil.emit({"results": rows}, args.json, lambda o: _table(o["results"], compare))
         return 0
     r = results[0]
     if not all(math.isfinite(v) for v in (r.sigma, r.noise_multiplier, r.epsilon)):
         raise PrivzvError(f"{r.accountant}: epsilon or sigma exceeds the floating-point "
                           "range for these inputs (no finite answer); give more noise")
-    cliutil.emit(r.to_dict(), args.json, _single)
+    cliutil.emit(rows[0], args.json, _single)
     return 0
+
+
+def _version() -> str:
+    import privzv
+
+    return privzv.__version__
 
 
 def _single(r: dict) -> str:
     kind = "rigorous upper bound" if r["rigorous"] else "NOT RIGOROUS: not an upper bound"
     return "\n".join([
-        f"sigma             {r['sigma']:.6g}" + ("" if r["head_sigma"] is None else
-                                                    "   (downlink)"),
+        *([] if r["sigma"] is None else
+          [f"sigma             {r['sigma']:.6g}" + ("" if r["head_sigma"] is None else
+                                                     "   (downlink)")]),
         *([] if r["head_sigma"] is None else
           [f"head sigma        {r['head_sigma']:.6g}   (server head's DP update)"]),
         f"noise multiplier  {r['noise_multiplier']:.6g}   (sigma / sensitivity" + (
@@ -237,10 +278,19 @@ def _single(r: dict) -> str:
     ])
 
 
+# the --all table's last column divides by this accountant's row (the paper's formula)
+_REFERENCE = "seed"
+
+
+def _blind(name: str) -> bool:
+    """Whether the accountant ``name`` ignores the threat (:attr:`privzv.registry.Accountant.threats`)."""
+    return registry.get(name).threats is None
+
+
 def _table(rows: list[dict], compare: str) -> str:
     """A small table; the last column is sigma (calibrate) or epsilon (account) over the seed's.
     With a DP head, a "head sigma" column follows the (downlink) sigma."""
-    seed = next((r[compare] for r in rows if r["accountant"] == "seed"), None)
+    seed = next((r[compare] for r in rows if r["accountant"] == _REFERENCE), None)
     with_head = any(r.get("head_sigma") is not None for r in rows)
     head = (f"{'threat':<19}{'accountant':<11}{'guarantee':<13}{'sigma':>11}"
             + (f"{'head sigma':>11}" if with_head else "")
@@ -248,16 +298,17 @@ def _table(rows: list[dict], compare: str) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["accountant"] is None:   # an Unanswered row
-            threat = "(any: ignored)" if r["requested"] == "seed" else r["threat"]
+            threat = "(any: ignored)" if _blind(r["requested"]) else r["threat"]
             lines.append(f"{threat:<19}{r['requested']:<11}{r['reason']}")
             continue
         guarantee = "upper bound" if r["rigorous"] else "NOT RIGOROUS"
-        threat = "(any: ignored)" if r["accountant"] == "seed" else r["threat"]
+        threat = "(any: ignored)" if _blind(r["requested"]) else r["threat"]
         name = r["accountant"] if r["requested"] in (None, r["accountant"]) else (
             f"{r['requested']}>{r['accountant']}")   # a fallback: requested > answered
         q = "-" if r["sampling_rate"] is None else f"{r['sampling_rate']:.4g}"
         ratio = "-" if seed is None else f"{r[compare] / seed:.3g}x"
-        lines.append(f"{threat:<19}{name:<11}{guarantee:<13}{r['sigma']:>11.5g}"
+        sigma = "-" if r["sigma"] is None else f"{r['sigma']:.5g}"
+        lines.append(f"{threat:<19}{name:<11}{guarantee:<13}{sigma:>11}"
                      + (f"{r['head_sigma']:>11.5g}" if with_head else "")
                      + f"{r['noise_multiplier']:>12.5g}{r['epsilon']:>11.5g}"
                      f"{r['compositions']:>8}{q:>10}{ratio:>16}")

@@ -23,7 +23,7 @@ evaluation (the run's planned pair is checked first).
 
 After a run that follows the schedule (epoch-shuffled batches spread evenly over the devices) the
 ledger's epsilon equals :func:`privzv.accounting.account` for that schedule. Only rigorous
-accountants (``privzv.accountants.RIGOROUS``) keep a ledger: a budget is a bound or nothing.
+accountants (``privzv.registry``, ``rigorous``) keep a ledger: a budget is a bound or nothing.
 
 Resume (:meth:`PrivacyLedger.mark`, :meth:`PrivacyLedger.rewind`). A run killed after its last
 checkpoint made releases the observer may have seen ("discarded": the resumed run starts from the
@@ -56,8 +56,8 @@ import math
 
 import numpy as np
 
-from privzv import accounting, threats
-from privzv.accountants import RIGOROUS
+from privzv import accounting, checks, registry, threats
+from privzv.defaults import ACCOUNTANT
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 from privzv.threats import Exposure
@@ -77,18 +77,24 @@ class PrivacyLedger:
     """
 
     def __init__(self, release: Release, schedule: Schedule, delta: float, epsilon_budget: float,
-                 accountant: str = "pld", dataset_size: int | None = None):
+                 *, accountant: str = ACCOUNTANT, dataset_size: int | None = None):
         if dataset_size is not None and dataset_size != schedule.dataset_size:
+            checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
             schedule = dataclasses.replace(schedule, dataset_size=dataset_size)
-        if not (isinstance(epsilon_budget, (int, float)) and epsilon_budget > 0
-                and not math.isnan(epsilon_budget)):
-            raise PrivzvError(f"epsilon_budget={epsilon_budget!r}: must be a number > 0")
-        if accountant not in RIGOROUS:
+        epsilon_budget = checks.number("epsilon_budget", epsilon_budget, lo=0, lo_open=True,
+                                       allow_inf=True)
+        if not registry.get(accountant).rigorous:
             raise PrivzvError(f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
-                              f"takes {', '.join(RIGOROUS)}")
+                              f"takes {', '.join(registry.names(rigorous=True))}")
+        cells = getattr(schedule, "devices", 1) * getattr(schedule, "dataset_size", 1)
+        if cells > checks.MAX_LEDGER_CELLS:
+            raise PrivzvError(f"dataset_size={schedule.dataset_size} x devices="
+                              f"{schedule.devices}: a ledger counts each record per device; "
+                              f"above the cap {checks.MAX_LEDGER_CELLS:.0e} counts")
         self._full = accounting.checked_exposure(release, schedule, delta, accountant)
         self.release, self.schedule = release, schedule
-        self.delta, self.epsilon_budget, self.accountant = delta, float(epsilon_budget), accountant
+        self.delta = checks.number("delta", delta)
+        self.epsilon_budget, self.accountant = epsilon_budget, accountant
         self._counts = np.zeros((schedule.devices, schedule.dataset_size), dtype=np.int64)
         self._worst = 0  # the largest number of recorded releases that contain one record
         self.releases = 0
@@ -186,7 +192,8 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- recording
     def _ids(self, device: int, batch_ids) -> np.ndarray:
-        if not (isinstance(device, (int, np.integer)) and 0 <= device < self.schedule.devices):
+        if not (isinstance(device, (int, np.integer)) and not isinstance(device, bool)
+                and 0 <= device < self.schedule.devices):
             raise PrivzvError(f"device={device!r}: must be an integer in "
                               f"[0, {self.schedule.devices})")
         ids = np.asarray(batch_ids)
@@ -407,7 +414,7 @@ class PrivacyLedger:
         except TypeError as exc:
             raise PrivzvError(f"ledger state release/schedule: {exc}") from None
         ledger = cls(release, schedule, state["delta"], state["epsilon_budget"],
-                     state["accountant"])
+                     accountant=state["accountant"])
         releases = state["releases"]
         if not (isinstance(releases, int) and not isinstance(releases, bool) and releases >= 0):
             raise PrivzvError(f"ledger state releases={releases!r}: must be an integer >= 0")

@@ -191,12 +191,15 @@ def epsilon(m: Mixture, neighbors: str, delta: float, accountant: str) -> tuple[
     """(epsilon, the accountant that answered, why another did not or None): ``best`` the
     smaller of pld and rdp, ``pld`` / ``rdp`` the one asked, falling back to the other, and both
     to :func:`unamplified_epsilon`; each a rigorous upper bound."""
+    from privzv import registry
+
     if not m.compositions:
         return 0.0, accountant, None
-    order = {"best": ("rdp", "pld"), "pld": ("pld", "rdp"), "rdp": ("rdp", "pld")}[accountant]
-    answers, failures = {}, []
-    for name in order:
-        if answers and accountant != "best":
+    acc = registry.get(accountant)
+    answers: dict[str, float] = {}
+    failures = []
+    for name in acc.order:
+        if answers and not acc.smallest:
             break
         try:
             if name == "rdp":
@@ -207,7 +210,7 @@ def epsilon(m: Mixture, neighbors: str, delta: float, accountant: str) -> tuple[
         except CannotAnswer as exc:
             failures.append(f"{name}: {exc}")
     answers["unamplified"] = unamplified_epsilon(m, delta)
-    name = min(answers, key=answers.get)
+    name = min(answers, key=lambda n: answers[n])
     return answers[name], name, "; ".join(failures) or None
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from privzv import checks
+from privzv.defaults import NEIGHBORS as DEFAULT_NEIGHBORS, THREAT as DEFAULT_THREAT
 from privzv.errors import PrivzvError
 
 NEIGHBORS = ("replace-one", "add-remove")
@@ -28,14 +30,15 @@ def covers(protects: str) -> str:
     return f"covers {PROTECTS[protects]}"
 
 
-def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise PrivzvError(f"{name}={value!r}: must be a finite number > 0")
+def _set(obj, name: str, value):
+    """Store a checked (normalised) field of a frozen dataclass; returns ``value``."""
+    object.__setattr__(obj, name, value)
+    return value
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise PrivzvError(f"{name}={value!r}: allowed are {', '.join(allowed)}")
+def _sigma(name: str, value) -> float | None:
+    """A noise std: None (still to be calibrated) or a finite number >= 0."""
+    return None if value is None else checks.number(name, value, lo=0)
 
 
 def _neighbor_factor(neighbors: str) -> float:
@@ -71,28 +74,26 @@ class HeadUpdate:
 
     clip: float
     batch_size: int
-    neighbors: str = "replace-one"
+    neighbors: str = DEFAULT_NEIGHBORS
     sigma: float | None = None
     window: int = 0
     sampling_rate: float | None = None
 
     def __post_init__(self):
-        _positive("head clip", self.clip)
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
-            raise PrivzvError(f"head batch_size={self.batch_size!r}: must be an integer >= 1")
-        _choice("neighbors", self.neighbors, NEIGHBORS)
-        if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise PrivzvError(f"head sigma={self.sigma!r}: must be a finite number >= 0")
-        if not (isinstance(self.window, int) and not isinstance(self.window, bool)
-                and self.window >= 0):
-            raise PrivzvError(f"head window={self.window!r}: must be an integer >= 0 (0: a step "
-                              "every round)")
+        _set(self, "clip", checks.number("head clip", self.clip, lo=0, lo_open=True))
+        _set(self, "batch_size", checks.integer("head batch_size", self.batch_size, lo=1))
+        checks.choice("neighbors", self.neighbors, NEIGHBORS)
+        _set(self, "sigma", _sigma("head sigma", self.sigma))
+        _set(self, "window", checks.integer("head window", self.window, lo=0,
+                                            cap=checks.MAX_STEPS))
         q = self.sampling_rate
-        if q is not None and not (isinstance(q, (int, float)) and 0 < q <= 1):
-            raise PrivzvError(f"head sampling_rate={q!r}: must be a number with 0 < q <= 1")
+        if q is not None:
+            q = _set(self, "sampling_rate", checks.number("head sampling_rate", q, lo=0, hi=1,
+                                                          lo_open=True))
         if q is not None and self.window:
             raise PrivzvError(f"head window={self.window}: a sampled head (sampling_rate {q:g}) "
                               "steps every round; use window 0")
+        checks.representable("head clip", self.clip, self.sensitivity, "the head's sensitivity")
 
     @property
     def sampled(self) -> bool:
@@ -146,7 +147,7 @@ class Release:
     batch_size: int
     sigma: float | None = None
     aggregate: str = "mean"
-    neighbors: str = "replace-one"
+    neighbors: str = DEFAULT_NEIGHBORS
     dim: int = 1
     head: HeadUpdate | None = None
     head_share: float = 0.5
@@ -154,20 +155,33 @@ class Release:
 
     def __post_init__(self):
         if isinstance(self.head, dict):   # from a JSON state
-            object.__setattr__(self, "head", HeadUpdate(**self.head))
-        _positive("clip", self.clip)
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
-            raise PrivzvError(f"batch_size={self.batch_size!r}: must be an integer >= 1")
-        if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise PrivzvError(f"sigma={self.sigma!r}: must be a finite number >= 0")
-        _choice("aggregate", self.aggregate, AGGREGATES)
-        _choice("neighbors", self.neighbors, NEIGHBORS)
-        _choice("protects", self.protects, tuple(PROTECTS))
-        if not (isinstance(self.head_share, (int, float)) and 0 < self.head_share <= 1):
-            raise PrivzvError(f"head_share={self.head_share!r}: must be a number with 0 < share <= 1")
+            try:
+                _set(self, "head", HeadUpdate(**self.head))
+            except TypeError as exc:
+                raise PrivzvError(f"head: {exc}") from None
+        if self.head is not None:
+            checks.instance("head", self.head, HeadUpdate, "a HeadUpdate, its dict, or None")
+        _set(self, "clip", checks.number("clip", self.clip, lo=0, lo_open=True))
+        _set(self, "batch_size", checks.integer("batch_size", self.batch_size, lo=1,
+                                                cap=checks.MAX_DATASET))
+        _set(self, "sigma", _sigma("sigma", self.sigma))
+        checks.choice("aggregate", self.aggregate, AGGREGATES)
+        checks.choice("neighbors", self.neighbors, NEIGHBORS)
+        checks.choice("protects", self.protects, tuple(PROTECTS))
+        _set(self, "dim", checks.integer("dim", self.dim, lo=1))
+        _set(self, "head_share", checks.number("head_share", self.head_share, lo=0, hi=1,
+                                               lo_open=True))
         if self.head is not None and self.head.neighbors != self.neighbors:
             raise PrivzvError(f"head neighbors={self.head.neighbors!r}: must equal the release's "
                               f"{self.neighbors!r}")
+        checks.representable("clip", self.clip, self.sensitivity, "the sensitivity")
+        if self.sigma:
+            checks.representable("sigma", self.sigma, self.sigma / self.sensitivity,
+                                 "the noise multiplier sigma / sensitivity")
+        if self.head is not None and self.head.sigma:
+            checks.representable("head sigma", self.head.sigma,
+                                 self.head.sigma / self.head.sensitivity,
+                                 "the head's noise multiplier")
 
     @property
     def sensitivity(self) -> float:
@@ -217,20 +231,25 @@ class Release:
             z_head = self.head.sigma / self.head.sensitivity
         if z == 0 or z_head == 0:
             return 0.0
-        return (z ** -2 + z_head ** -2) ** -0.5
+        inverse = z ** -2 + z_head ** -2
+        return inverse ** -0.5 if inverse > 0 else 1.0 / math.hypot(1.0 / z, 1.0 / z_head)
 
     def with_noise_multiplier(self, z: float) -> "Release":
         """This release with the round-level noise multiplier z, split between downlink and head."""
-        z_down, z_head = self.split(float(z))
+        z = checks.number("noise_multiplier", z, lo=0, lo_open=True)
+        z_down, z_head = self.split(z)
+        checks.representable("noise_multiplier", z, z_down * self.sensitivity, "sigma")
         head = None if self.head is None else dataclasses.replace(
             self.head, sigma=z_head * self.head.sensitivity)
         return dataclasses.replace(self, sigma=z_down * self.sensitivity, head=head)
 
     def with_sigma(self, sigma: float) -> "Release":
         """This release with downlink noise std ``sigma`` (the head's std follows the split)."""
-        return self.with_noise_multiplier(
-            float(sigma) / self.sensitivity
-            * math.sqrt(1.0 - (self.head_share if self.head and not self.withholds else 0.0)))
+        sigma = checks.number("sigma", sigma, lo=0, lo_open=True)
+        z = checks.representable("sigma", sigma, sigma / self.sensitivity * math.sqrt(
+            1.0 - (self.head_share if self.head and not self.withholds else 0.0)),
+            "the noise multiplier sigma / sensitivity")
+        return self.with_noise_multiplier(z)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,27 +267,34 @@ class Schedule:
     steps: int
     dataset_size: int
     devices: int = 1
-    threat: str = "device"
+    threat: str = DEFAULT_THREAT
     super_batch: int | None = None
     device_steps: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        if isinstance(self.device_steps, list):   # from a JSON state
-            object.__setattr__(self, "device_steps", tuple(self.device_steps))
-        if not (isinstance(self.steps, int) and self.steps >= 1):
-            raise PrivzvError(f"steps={self.steps!r}: must be an integer >= 1")
-        if not (isinstance(self.dataset_size, int) and self.dataset_size >= 1):
-            raise PrivzvError(f"dataset_size={self.dataset_size!r}: must be an integer >= 1")
-        if not (isinstance(self.devices, int) and self.devices >= 1):
-            raise PrivzvError(f"devices={self.devices!r}: must be an integer >= 1")
-        _choice("threat", self.threat, THREATS)
+        _set(self, "steps", checks.integer("steps", self.steps, lo=1, cap=checks.MAX_STEPS))
+        _set(self, "dataset_size", checks.integer("dataset_size", self.dataset_size, lo=1,
+                                                  cap=checks.MAX_DATASET))
+        _set(self, "devices", checks.integer("devices", self.devices, lo=1,
+                                             cap=checks.MAX_DEVICES,
+                                             why="per-device counts are kept"))
+        checks.choice("threat", self.threat, THREATS)
+        if self.super_batch is not None:
+            _set(self, "super_batch", checks.integer("super_batch", self.super_batch, lo=1))
         if self.threat == "secret-subsampling" and self.super_batch is None:
             raise PrivzvError("threat='secret-subsampling' needs super_batch (B' >= B)")
-        n = self.device_steps
-        if n is not None and not (len(n) == self.devices and sum(n) == self.steps and all(
-                isinstance(v, int) and v >= 0 for v in n)):
-            raise PrivzvError(f"device_steps={n!r}: must be {self.devices} integers >= 0 summing "
-                              f"to steps={self.steps}")
+        if self.device_steps is not None:
+            _set(self, "device_steps", self._device_steps(self.device_steps))
+
+    def _device_steps(self, n) -> tuple[int, ...]:
+        """``device_steps`` as a tuple of ints, or PrivzvError."""
+        allowed = f"must be {self.devices} integers >= 0 summing to steps={self.steps}"
+        if not isinstance(n, (list, tuple)) or len(n) != self.devices:
+            raise PrivzvError(f"device_steps={checks.short(n)}: {allowed}")
+        counts = tuple(checks.integer("device_steps", v, lo=0) for v in n)
+        if sum(counts) != self.steps:
+            raise PrivzvError(f"device_steps={checks.short(n)}: {allowed}")
+        return counts
 
     def steps_per_device(self) -> tuple[int, ...]:
         """Rounds of each device: ``device_steps``, or round-robin over the devices."""

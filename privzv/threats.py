@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from privzv import checks
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 
@@ -87,6 +88,8 @@ def check(release: Release, schedule: Schedule) -> None:
     record's own noisy row, so whether a record was sampled is not hidden by the noise on a sum
     (under add-remove the number of rows changes); only ``device`` (no amplification) holds.
     """
+    checks.instance("release", release, Release, "a privzv.Release")
+    checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
     b, d = release.batch_size, schedule.dataset_size
     if pooled(release) and (schedule.threat != "device" or schedule.device_steps is not None):
         raise PrivzvError(f"head window={release.head.window}: a pooled DP head is accounted only "

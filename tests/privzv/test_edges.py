@@ -124,29 +124,29 @@ def test_one_call_api_matches_the_dataclass_route():
     release = Release(clip=1.0, batch_size=256, neighbors="add-remove")
     schedule = Schedule(steps=300, dataset_size=60000, threat="eavesdropper")
     via = calibrate(1.0, 1e-5, release, schedule, "rdp")
-    one = privzv.noise_multiplier(1.0, 1e-5, sample_rate=256 / 60000, steps=300,
-                                  accountant="rdp")
+    one = privzv.noise_multiplier(epsilon=1.0, delta=1e-5, sample_rate=256 / 60000, steps=300,
+                                  accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert one.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
-    full = privzv.noise_multiplier(1.0, 1e-5, dataset_size=60000, batch_size=256, steps=300,
-                                   accountant="rdp")
+    full = privzv.noise_multiplier(epsilon=1.0, delta=1e-5, dataset_size=60000, batch_size=256, steps=300,
+                                   accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert full.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
-    back = privzv.epsilon(one.noise_multiplier, 1e-5, sample_rate=256 / 60000, steps=300,
-                          accountant="rdp")
+    back = privzv.epsilon(noise_multiplier=one.noise_multiplier, delta=1e-5, sample_rate=256 / 60000, steps=300,
+                          accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert back.epsilon == pytest.approx(one.epsilon, rel=1e-12)
-    device = privzv.epsilon(5.0, 1e-5, dataset_size=1000, batch_size=100, steps=40,
-                            threat="device", devices=2, device_steps=(30, 10))
+    device = privzv.epsilon(noise_multiplier=5.0, delta=1e-5, dataset_size=1000, batch_size=100, steps=40,
+                            threat="device", devices=2, device_steps=(30, 10), neighbors="add-remove")
     assert device.compositions == 3 + 1 and device.sampling_rate is None
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    (dict(sample_rate=0.1, dataset_size=10, batch_size=1), "not both"),
+    (dict(sample_rate=0.1, dataset_size=10, batch_size=1), "sample_rate with dataset_size"),
     (dict(sample_rate=0.1, threat="device"), "threat='device'"),
-    (dict(sample_rate=1.5), "sample_rate=1.5"),
+    (dict(sample_rate=1.5, threat="eavesdropper"), "sample_rate=1.5"),
     (dict(), "give sample_rate"),
 ])
 def test_one_call_api_refuses_unclear_descriptions(kwargs, named):
     with pytest.raises(privzv.PrivzvError, match=named):
-        privzv.noise_multiplier(1.0, 1e-5, steps=10, **kwargs)
+        privzv.noise_multiplier(epsilon=1.0, delta=1e-5, steps=10, **kwargs)
 
 
 def test_doctests_of_the_one_call_api():
@@ -179,7 +179,7 @@ def test_a_secant_through_epsilons_with_equal_logs_bisects_instead_of_dividing_b
 
     e = 4.2187490100110985
     assert np.isnan(calibration._secant((1.0, e), (1.1, np.nextafter(e, 10.0)), 4.0))
-    r = privzv.noise_multiplier(e, 2.885931350998402e-264, sample_rate=1e-8, steps=8)
+    r = privzv.noise_multiplier(epsilon=e, delta=2.885931350998402e-264, sample_rate=1e-8, steps=8, threat="eavesdropper", neighbors="add-remove")
     assert r.rigorous and r.epsilon <= e
 
 
@@ -191,11 +191,11 @@ def test_at_a_delta_above_the_chance_of_ever_being_sampled_any_noise_gives_epsil
     total variation is q (2 Phi(a/2) - 1) -> q, so just below it epsilon is large."""
     q, k = 3e-4, 68
     chance = -np.expm1(k * np.log1p(-q))
-    r = privzv.noise_multiplier(303.73, chance * 1.0001, sample_rate=q, steps=k,
-                                neighbors=neighbors)
+    r = privzv.noise_multiplier(epsilon=303.73, delta=chance * 1.0001, sample_rate=q, steps=k,
+                                neighbors=neighbors, threat="eavesdropper")
     assert r.epsilon == 0.0 and r.accountant == "sampling" and r.noise_multiplier == 1e-4
     assert "sampled at all" in r.note
-    below = privzv.epsilon(1e-3, chance * 0.9, sample_rate=q, steps=k, neighbors=neighbors)
+    below = privzv.epsilon(noise_multiplier=1e-3, delta=chance * 0.9, sample_rate=q, steps=k, neighbors=neighbors, threat="eavesdropper")
     assert below.epsilon > 10 and below.accountant != "sampling"
     one = gdp.delta_from_epsilon(0.0, 1.0 / 1e-3) * q          # remove pair at z = 1e-3, k = 1
     assert q * 0.999 < one <= q
@@ -205,8 +205,8 @@ def test_pld_answers_small_epsilons_after_few_releases_instead_of_handing_over_t
     """A release's grid was sized from the unsampled span, about 7x too wide at q = 0.04, so pld
     declined and rdp answered 88% above the tight noise multiplier (fuzzing; the exact check
     is in test_pld_tightness.py)."""
-    r = privzv.noise_multiplier(0.021813277366518165, 0.001639155863730288,
-                                sample_rate=0.040523513932264284, steps=1)
+    r = privzv.noise_multiplier(epsilon=0.021813277366518165, delta=0.001639155863730288,
+                                sample_rate=0.040523513932264284, steps=1, threat="eavesdropper", neighbors="add-remove")
     assert r.accountant == "pld" and r.fallback is None
     assert r.noise_multiplier < 2.3746 * 1.001        # tight: 2.3745347 (50-digit hockey stick)
 
@@ -215,5 +215,5 @@ def test_a_delta_one_ulp_below_the_chance_of_being_sampled_is_not_epsilon_0():
     """-expm1(k log1p(-q)) came out one ulp below 1 - (1-q)^k (q = 0.23, k = 1: 0.22999999999999998
     where the exact chance is 0.23 + 1e-18), and that delta got epsilon 0 at noise 1e-4, where
     the true epsilon is huge."""
-    r = privzv.epsilon(1e-4, 0.22999999999999998, sample_rate=0.23, steps=1)
+    r = privzv.epsilon(noise_multiplier=1e-4, delta=0.22999999999999998, sample_rate=0.23, steps=1, threat="eavesdropper", neighbors="add-remove")
     assert r.accountant != "sampling" and r.epsilon > 1.0

@@ -33,7 +33,7 @@ def run_epochs(ledger, devices, epochs, batch=B, seed=0):
 def test_full_run_matches_account(threat, super_batch, accountant):
     schedule = Schedule(steps=2 * 2 * D // B, dataset_size=D, devices=2, threat=threat,
                         super_batch=super_batch)
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant)
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant=accountant)
     spent = run_epochs(ledger, devices=2, epochs=2)
     assert ledger.releases == schedule.steps
     assert np.all(np.diff(spent) >= 0) and spent[-1] > spent[0]
@@ -47,13 +47,13 @@ def test_a_ledger_refuses_an_accountant_that_is_not_a_rigorous_bound(accountant)
     enforced with them (issue 19: "epsilon spent 1" for a run whose pld epsilon is 15.5) is none."""
     schedule = Schedule(steps=20, dataset_size=D)
     with pytest.raises(PrivzvError, match=f"accountant '{accountant}': not a rigorous upper bound"):
-        PrivacyLedger(RELEASE, schedule, 1e-5, 1.0, accountant)
+        PrivacyLedger(RELEASE, schedule, 1e-5, 1.0, accountant=accountant)
 
 
 def test_secret_subsampling_counts_super_batches():
     schedule = Schedule(steps=2 * D // B, dataset_size=D, threat="secret-subsampling",
                         super_batch=2 * B)
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, "pld")
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant="pld")
     run_epochs(ledger, devices=1, epochs=4, batch=2 * B)   # 20 super-batches, 4 per record
     assert ledger.releases == schedule.steps
     assert ledger.epsilon_spent() == pytest.approx(account(RELEASE, schedule, 1e-5).epsilon)
@@ -61,7 +61,7 @@ def test_secret_subsampling_counts_super_batches():
 
 def test_device_epsilon_counts_the_worst_record_over_all_devices():
     schedule = Schedule(steps=100, dataset_size=D, devices=2)
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, "pld")
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant="pld")
     assert ledger.epsilon_spent() == 0.0
     ledger.record(0, np.arange(B))
     one = ledger.epsilon_spent()
@@ -79,7 +79,7 @@ def test_device_epsilon_counts_the_worst_record_over_all_devices():
 def test_refuses_a_release_over_budget_and_records_nothing():
     schedule = Schedule(steps=100, dataset_size=D)
     budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), "pld")
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), accountant="pld")
     run_epochs(ledger, devices=1, epochs=2)   # exactly two compositions per record: allowed
     batch = np.arange(B)
     assert ledger.would_exceed(0, batch)
@@ -99,7 +99,7 @@ def test_budget_too_small_for_one_release():
 
 def test_state_dict_roundtrip_through_json_continues_identically():
     schedule = Schedule(steps=40, dataset_size=D, devices=2, threat="eavesdropper")
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 5.0, "pld")
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 5.0, accountant="pld")
     run_epochs(ledger, devices=2, epochs=1)
     restored = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert restored.releases == ledger.releases == 20

@@ -29,11 +29,11 @@ RDP_CASES = [
 @pytest.mark.parametrize("source, z, q, steps, delta, published", RDP_CASES,
                          ids=[c[0] for c in RDP_CASES])
 def test_rdp_peer_values(source, z, q, steps, delta, published):
-    rdp = privzv.epsilon(z, delta, sample_rate=q, steps=steps, accountant="rdp")
+    rdp = privzv.epsilon(noise_multiplier=z, delta=delta, sample_rate=q, steps=steps, accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert rdp.accountant == "rdp"
     # the RDP order grids differ (dp-accounting's default orders against theirs): 0.1% slack
     assert 0.9 * published <= rdp.epsilon <= published * (1 + 1e-3)
-    best = privzv.epsilon(z, delta, sample_rate=q, steps=steps)
+    best = privzv.epsilon(noise_multiplier=z, delta=delta, sample_rate=q, steps=steps, threat="eavesdropper", neighbors="add-remove")
     assert best.epsilon <= rdp.epsilon and best.rigorous
 
 
@@ -48,8 +48,8 @@ def test_tf_privacy_huge_dataset_case_is_answered_by_pld_far_below_rdp():
 
     n, batch, delta = 100_000_000, 1024, 1e-7
     q, k = batch / n, math.ceil(10 * n / batch)
-    r = privzv.epsilon(0.1, delta, sample_rate=q, steps=k)
-    rdp = privzv.epsilon(0.1, delta, sample_rate=q, steps=k, accountant="rdp")
+    r = privzv.epsilon(noise_multiplier=0.1, delta=delta, sample_rate=q, steps=k, threat="eavesdropper", neighbors="add-remove")
+    rdp = privzv.epsilon(noise_multiplier=0.1, delta=delta, sample_rate=q, steps=k, accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert r.accountant == "pld" and r.rigorous and r.fallback is None
     assert r.epsilon <= rdp.epsilon <= 5907982.31138195
     single = pld.from_gaussian_mechanism(0.1, value_discretization_interval=1e-2,
@@ -66,7 +66,7 @@ def test_tf_privacy_huge_dataset_case_is_answered_by_pld_far_below_rdp():
 def test_opacus_gdp_accountant_bracket():
     """Opacus test_gdp_accountant: GaussianAccountant (Bu et al. 2020's CLT) gives 6.59 < eps
     < 6.6 for z = 1.5, q = 0.04, 2250 steps, delta 1e-5; privzv's gdp-clt is the same formula."""
-    r = privzv.epsilon(1.5, 1e-5, sample_rate=0.04, steps=int(90 // 0.04), accountant="gdp-clt")
+    r = privzv.epsilon(noise_multiplier=1.5, delta=1e-5, sample_rate=0.04, steps=int(90 // 0.04), accountant="gdp-clt", threat="eavesdropper", neighbors="add-remove")
     assert 6.59 < r.epsilon < 6.6 and not r.rigorous
 
 
@@ -74,21 +74,21 @@ def test_opacus_get_noise_multiplier():
     """Opacus test_get_noise_multiplier: get_noise_multiplier(target_epsilon=8, target_delta=1e-5,
     sample_rate=0.04, epochs=90) = 1.425307617 (RDP, epsilon tolerance 0.01). privzv's rdp
     calibration is one-sided with a tighter conversion, so at most that and close to it."""
-    r = privzv.noise_multiplier(8.0, 1e-5, sample_rate=0.04, steps=int(90 / 0.04),
-                                accountant="rdp")
+    r = privzv.noise_multiplier(epsilon=8.0, delta=1e-5, sample_rate=0.04, steps=int(90 / 0.04),
+                                accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert r.epsilon <= 8.0
     assert 0.95 * 1.425307617 <= r.noise_multiplier <= 1.425307617
-    assert privzv.noise_multiplier(8.0, 1e-5, sample_rate=0.04,
-                                   steps=2250).noise_multiplier <= r.noise_multiplier
+    assert privzv.noise_multiplier(epsilon=8.0, delta=1e-5, sample_rate=0.04,
+                                   steps=2250, threat="eavesdropper", neighbors="add-remove").noise_multiplier <= r.noise_multiplier
 
 
 def test_dp_accounting_pld_test_cases():
     """dp-accounting pld/pld_privacy_accountant_test.py: test_gaussian_basic (three Gaussians
     with z = sqrt(3): (1, 0.126936)) and test_poisson_subsampled_gaussian (three releases,
     q = 0.2, z = 0.5: (1, 0.15594)), both to within 1e-3 in epsilon."""
-    r = privzv.epsilon(math.sqrt(3), 0.126936, sample_rate=1.0, steps=3, accountant="pld")
+    r = privzv.epsilon(noise_multiplier=math.sqrt(3), delta=0.126936, sample_rate=1.0, steps=3, accountant="pld", threat="eavesdropper", neighbors="add-remove")
     assert r.epsilon == pytest.approx(1.0, abs=1e-3)
-    r = privzv.epsilon(0.5, 0.15594, sample_rate=0.2, steps=3, accountant="pld")
+    r = privzv.epsilon(noise_multiplier=0.5, delta=0.15594, sample_rate=0.2, steps=3, accountant="pld", threat="eavesdropper", neighbors="add-remove")
     assert r.epsilon == pytest.approx(1.0, abs=1e-3)
 
 
@@ -97,6 +97,6 @@ def test_dp_accounting_rdp_gaussian_case():
     one Gaussian with z = 4.530877117 is exactly (1, 1e-6)-DP by RDP over orders 1..100 in
     steps of 0.001. privzv's rdp uses dp-accounting's default orders (coarser, so >= 1); the
     exact Gaussian curve (pld, unsampled) is below."""
-    rdp = privzv.epsilon(4.530877117, 1e-6, sample_rate=1.0, steps=1, accountant="rdp")
+    rdp = privzv.epsilon(noise_multiplier=4.530877117, delta=1e-6, sample_rate=1.0, steps=1, accountant="rdp", threat="eavesdropper", neighbors="add-remove")
     assert rdp.epsilon == pytest.approx(1.0, rel=5e-3) and rdp.epsilon >= 1.0 - 1e-9
-    assert privzv.epsilon(4.530877117, 1e-6, sample_rate=1.0, steps=1).epsilon < 1.0
+    assert privzv.epsilon(noise_multiplier=4.530877117, delta=1e-6, sample_rate=1.0, steps=1, threat="eavesdropper", neighbors="add-remove").epsilon < 1.0

@@ -109,7 +109,7 @@ def test_one_sampled_release_is_within_0_1_percent_of_its_exact_hockey_stick(eps
     target exactly (one-sided) and 0.1% less noise does not. At small epsilon pld used to
     decline (a release's grid estimated from the unsampled span, 7x too wide) and rdp answered
     88% above the tight value."""
-    z = privzv.noise_multiplier(eps, delta, sample_rate=q, steps=1).noise_multiplier
+    z = privzv.noise_multiplier(epsilon=eps, delta=delta, sample_rate=q, steps=1, threat="eavesdropper", neighbors="add-remove").noise_multiplier
     assert _exact_sampled_delta(eps, q, z) <= delta
     assert _exact_sampled_delta(eps, q, z * (1 - 1e-3)) > delta
 
@@ -141,7 +141,7 @@ def test_a_rarely_sampled_record_is_accounted_on_bounded_grids_and_one_sided(mon
     monkeypatch.setattr(tilted_pld, "self_compose_once", self_compose_once)
     accountants._pld_epsilon.cache_clear()
     case = dict(epsilon=0.06579917583934763, delta=1.0649081033230982e-10, steps=2,
-                sample_rate=3.1813357977999156e-08, neighbors="add-remove")
+                sample_rate=3.1813357977999156e-08, neighbors="add-remove", threat="eavesdropper")
     ours = privzv.noise_multiplier(**case, accountant="best")
     assert ours.accountant == "pld" and ours.epsilon <= case["epsilon"]
     assert 0 < sizes["release"] <= 150_002 and sizes["composed"] <= 800_000

@@ -142,7 +142,7 @@ def test_the_ledger_stops_when_head_steps_alone_exceed_the_budget():
     release = _release(rate=0.2, batch=20, share=1.0)
     schedule = Schedule(steps=10, dataset_size=100, devices=1)
     z = accounting.calibrate(1.0, DELTA, release, schedule).noise_multiplier
-    ledger = PrivacyLedger(release.with_noise_multiplier(z), schedule, DELTA, 1.0, "best")
+    ledger = PrivacyLedger(release.with_noise_multiplier(z), schedule, DELTA, 1.0, accountant="best")
     recorded = 0
     while not ledger.would_exceed(0, [0]) and recorded < 100:
         ledger.record(0, [0])   # the downlink is withheld: only the head steps count
