@@ -33,41 +33,46 @@ def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool
     return " and ".join(parts)
 
 
+def _label(name: str, value: Any, shown: str | None) -> str:
+    """How a message names the value: ``name=value`` (Python), or ``name`` + ``shown`` (a
+    flag and its text, e.g. ``--clip '5e-324'``)."""
+    return f"{name}{shown}" if shown is not None else f"{name}={short(value)}"
+
+
 def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False) -> float:
-    """``value`` as a float, or PrivzvError naming ``name``: an int (not a bool), a float or a
-    numpy scalar, not NaN, finite unless ``allow_inf``, inside [lo, hi] (open ends as asked)."""
+           lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False,
+           shown: str | None = None) -> float:
+    """``value`` as a float, or PrivzvError naming ``name`` (and ``shown``, :func:`_label`): an
+    int (not a bool), a float or a numpy scalar, not NaN, finite unless ``allow_inf``, inside
+    [lo, hi] (open ends as asked)."""
     where = _range_text(lo, hi, lo_open, hi_open)
-    allowed = f"a number{' ' + where if where else ''}"
+    allowed = f"a {'' if allow_inf else 'finite '}number{' ' + where if where else ''}"
+    label = _label(name, value, shown)
     if not _is_number(value):
-        raise PrivzvError(f"{name}={value!r}: must be {allowed}")
+        raise PrivzvError(f"{label}: must be {allowed}")
     try:
         x = float(value)
     except OverflowError:
-        raise PrivzvError(f"{name}={short(value)}: beyond the floating-point range; must be "
-                          f"{allowed}") from None
-    if math.isnan(x) or (math.isinf(x) and not allow_inf):
-        raise PrivzvError(f"{name}={value!r}: must be a finite number{' ' + where if where else ''}")
+        raise PrivzvError(f"{label}: beyond the floating-point range; must be {allowed}") from None
     bad_lo = lo is not None and (x <= lo if lo_open else x < lo)
     bad_hi = hi is not None and (x >= hi if hi_open else x > hi)
-    if bad_lo or bad_hi:
-        raise PrivzvError(f"{name}={value!r}: must be {allowed}")
+    if math.isnan(x) or (math.isinf(x) and not allow_inf) or bad_lo or bad_hi:
+        raise PrivzvError(f"{label}: must be {allowed}")
     return x
 
 
 def integer(name: str, value: Any, *, lo: int | None = None, cap: int | None = None,
-            why: str = "") -> int:
-    """``value`` as an int, or PrivzvError naming ``name``: an int or numpy integer (not a bool,
-    not a float), >= ``lo``; above ``cap`` it is refused with the cap (and ``why``) named."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        more = "" if lo is None else f" >= {lo}"
-        raise PrivzvError(f"{name}={short(value)}: must be an integer{more}")
-    n = int(value)
-    if lo is not None and n < lo:
-        raise PrivzvError(f"{name}={n}: must be an integer >= {lo}")
-    if cap is not None and n > cap:
-        raise PrivzvError(f"{name}={short(n)}: above the cap {cap:.0e}{' (' + why + ')' if why else ''}")
-    return n
+            why: str = "", shown: str | None = None) -> int:
+    """``value`` as an int, or PrivzvError naming ``name`` (and ``shown``): an int or numpy
+    integer (not a bool, not a float), >= ``lo``; above ``cap`` it is refused with the cap (and
+    ``why``) named."""
+    label = _label(name, value, shown)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
+            lo is not None and value < lo):
+        raise PrivzvError(f"{label}: must be an integer{'' if lo is None else f' >= {lo}'}")
+    if cap is not None and value > cap:
+        raise PrivzvError(f"{label}: above the cap {cap:.0e}{' (' + why + ')' if why else ''}")
+    return int(value)
 
 
 def choice(name: str, value: Any, allowed: Sequence[str]) -> str:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from privzv import checks
 from privzv.errors import PrivzvError
 
 
@@ -68,25 +69,25 @@ def _one_line(exc: Exception) -> str:
 def number(name: str, *, low: float | None = None, high: float | None = None,
            low_open: bool = False, high_open: bool = False, integer: bool = False,
            allow_inf: bool = False) -> Callable[[str], float]:
-    """An argparse ``type`` that checks a number's range and names the flag in its error."""
+    """An argparse ``type`` that reads a number and checks it with :mod:`privzv.checks` (the
+    Python API's rules), naming the flag and its text in its error. An integer flag's ``high``
+    is a cap (memory or time) and is named as one."""
 
     def parse(text: str):
+        shown = f" {text!r}"
         try:
             value = int(text) if integer else float(text)
         except ValueError:
-            kind = "an integer" if integer else "a number"
-            raise BadValue(f"{name} {text!r}: must be {kind}") from None
-        if not integer and math.isnan(value):
-            raise BadValue(f"{name} {text!r}: must be a number, not NaN")
-        if not integer and math.isinf(value) and not allow_inf:
-            raise BadValue(f"{name} {text!r}: must be finite")
-        bad_low = low is not None and (value <= low if low_open else value < low)
-        bad_high = high is not None and (value >= high if high_open else value > high)
-        if bad_low or bad_high:
-            lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
-            hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
-            raise BadValue(f"{name} {text!r}: must be {' and '.join(p for p in (lo, hi) if p)}")
-        return value
+            raise BadValue(f"{name}{shown}: must be {'an integer' if integer else 'a number'}"
+                           ) from None
+        try:
+            if integer:
+                return checks.integer(name, value, lo=None if low is None else int(low),
+                                      cap=None if high is None else int(high), shown=shown)
+            return checks.number(name, value, lo=low, hi=high, lo_open=low_open,
+                                 hi_open=high_open, allow_inf=allow_inf, shown=shown)
+        except PrivzvError as exc:
+            raise BadValue(str(exc)) from None
 
     return parse
 

@@ -149,6 +149,10 @@ def pooled_compositions(release: Release, schedule: Schedule) -> float:
     per_epoch = _ceil_div(schedule.dataset_size, release.batch_size)
     n = schedule.steps_per_device()
     epochs = _ceil_div(max(n), per_epoch)
+    if epochs > checks.MAX_POOLED_EPOCHS:
+        raise PrivzvError(f"head window={release.head.window}: {epochs} epochs of a pooled DP head, "
+                          f"above the cap {checks.MAX_POOLED_EPOCHS:.0e} (K sums one term per "
+                          "epoch)")
     return float(sum(window_load(sum(e * per_epoch < n_m for n_m in n), release.head_weight)
                      for e in range(epochs)))
 

@@ -179,7 +179,7 @@ def test_console_entry_point_exit_code_and_no_traceback():
                            "--epsilon", "1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "privzv: error: --delta '2': must be > 0 and < 1"]
+        "privzv: error: --delta '2': must be a finite number > 0 and < 1"]
 
 
 def test_head_options_calibrate_the_whole_round_and_show_both_sigmas(capsys):
