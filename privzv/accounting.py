@@ -16,7 +16,7 @@ from privzv.defaults import ACCOUNTANT
 from privzv.errors import PrivzvError
 from privzv.registry import Bound, Question
 from privzv.release import THREATS, Release, Schedule
-from privzv.threats import Exposure, exposure, releases_per_record
+from privzv.threats import Exposure, check_objects, exposure, releases_per_record
 
 __all__ = ["Result", "Unanswered", "Bound", "account", "calibrate", "account_all",
            "calibrate_all", "account_exposure", "calibrate_exposure", "evaluate",
@@ -156,6 +156,7 @@ def checked_exposure(release: Release, schedule: Schedule, delta: float,
                      accountant: str) -> Exposure:
     """The record's Exposure, after the checks of :func:`account` (PrivzvError on bad input)."""
     _check(delta, accountant)
+    check_objects(release, schedule)
     if release.sigma is None or not release.sigma > 0:
         raise PrivzvError(f"sigma={release.sigma!r}: must be a number > 0 (sigma 0 gives no "
                           "privacy)")

@@ -78,6 +78,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def check_objects(release: object, schedule: object) -> None:
+    """PrivzvError unless ``release`` is a Release and ``schedule`` a Schedule."""
+    checks.instance("release", release, Release, "a privzv.Release")
+    checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
+
+
 def check(release: Release, schedule: Schedule) -> None:
     """Raise PrivzvError unless the batch sizes fit the data (B <= D and, if used, B <= B' <= D)
     and the threat's amplification applies to the release.
@@ -88,8 +94,7 @@ def check(release: Release, schedule: Schedule) -> None:
     record's own noisy row, so whether a record was sampled is not hidden by the noise on a sum
     (under add-remove the number of rows changes); only ``device`` (no amplification) holds.
     """
-    checks.instance("release", release, Release, "a privzv.Release")
-    checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
+    check_objects(release, schedule)
     b, d = release.batch_size, schedule.dataset_size
     if pooled(release) and (schedule.threat != "device" or schedule.device_steps is not None):
         raise PrivzvError(f"head window={release.head.window}: a pooled DP head is accounted only "
