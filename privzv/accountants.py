@@ -126,7 +126,7 @@ class CannotAnswer(Exception):
     back to the next rigorous accountant and says so."""
 
 
-def pld_discretization(epsilon: float, compositions: int, delta: float) -> float:
+def pld_discretization(epsilon: float, compositions: float, delta: float) -> float:
     """The PLD value discretisation for an answer near ``epsilon`` at ``delta`` after k =
     ``compositions`` releases: min(r epsilon, sqrt(6 r epsilon / (max(t, 6) k))),
     r = PLD_RELATIVE_DISCRETIZATION, at most PLD_MAX_DISCRETIZATION, with
@@ -190,7 +190,9 @@ def sampled_at_all(exposure: Exposure) -> float:
     step). At a delta at least this large, epsilon is 0 for any noise multiplier. Returned
     rounded up by 1e-12 relative, so that a delta one ulp below the exact chance (a fuzzing
     find: q = 0.23, k = 1) is not answered with epsilon 0."""
-    chance = -math.expm1(exposure.compositions * math.log1p(-exposure.sampling_rate))
+    q = exposure.sampling_rate
+    assert q is not None
+    chance = -math.expm1(exposure.compositions * math.log1p(-q))
     return min(1.0, chance * (1.0 + 1e-12))   # rounded up: its round-off is a few ulps
 
 

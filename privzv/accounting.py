@@ -52,7 +52,7 @@ class Result:
     threat: str
     neighbors: str
     rigorous: bool
-    compositions: int
+    compositions: int | float
     sampling_rate: float | None
     mu: float | None
     note: str
@@ -99,7 +99,7 @@ def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
         "secret-subsampling": f"secret-subsampling threat: record in {k} super-batches, "
                               f"server keeps it with {amp}",
     }[schedule.threat]
-    if exp.head_steps is not None:   # a sampled head (privzv.mixture)
+    if exp.head_steps is not None and release.head is not None:   # a sampled head (mixture)
         down = ("no downlink (withheld)" if release.withholds else text)
         return (f"{down}; composed with {exp.head_steps} head steps, each on a secret Poisson "
                 f"sample of the table at q_h={release.head.sampling_rate:.6g} (amplified against "
@@ -142,7 +142,8 @@ def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: E
     k, q = bound.shown or (exp.compositions, exp.sampling_rate)
     noised = release.with_noise_multiplier(z)
     head = release.head
-    return Result(sigma=noised.sigma, head_sigma=noised.head and noised.head.sigma,
+    assert noised.sigma is not None
+    return Result(sigma=noised.sigma, head_sigma=None if noised.head is None else noised.head.sigma,
                   noise_multiplier=z, epsilon=bound.epsilon, delta=delta,
                   accountant=bound.accountant, threat=schedule.threat,
                   neighbors=release.neighbors, rigorous=rigorous, compositions=k,

@@ -67,12 +67,12 @@ def integer(name: str, value: Any, *, lo: int | None = None, cap: int | None = N
     integer (not a bool, not a float), >= ``lo``; above ``cap`` it is refused with the cap (and
     ``why``) named."""
     label = _label(name, value, shown)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
-            lo is not None and value < lo):
+    n = int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else None
+    if n is None or (lo is not None and n < lo):
         raise PrivzvError(f"{label}: must be an integer{'' if lo is None else f' >= {lo}'}")
-    if cap is not None and value > cap:
+    if cap is not None and n > cap:
         raise PrivzvError(f"{label}: above the cap {cap:.0e}{' (' + why + ')' if why else ''}")
-    return int(value)
+    return n
 
 
 def choice(name: str, value: Any, allowed: Sequence[str]) -> str:

@@ -51,6 +51,7 @@ def to_dp_event(release: Release, schedule: Schedule, *, combined: bool = False)
         round_event = dpa.GaussianDpEvent(scale * z)
     else:
         z_down, z_head = release.split(z)
+        assert z_head is not None
         round_event = dpa.ComposedDpEvent([dpa.GaussianDpEvent(scale * z_down),
                                            dpa.GaussianDpEvent(scale * z_head)])
     if sampled:
@@ -65,6 +66,7 @@ def _mixture_event(dpa, release: Release, exp, z: float):
     relation = (dpa.NeighboringRelation.REPLACE_ONE if replace
                 else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
     z_down, z_head = release.split(z)
+    assert z_head is not None and release.head is not None
     events = [dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
         release.head.sampling_rate, dpa.GaussianDpEvent(scale * z_head)), exp.head_steps)]
     if not release.withholds and exp.compositions:

@@ -98,16 +98,17 @@ class PrivacyLedger:
         self._counts = np.zeros((schedule.devices, schedule.dataset_size), dtype=np.int64)
         self._worst = 0  # the largest number of recorded releases that contain one record
         self.releases = 0
-        self._epsilons: dict[int, float] = {}
-        self._ok_up_to, self._bad_from = 0, math.inf
+        self._epsilons: dict[float | tuple[float, int], float] = {}
+        self._ok_up_to: float = 0
+        self._bad_from: float = math.inf
         self._position = 0   # releases of the live walk: the head's step count (windows close by it)
-        self._mark = None    # (position, open window) at the last checkpoint (mark)
+        self._mark: tuple[int, np.ndarray | None] | None = None    # (position, open window) at the last checkpoint (mark)
         self._since: list[tuple[int, np.ndarray]] = []   # live releases after the mark
         self._pending = 0    # the last _pending of _since: made before a resume, not yet re-made
         self._pooled = threats.pooled(release)
         self._sampled = threats.sampled_head(release)
-        self._ok_pairs: list[tuple[int, int]] = []   # sampled head: (k, T_h) within budget
-        self._bad_pairs: list[tuple[int, int]] = []   # ... and over it
+        self._ok_pairs: list[tuple[float, int]] = []   # sampled head: (k, T_h) within budget
+        self._bad_pairs: list[tuple[float, int]] = []   # ... and over it
         if self._pooled:   # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
             self._window = np.zeros(d, dtype=np.int64)
@@ -132,20 +133,20 @@ class PrivacyLedger:
         w = self.release.head_weight
         return (1.0 - w) * k + w * (self._squares[ids] + c * c)
 
-    def _epsilon(self, k: int, head_steps: int | None = None) -> float:
+    def _epsilon(self, k: float, head_steps: int | None = None) -> float:
         """Epsilon of k compositions (and, with a sampled head, ``head_steps`` head steps; the
         rounds recorded when None) under the ledger's threat and accountant (cached)."""
         steps = (self.releases if head_steps is None else head_steps) if self._sampled else None
         if k == 0 and not steps:
             return 0.0
-        key = k if steps is None else (k, steps)
+        key: float | tuple[float, int] = k if steps is None else (k, steps)
         if key not in self._epsilons:
             self._epsilons[key] = accounting.epsilon_for_exposure(
                 self.release.noise_multiplier, self.release, self.schedule,
                 Exposure(k, self._full.sampling_rate, steps), self.delta, self.accountant)[0]
         return self._epsilons[key]
 
-    def _pair_within_budget(self, k: int, steps: int) -> bool:
+    def _pair_within_budget(self, k: float, steps: int) -> bool:
         """Sampled head: whether (k, T_h) stays within the budget. Epsilon grows in both, so
         pairs known within (over) the budget decide every pair they dominate (are dominated by);
         the planned pair is evaluated first (a run that follows its schedule costs one
@@ -163,7 +164,7 @@ class PrivacyLedger:
             self._bad_pairs.append(pair)
         return False
 
-    def _within_budget(self, k: int, steps: int | None = None) -> bool:
+    def _within_budget(self, k: float, steps: int | None = None) -> bool:
         """Whether k compositions stay within the budget. Epsilon grows with k, so the answer is
         kept as a bracket; an unknown k is checked together with 2k (looked at first), which
         makes the checks over a whole run cost O(log k) epsilon evaluations. With a sampled
@@ -271,7 +272,7 @@ class PrivacyLedger:
     def _closes(self, position: int) -> bool:
         per_epoch = -(-self.schedule.dataset_size // self.release.batch_size)
         return threats.window_closes(position, self.schedule.devices, per_epoch,
-                                     self.release.head.window)
+                                     self.release.head.window if self.release.head else 1)
 
     # ----------------------------------------------------------------- resume
     def mark(self) -> None:
@@ -313,7 +314,9 @@ class PrivacyLedger:
         resumed run is (position and open window, the one open at the kill dropped)."""
         made = len(self._since) - self._pending
         if self._pooled:
-            self._window = self._window_after(made)
+            window = self._window_after(made)
+            assert window is not None
+            self._window = window
             self._load = float(self._loads(np.arange(self.schedule.dataset_size), 0).max(initial=0.0))
         self._position -= self._pending
         self._since, self._pending = self._since[:made], 0
@@ -324,6 +327,7 @@ class PrivacyLedger:
             return None
         if not self._pending and made == len(self._since):
             return self._window.copy()
+        assert self._mark is not None and self._mark[1] is not None
         position, window = self._mark[0], self._mark[1].copy()
         for _, ids in self._since[:made]:
             window[ids] += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
 from privzv import checks
 from privzv.defaults import NEIGHBORS as DEFAULT_NEIGHBORS, THREAT as DEFAULT_THREAT
@@ -226,9 +227,9 @@ class Release:
             return z
         if self.withholds:   # the head's mechanism alone
             return z if self.head.sigma is None else self.head.sigma / self.head.sensitivity
-        z_head = self.split(z * math.sqrt(1.0 - self.head_share))[1]   # head's z at the split
-        if self.head.sigma is not None:
-            z_head = self.head.sigma / self.head.sensitivity
+        z_head = (self.head.sigma / self.head.sensitivity if self.head.sigma is not None
+                  else self.split(z * math.sqrt(1.0 - self.head_share))[1])   # z at the split
+        assert z_head is not None
         if z == 0 or z_head == 0:
             return 0.0
         inverse = z ** -2 + z_head ** -2
@@ -239,7 +240,7 @@ class Release:
         z = checks.number("noise_multiplier", z, lo=0, lo_open=True)
         z_down, z_head = self.split(z)
         checks.representable("noise_multiplier", z, z_down * self.sensitivity, "sigma")
-        head = None if self.head is None else dataclasses.replace(
+        head = None if self.head is None or z_head is None else dataclasses.replace(
             self.head, sigma=z_head * self.head.sensitivity)
         return dataclasses.replace(self, sigma=z_down * self.sensitivity, head=head)
 
@@ -269,7 +270,7 @@ class Schedule:
     devices: int = 1
     threat: str = DEFAULT_THREAT
     super_batch: int | None = None
-    device_steps: tuple[int, ...] | None = None
+    device_steps: Sequence[int] | None = None
 
     def __post_init__(self):
         _set(self, "steps", checks.integer("steps", self.steps, lo=1, cap=checks.MAX_STEPS))
@@ -299,6 +300,6 @@ class Schedule:
     def steps_per_device(self) -> tuple[int, ...]:
         """Rounds of each device: ``device_steps``, or round-robin over the devices."""
         if self.device_steps is not None:
-            return self.device_steps
+            return tuple(self.device_steps)
         t, m = self.steps, self.devices
         return tuple(t // m + (i < t % m) for i in range(m))

@@ -97,7 +97,7 @@ def check(release: Release, schedule: Schedule) -> None:
     check_objects(release, schedule)
     b, d = release.batch_size, schedule.dataset_size
     if pooled(release) and (schedule.threat != "device" or schedule.device_steps is not None):
-        raise PrivzvError(f"head window={release.head.window}: a pooled DP head is accounted only "
+        raise PrivzvError(f"head window={_window(release)}: a pooled DP head is accounted only "
                           "under threat 'device' with round-robin activation (no --device-steps, "
                           f"no activation probabilities); got threat {schedule.threat!r}"
                           + ("" if schedule.device_steps is None else " and given device steps")
@@ -122,9 +122,14 @@ def worst_record_rounds(schedule: Schedule, batch: int) -> int:
     return sum(_ceil_div(n, per_epoch) for n in schedule.steps_per_device())
 
 
+def _window(release: Release) -> int:
+    """The DP head's window (0 without a head)."""
+    return release.head.window if release.head is not None else 0
+
+
 def pooled(release: Release) -> bool:
     """Whether the release's DP head pools windows (``HeadUpdate.window`` >= 1)."""
-    return release.head is not None and release.head.window > 0
+    return _window(release) > 0
 
 
 def sampled_head(release: Release) -> bool:
@@ -155,7 +160,7 @@ def pooled_compositions(release: Release, schedule: Schedule) -> float:
     n = schedule.steps_per_device()
     epochs = _ceil_div(max(n), per_epoch)
     if epochs > checks.MAX_POOLED_EPOCHS:
-        raise PrivzvError(f"head window={release.head.window}: {epochs} epochs of a pooled DP head, "
+        raise PrivzvError(f"head window={_window(release)}: {epochs} epochs of a pooled DP head, "
                           f"above the cap {checks.MAX_POOLED_EPOCHS:.0e} (K sums one term per "
                           "epoch)")
     return float(sum(window_load(sum(e * per_epoch < n_m for n_m in n), release.head_weight)
@@ -176,10 +181,11 @@ def exposure(release: Release, schedule: Schedule) -> Exposure:
     if schedule.threat == "eavesdropper":
         return Exposure(schedule.steps, None if b == d else b / d)
     bp = schedule.super_batch
+    assert bp is not None   # check(): secret-subsampling has a super-batch
     return Exposure(worst_record_rounds(schedule, bp), None if bp == b else b / bp)
 
 
-def releases_per_record(release: Release, schedule: Schedule) -> int:
+def releases_per_record(release: Release, schedule: Schedule) -> int | float:
     """Rounds that contain the worst record under the threat (module docstring)."""
     if pooled(release):
         check(release, schedule)
