@@ -56,7 +56,8 @@ def draw(rng: np.random.Generator) -> dict:
             "steps": int(10 ** rng.uniform(0, 8)),
             "sample_rate": 1.0 if rng.random() < 0.25 else float(10 ** rng.uniform(-8, 0)),
             "neighbors": str(rng.choice(["add-remove", "replace-one"])),
-            "accountant": str(rng.choice(["best", "pld", "rdp"]))}
+            "accountant": str(rng.choice(["best", "pld", "rdp"])),
+            "threat": "eavesdropper"}   # a sample_rate is an eavesdropper's (privzv.api)
 
 
 def check(case: dict) -> dict:
@@ -74,8 +75,9 @@ def check(case: dict) -> dict:
     out = {"outcome": "answered", "cpu": cpu, "z": z, "answered_by": found.accountant,
            "finite": math.isfinite(z) and math.isfinite(found.epsilon),
            "within_target": found.epsilon <= eps}
-    back = privzv.epsilon(z, delta, sample_rate=q, steps=case["steps"],
-                          neighbors=case["neighbors"], accountant=case["accountant"])
+    back = privzv.epsilon(noise_multiplier=z, delta=delta, sample_rate=q, steps=case["steps"],
+                          threat="eavesdropper", neighbors=case["neighbors"],
+                          accountant=case["accountant"])
     out["epsilon_agrees"] = back.epsilon == found.epsilon
     out["epsilon_back"], out["epsilon_found"] = back.epsilon, found.epsilon
     out["fallback"] = found.fallback

@@ -341,3 +341,75 @@ def tiny_scheduler_for_fuzz():
         config = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, embed_dim=4, seed=0)
         return run.build(config, data.load("breast-cancer", 2), secret_seed=1)
     return make
+
+
+# ------------------------------ issue 24 item 1 / issue 22 item 1: the validation layer's CLI side
+BIG = str(10 ** 70)
+ACC_NO_CLIP = ["account", "--delta", "1e-5", "--steps", "100", "--dataset-size", "1000",
+               "--batch-size", "10"]
+CAL_NO_CLIP = ["calibrate", "--epsilon", "1", "--delta", "1e-5", "--dataset-size", "1000",
+               "--batch-size", "10"]
+OPACUS = ["calibrate", "--epsilon", "1", "--delta", "1e-5", "--threat", "eavesdropper",
+          "--neighbors", "add-remove"]
+VALIDATION = {
+    "integers beyond float range or a cap": [
+        [*CALIBRATE, "--steps", str(10 ** 60)], [*CALIBRATE, "--devices", BIG],
+        [*CALIBRATE, "--dataset-size", BIG], [*CALIBRATE, "--batch-size", BIG],
+        [*ACCOUNT, "--steps", BIG], [*ACCOUNT, "--devices", BIG], [*ACCOUNT, "--head-window", BIG,
+                                                                   "--head-clip", "1"],
+        [*CALIBRATE, "--threat", "secret-subsampling", "--super-batch", BIG],
+        [*ACCOUNT, "--steps", str(10 ** 16)], [*CALIBRATE, "--steps", str(10 ** 16)],
+        [*AUDIT, "--sigma", "1", "--devices", BIG],
+    ],
+    "subnormal or overflowing derived values": [
+        [*CALIBRATE, "--clip", "5e-324"], [*ACCOUNT, "--clip", "5e-324"],
+        [*CALIBRATE, "--head-clip", "5e-324"], [*ACCOUNT, "--head-clip", "5e-324"],
+        [*ACCOUNT[:2], "5e-324", *ACCOUNT[3:]], [*ACCOUNT[:2], "1e308", *ACCOUNT[3:]],
+        [*ACCOUNT, "--clip", "1e308"], [*CALIBRATE, "--clip", "1e308"],
+        [*ACC_NO_CLIP, "--noise-multiplier", "5e-324"], [*ACC_NO_CLIP, "--noise-multiplier", "1e-200"],
+        [*AUDIT, "--sigma", "5e-324"], [*AUDIT, "--sigma", "1", "--clip", "5e-324"],
+    ],
+    "memory or time caps": [
+        [*CALIBRATE, "--devices", "1000000000"], [*ACCOUNT, "--devices", "1000000000"],
+        [*AUDIT, "--sigma", "1", "--devices", "1000000000"],
+        [*CALIBRATE, "--steps", "1000000000000", "--head-clip", "1", "--head-window", "1"],
+        [*ACCOUNT, "--steps", "1000000000000", "--head-clip", "1", "--head-window", "1"],
+        [*OPACUS, "--epochs", "1e300", "--sample-rate", "1e-300"],
+    ],
+    "one API shape: the question's flags": [
+        [*OPACUS[:5], "--steps", "100", "--sample-rate", "0.01"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "0.01", "--all"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "0.01", "--dataset-size", "1000"],
+        [*OPACUS, "--steps", "100", "--epochs", "2", "--sample-rate", "0.01"],
+        [*OPACUS, "--sample-rate", "0.01"],
+        [*OPACUS, "--steps", "100"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "0"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "1.5"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "nan"],
+        [*OPACUS, "--steps", "100", "--sample-rate", "x"],
+        [*OPACUS, "--epochs", "0", "--sample-rate", "0.01"],
+        [*OPACUS, "--epochs", "-1", "--sample-rate", "0.01"],
+        [*OPACUS, "--epochs", "nan", "--sample-rate", "0.01"],
+        [*OPACUS, "--epochs", "inf", "--sample-rate", "0.01"],
+        [*CAL_NO_CLIP, "--steps", "100", "--epochs", "1"], [*CAL_NO_CLIP],
+        [*ACC_NO_CLIP, "--sigma", "1"],
+        [*ACC_NO_CLIP, "--sigma", "1", "--clip", "1", "--noise-multiplier", "1"],
+        [*ACC_NO_CLIP, "--noise-multiplier", "0"], [*ACC_NO_CLIP, "--noise-multiplier", "-1"],
+        [*ACC_NO_CLIP, "--noise-multiplier", "nan"], [*ACC_NO_CLIP, "--noise-multiplier", "inf"],
+        [*ACC_NO_CLIP], [*ACC_NO_CLIP, "--noise-multiplier", "1", "--accountant", "toy"],
+        ["calibrate", "--version"],
+    ],
+}
+VALIDATION_CASES = [pytest.param(argv, id=f"{group}: {' '.join(argv)[:60]}")
+                    for group, cases in VALIDATION.items() for argv in cases]
+
+
+def test_the_validation_classes_have_their_cases():
+    assert {g: len(c) for g, c in VALIDATION.items()} == {
+        "integers beyond float range or a cap": 11, "subnormal or overflowing derived values": 12,
+        "memory or time caps": 6, "one API shape: the question's flags": 25}
+
+
+@pytest.mark.parametrize("argv", VALIDATION_CASES)
+def test_validation_refuses_in_one_line(argv, inputs, tmp_path, monkeypatch, capsys):
+    test_bad_invocation_is_one_line_and_exit_2(argv, inputs, tmp_path, monkeypatch, capsys)

@@ -135,7 +135,9 @@ def test_cli_version_and_noise_multiplier_without_clip(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"privzv {privzv.__version__}"
-    assert privzv.__version__ == "0.1.0"
+    from importlib import metadata
+
+    assert privzv.__version__ == metadata.version("privzv")   # pyproject.toml, one place
     assert main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--steps", "100",
                  "--dataset-size", "1000", "--batch-size", "10"]) == 0
     text = capsys.readouterr().out
@@ -217,8 +219,8 @@ BAD = [
                            Schedule(steps=10, dataset_size=10 ** 12), DELTA, 1.0),
      "above the cap"),
     (lambda: PrivacyLedger(Release(clip=1.0, batch_size=10, sigma=1.0),
-                           Schedule(steps=10, dataset_size=100), DELTA, 1.0).record(True, [1]),
-     "device=True"),
+                           Schedule(steps=10, dataset_size=100, devices=2), DELTA,
+                           1.0).record(True, [1]), "device=True"),
     (lambda: api.describe(steps=10 ** 12, dataset_size=100, batch_size=10, head_clip=1.0,
                           head_window=4), "above the cap"),
 ]
@@ -241,3 +243,12 @@ def test_numpy_scalars_are_numbers():
                         device_steps=[np.int64(3), np.int64(1)])
     assert type(schedule.steps) is int and schedule.device_steps == (3, 1)
     assert dataclasses.replace(schedule).devices == 2
+
+
+def test_cli_names_the_given_value_not_a_derived_inf_or_zero(capsys):
+    base = ["--delta", "1e-5", "--steps", "100", "--dataset-size", "1000", "--batch-size", "10"]
+    assert main(["account", "--sigma", "1e308", "--clip", "1", *base]) == 2
+    err = capsys.readouterr().err
+    assert "sigma=1e+308" in err and "sigma=inf" not in err
+    assert main(["calibrate", "--epsilon", "1", "--clip", "5e-324", *base]) == 2
+    assert "clip=5e-324: the sensitivity" in capsys.readouterr().err   # not sigma 0
