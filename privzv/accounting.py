@@ -3,7 +3,8 @@
 ``account`` gives the epsilon that a release's sigma buys; ``calibrate`` gives the smallest sigma
 (and noise multiplier sigma / sensitivity) whose epsilon is at most a target. Every answer is a
 :class:`Result` that names its threat, accountant and neighbouring relation and says whether it
-is a rigorous upper bound. Threats: :mod:`privzv.threats`; accountants: :mod:`privzv.accountants`.
+is a rigorous upper bound. Threats: :mod:`privzv.threats`; accountants: registered in
+:mod:`privzv.registry`, their math in :mod:`privzv.accountants`.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from privzv import accounting, checks
 from privzv.accounting import Result, Unanswered
 from privzv.defaults import ACCOUNTANT, NEIGHBORS, THREAT
 from privzv.errors import PrivzvError
-from privzv.release import HeadUpdate, Release, Schedule
+from privzv.release import THREATS, HeadUpdate, Release, Schedule
 from privzv.threats import Exposure
 
 __all__ = ["noise_multiplier", "epsilon", "calibrate", "account", "calibrate_all",
@@ -60,8 +60,9 @@ def describe(*, steps: int | None = None, epochs: float | None = None,
     """(release, schedule, exposure) of a question (clip 1 when not given: a noise multiplier
     does not depend on it). ``head_window`` and ``head_sampling`` ("batch" or "table") describe
     the DP head as ``privzv calibrate --head-window / --head-sampling`` do."""
-    checks.choice("threat", threat, ("device", "eavesdropper", "secret-subsampling"))
+    checks.choice("threat", threat, THREATS)
     checks.choice("head_sampling", head_sampling, ("batch", "table"))
+    devices = checks.integer("devices", devices, lo=1, cap=checks.MAX_DEVICES)
     clip = 1.0 if clip is None else clip
     if sample_rate is not None:
         given = [n for n, v in zip(_NOT_WITH_SAMPLE_RATE, (dataset_size, batch_size,
@@ -85,7 +86,6 @@ def describe(*, steps: int | None = None, epochs: float | None = None,
     b = checks.integer("batch_size", batch_size, lo=1, cap=checks.MAX_DATASET)
     d = checks.integer("dataset_size", dataset_size, lo=1, cap=checks.MAX_DATASET)
     window = checks.integer("head_window", head_window, lo=0, cap=checks.MAX_STEPS)
-    devices = checks.integer("devices", devices, lo=1, cap=checks.MAX_DEVICES)
     head = None if head_clip is None else HeadUpdate(
         clip=head_clip, batch_size=b * (window * devices if window else 1), neighbors=neighbors,
         window=window, sampling_rate=b / d if head_sampling == "table" else None)

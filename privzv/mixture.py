@@ -188,7 +188,8 @@ def unamplified_epsilon(m: Mixture, delta: float) -> float:
 
 
 def epsilon(m: Mixture, neighbors: str, delta: float, accountant: str) -> tuple[float, str, str | None]:
-    """(epsilon, the accountant that answered, why another did not or None): ``best`` the
+    """(epsilon, the accountant that answered, why another did not or None) for a registered
+    grid accountant (:mod:`privzv.registry`: its ``order`` and ``smallest``): ``best`` the
     smaller of pld and rdp, ``pld`` / ``rdp`` the one asked, falling back to the other, and both
     to :func:`unamplified_epsilon`; each a rigorous upper bound."""
     from privzv import registry
