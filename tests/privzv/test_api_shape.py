@@ -69,10 +69,7 @@ def test_every_entry_point_gives_the_same_answer(eps, t, d, b, threat, neighbors
         batches = [p[s:s + b] for p in epochs for s in range(0, d, b)]   # the schedule's walk
         for batch in batches[:t]:
             ledger.record(0, batch)
-        if schedule.threat == "device":
-            assert ledger.epsilon_spent() >= back.epsilon * (1 - 1e-9)
-        else:
-            assert ledger.epsilon_spent() == pytest.approx(back.epsilon, rel=1e-9)
+        assert ledger.epsilon_spent() == pytest.approx(back.epsilon, rel=1e-9)
 
 
 def test_defaults_are_declared_once_and_used_everywhere():
