@@ -127,7 +127,9 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     :func:`build` (a new run only). Open C and rates are filled by ``privzv.training.defaults``
     (saved in config.json with their sources under ``"defaults"``; ``announce(line)`` is told
     them before training). SIGINT, SIGTERM and SIGHUP stop the run at the end of a round,
-    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``).
+    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``). A run that
+    diverges is finished with ``stopped`` "diverged" and raises ``divergence.Diverged``; a file it
+    cannot write (a full disk) raises :class:`OutputFailed`, the folder kept at its last checkpoint.
     """
     with stopping.Signals() as signals:
         try:

@@ -81,7 +81,9 @@ def file_sha256(path: Path, size: int | None = None):
 class _Sink:
     """One party's append-only pair of files in ``folder``: new (header written), or continued
     from ``sizes`` = [index bytes, data bytes] (anything after them cut off). ``hashes``: the
-    running SHA-256 of each file's content (a run folder's manifest keeps them per checkpoint)."""
+    running SHA-256 of each file's content (a run folder's manifest keeps them per checkpoint);
+    for continued files None until :meth:`digest` first reads them, so continuing costs nothing
+    more than the entries appended."""
 
     def __init__(self, folder: Path, party: str, meta: dict, sizes: list | None = None,
                  private: bool = False):
@@ -98,7 +100,7 @@ class _Sink:
         else:
             for path, size in zip((index, data), sizes):
                 os.truncate(path, size)
-            self.hashes = [file_sha256(index), file_sha256(data)]
+            self.hashes = None
         self.index, self.data = open(index, "ab"), open(data, "ab")
         self.offset = self.data.tell()
 
@@ -114,10 +116,13 @@ class _Sink:
 
     def _write(self, which: int, data: bytes) -> None:
         (self.index, self.data)[which].write(data)
-        self.hashes[which].update(data)
+        if self.hashes is not None:
+            self.hashes[which].update(data)
 
     def digest(self) -> list[str]:
-        """[index, data] SHA-256 hex digests of the content written so far."""
+        """[index, data] SHA-256 hex digests of the content written so far (after :meth:`sync`)."""
+        if self.hashes is None:
+            self.hashes = [file_sha256(Path(fh.name)) for fh in (self.index, self.data)]
         return [h.hexdigest() for h in self.hashes]
 
     def sync(self) -> list[int]:

@@ -18,15 +18,11 @@ FLAGS = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "
          "--epsilon", "50", "--seed", "1", "--secret-seed", "3", "--checkpoint-every", "1", "--json"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_plots():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run.plots, "write", lambda *args, **kwargs: None)
-        yield
+pytestmark = pytest.mark.usefixtures("no_plots")   # conftest.py
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, _no_plots):
+def reference(tmp_path_factory, no_plots):
     """The run unfailed, and how many atomic writes it made."""
     out = tmp_path_factory.mktemp("reference") / "run"
     real, calls = run_folder.atomic_write, []

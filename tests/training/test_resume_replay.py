@@ -63,16 +63,11 @@ def _kill():
     raise _Killed
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_plots():
-    """The plots (half of a small run's time here) are not what these tests check."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run.plots, "write", lambda *args, **kwargs: None)
-        yield
+pytestmark = pytest.mark.usefixtures("no_plots")   # conftest.py
 
 
 @pytest.fixture(scope="module")
-def unkilled(tmp_path_factory, _no_plots):
+def unkilled(tmp_path_factory, no_plots):
     out = tmp_path_factory.mktemp("unkilled") / "run"
     summary = run.train(CALIBRATED, out, secret_seed=SECRET, checkpoint_every=EVERY)
     assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"] == 37
