@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -506,6 +507,12 @@ def finished_run(tmp_path_factory):
     return out
 
 
+def _copy_run(run: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    return out
+
+
 def _files(folder: Path) -> dict:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -513,10 +520,7 @@ def _files(folder: Path) -> dict:
 @pytest.mark.parametrize("name", list(CORRUPT))
 def test_a_corrupt_run_folder_is_refused_by_resume(name, finished_run, tmp_path, capsys):
     """One line naming a file of the folder, exit 2, nothing written (issue 24 item 2)."""
-    import shutil
-
-    out = tmp_path / "run"
-    shutil.copytree(finished_run, out)
+    out = _copy_run(finished_run, tmp_path)
     CORRUPT[name](out)
     before = _files(out)
     capsys.readouterr()
@@ -530,10 +534,7 @@ def test_a_corrupt_run_folder_is_refused_by_resume(name, finished_run, tmp_path,
 
 def test_the_intact_copy_resumes(finished_run, tmp_path, capsys):
     """The folder the corruptions start from is itself resumable (so each refusal is the edit's)."""
-    import shutil
-
-    out = tmp_path / "run"
-    shutil.copytree(finished_run, out)
+    out = _copy_run(finished_run, tmp_path)
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--json"]) == 0
 
@@ -613,10 +614,7 @@ def test_special_files_are_refused_without_opening_them(argv, special_inputs, tm
 @pytest.mark.parametrize("name", SPECIAL_RUN_FILES)
 def test_a_special_file_in_a_run_folder_is_refused_by_resume(name, finished_run, tmp_path, capsys,
                                                              _no_hang):
-    import shutil
-
-    out = tmp_path / "run"
-    shutil.copytree(finished_run, out)
+    out = _copy_run(finished_run, tmp_path)
     _special("fifo", out / name)
     capsys.readouterr()
     rc = main(["train", "--resume", str(out)])
