@@ -9,6 +9,7 @@ import math
 import re
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -45,9 +46,14 @@ class Parser(argparse.ArgumentParser):
 def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
     """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2, and
     :class:`Failed` (the run itself failed) into one stderr line and exit code 1; Ctrl-C (or a
-    stop signal) into exit code 128 + the signal's number."""
+    stop signal) into exit code 128 + the signal's number. A deleted working directory or a
+    closed stdout is refused first (exit 2); output that cannot be written to stdout (a full
+    device) is exit code 1."""
     try:
-        return main(argv)
+        _check_process()
+        code = main(argv)
+        _flush_stdout()   # a full device fails here, not at exit
+        return code
     except PrivzvError as exc:
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -60,6 +66,26 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     except BrokenPipeError:  # e.g. `privzv calibrate ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except StdoutFailed as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+class StdoutFailed(OSError):
+    """stdout could not take the output (e.g. ``> /dev/full``)."""
+
+
+def _check_process() -> None:
+    """Refuse to start where the output or relative paths could not work: a working directory
+    that was deleted (torch's MKL would abort at import), a closed stdout."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise PrivzvError("the working directory no longer exists (it was deleted); cd to a folder "
+                          "that exists") from None
+    if sys.stdout is None:
+        raise PrivzvError("stdout is closed; redirect it to a file or /dev/null instead") from None
 
 
 def _one_line(exc: Exception) -> str:
@@ -94,10 +120,25 @@ def number(name: str, *, low: float | None = None, high: float | None = None,
 
 def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
     """Print one JSON object (``--json``, strict: see :func:`dumps`) or the human rendering of it."""
-    if as_json:
-        print(dumps(obj))
-    else:
-        print(human(obj))
+    with _stdout_errors():
+        print(dumps(obj) if as_json else human(obj))
+        sys.stdout.flush()
+
+
+def _flush_stdout() -> None:
+    with _stdout_errors():
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _stdout_errors():
+    """A write to stdout that fails (other than a reader that left) as :class:`StdoutFailed`."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise StdoutFailed(f"stdout: the output could not be written ({exc.strerror or exc})") from None
 
 
 def dumps(obj, *, default: Callable | None = None, **kwargs) -> str:
@@ -130,8 +171,10 @@ def read_json(path: str | os.PathLike, name: str, *, max_bytes: int | None = Non
     """The strict JSON in ``path`` (no NaN/Infinity token: privzv never writes one); at most
     ``max_bytes`` when given. Anything else is a one-line PrivzvError that starts with ``name``:
     no such file, a directory, unreadable, too large, not UTF-8, not JSON (with the parser's
-    reason and line)."""
+    reason and line). A FIFO, device or socket is refused before it is opened (no hang)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
+            raise PrivzvError(f"{name}: not a regular file (a FIFO, device or socket)")
         with open(path, "rb") as fh:
             raw = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
     except FileNotFoundError:

@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -297,22 +298,34 @@ def test_strict_json_has_no_nan_or_infinity_tokens():
         cliutil.dumps({"x": object()})
 
 
-def test_a_diverging_run_fails_with_exit_1_and_finishes_nothing(tmp_path, capsys):
-    """Exit 1, one line; the run folder (committed at round 0 for crash safety) is left unfinished:
-    no summary.json, and no NaN/Infinity token in any of its JSON files."""
+def test_a_diverging_run_fails_with_exit_1_and_leaves_a_complete_folder(tmp_path, capsys):
+    """Exit 1, one line; the run folder (committed at round 0 for crash safety) is finished with a
+    summary that says it diverged (issue 22 item 5), no NaN/Infinity token in any of its JSON
+    files; --resume refuses it saying it diverged, and the same --out advises --overwrite, not
+    --resume."""
     run = tmp_path / "out" / "run"
-    rc = main(["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
-               "--lr-device", "1000", "--lr-server", "1000", "--json", "--out", str(run)])
+    argv = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
+            "--lr-device", "1000", "--lr-server", "1000", "--no-transcripts", "--json", "--out", str(run)]
+    rc = main(argv)
     captured = capsys.readouterr()
     assert rc == 1 and captured.out == ""
     lines = captured.err.splitlines()
     assert len(lines) == 1 and "training diverged by round" in lines[0] and "Traceback" not in captured.err
-    assert not (run / "summary.json").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "diverged" and "training diverged by round" in summary["failure"]
+    assert summary["curve"] and all(np.isfinite(row["test_loss"]) for row in summary["curve"])
     documents = [p.read_text() for p in run.glob("*.json")]
     documents += [line for p in run.glob("*.jsonl") for line in p.read_text().splitlines()]
-    assert documents
     for text in documents:
         json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} in a run file"))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "diverged at round" in err and "cannot be resumed" in err and len(err.splitlines()) == 1
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "diverged" in err and "--overwrite" in err and "--resume" not in err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_divergence_check_names_the_party_with_non_finite_parameters(tiny_scheduler_for_fuzz):
@@ -413,3 +426,333 @@ def test_the_validation_classes_have_their_cases():
 @pytest.mark.parametrize("argv", VALIDATION_CASES)
 def test_validation_refuses_in_one_line(argv, inputs, tmp_path, monkeypatch, capsys):
     test_bad_invocation_is_one_line_and_exit_2(argv, inputs, tmp_path, monkeypatch, capsys)
+
+
+# ====================================================================== issue 24: run folders
+# Groups of their own: corrupt folders given to --resume, output failures, special files. A
+# refused --resume leaves the folder byte for byte as it was (and no lock beside it).
+RESUME_FLAGS = ["--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--sigma", "1",
+                "--epsilon", "50", "--seed", "1", "--secret-seed", "3", "--checkpoint-every", "2"]
+
+
+def _journal_edit(change):
+    """Edit the journal's lines (a list of dicts; the header first) with ``change``."""
+    def edit(out):
+        path = out / "private" / "ledger.journal"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        change(lines)
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return edit
+
+
+def _first(kind, key, value):
+    """Set ``key`` of the first journal line of ``kind`` (its naming key) to ``value``
+    (``DELETE``: remove it)."""
+    def change(lines):
+        line = next(x for x in lines[1:] if kind in x)
+        if value is DELETE:
+            del line[key]
+        else:
+            line[key] = value
+    return _journal_edit(change)
+
+
+DELETE = object()
+
+
+def _checkpoint_edit(change):
+    """Re-save checkpoint.pt after ``change(ckpt)`` (a foreign or older writer's checkpoint)."""
+    def edit(out):
+        import torch
+
+        ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+        change(ckpt)
+        torch.save(ckpt, out / "checkpoint.pt")
+    return edit
+
+
+def _json_edit(name, key, value):
+    def edit(out):
+        obj = json.loads((out / name).read_text())
+        obj[key] = value
+        (out / name).write_text(json.dumps(obj))
+    return edit
+
+
+def _same_size_garbage(name, at=0):
+    """Overwrite bytes of ``name`` from ``at`` with others of the same length (size unchanged)."""
+    def edit(out):
+        path, = out.glob(name)
+        data = bytearray(path.read_bytes())
+        for i in range(at, min(len(data), at + 64)):
+            data[i] ^= 0x5A
+        path.write_bytes(bytes(data))
+    return edit
+
+
+def _replace(name, content: bytes):
+    def edit(out):
+        path, = out.glob(name)
+        path.write_bytes(content)
+    return edit
+
+
+def _remove(name):
+    def edit(out):
+        path, = out.glob(name)
+        path.unlink()
+    return edit
+
+
+CORRUPT = {   # name -> edit of a copy of a finished private run; each --resume is refused
+    "journal marker without round": _first("checkpoint", "round", DELETE),
+    "journal marker round a string": _first("checkpoint", "round", "2"),
+    "journal marker round negative": _first("checkpoint", "round", -1),
+    "journal marker round a bool": _first("checkpoint", "round", True),
+    "journal marker id not an id": _first("checkpoint", "checkpoint", 7),
+    "journal releases a float": _first("checkpoint", "releases", 2.0),
+    "journal float ids": _first("ids", "ids", [0.5, 1.0, 2.0]),
+    "journal ids as floats": _journal_edit(lambda lines: next(x for x in lines if "ids" in x).update(
+        ids=[float(i) for i in next(x for x in lines if "ids" in x)["ids"]])),
+    "journal bool ids": _first("ids", "ids", [True, False]),
+    "journal bigint id": _first("ids", "ids", [10 ** 30]),
+    "journal nested ids": _first("ids", "ids", [[1, 2], [3, 4]]),
+    "journal ids a string": _first("ids", "ids", "0,1,2"),
+    "journal device a string": _first("ids", "device", "0"),
+    "journal device a bool": _first("ids", "device", True),
+    "journal device out of range": _first("ids", "device", 9),
+    "journal line a list": _journal_edit(lambda lines: lines.insert(2, [1, 2])),
+    "journal line null": _journal_edit(lambda lines: lines.insert(2, None)),
+    "journal line of no kind": _journal_edit(lambda lines: lines.insert(2, {"what": 1})),
+    "journal line of two kinds": _journal_edit(lambda lines: lines[2].update(checkpoint="x")),
+    "journal resume replayed a string": _journal_edit(lambda lines: lines.append(
+        {"resume": lines[-1]["checkpoint"], "round": 4, "discarded": 0, "replayed": "yes"})),
+    "journal header other format": _journal_edit(lambda lines: lines[0].update(format=2)),
+    "journal not UTF-8": _replace("private/ledger.journal", b"\xff\xfe\n"),
+    "journal empty": _replace("private/ledger.journal", b""),
+    "checkpoint without transcripts": _checkpoint_edit(lambda c: c.pop("transcripts")),
+    "checkpoint releases a string": _checkpoint_edit(lambda c: c.update(releases="4")),
+    "checkpoint releases negative": _checkpoint_edit(lambda c: c.update(releases=-1)),
+    "checkpoint round a string": _checkpoint_edit(lambda c: c.update(round="4")),
+    "checkpoint round a float": _checkpoint_edit(lambda c: c.update(round=4.0)),
+    "checkpoint metrics a string": _checkpoint_edit(lambda c: c.update(metrics="x")),
+    "checkpoint parties of ints": _checkpoint_edit(lambda c: c.update(parties=[0, 1])),
+    "checkpoint transcripts a list": _checkpoint_edit(lambda c: c.update(transcripts=[1])),
+    "checkpoint transcript sizes strings": _checkpoint_edit(
+        lambda c: c["transcripts"]["server"].update(public=["1", "2"])),
+    "checkpoint without id": _checkpoint_edit(lambda c: c.pop("id")),
+    "checkpoint state a list": _checkpoint_edit(lambda c: c.update(state=[])),
+    "checkpoint truncated": lambda out: (out / "checkpoint.pt").write_bytes(
+        (out / "checkpoint.pt").read_bytes()[:100]),
+    "checkpoint garbage": _replace("checkpoint.pt", b"PK\x03\x04" + b"\x00" * 300),
+    "checkpoint same-size garbage": _same_size_garbage("checkpoint.pt", 2000),
+    "checkpoint empty": _replace("checkpoint.pt", b""),
+    "server state same-size garbage": _same_size_garbage("private/server/checkpoint-*.pt", 1500),
+    "device state truncated": lambda out: next(out.glob("private/device0/checkpoint-*.pt")).write_bytes(b"PK"),
+    "device state missing": _remove("private/device1/checkpoint-*.pt"),
+    "secret seed a bigint": _json_edit("private/secrets.json", "secret_seed", 10 ** 30),
+    "secret seed 2^63": _json_edit("private/secrets.json", "secret_seed", 2 ** 63),
+    "secret seed negative": _json_edit("private/secrets.json", "secret_seed", -1),
+    "secret seed a bool": _json_edit("private/secrets.json", "secret_seed", True),
+    "secret seed a float": _json_edit("private/secrets.json", "secret_seed", 3.0),
+    "secret seed changed": _json_edit("private/secrets.json", "secret_seed", 4),
+    "secrets garbage": _replace("private/secrets.json", b"\x00{"),
+    "transcript same-size garbage (values)": _same_size_garbage("transcripts/device0.bin", 100),
+    "transcript same-size garbage (index)": _same_size_garbage("transcripts/server.jsonl", 300),
+    "transcript zeroed values": lambda out: (out / "transcripts" / "server.bin").write_bytes(
+        bytes(len((out / "transcripts" / "server.bin").read_bytes()))),
+    "transcript swapped between devices": lambda out: (out / "transcripts" / "device0.bin").write_bytes(
+        (out / "transcripts" / "device1.bin").read_bytes()[::-1]),
+    "manifest missing": _remove("private/manifest-*.json"),
+    "manifest garbage": _replace("private/manifest-*.json", b"{"),
+    "manifest a list": _replace("private/manifest-*.json", b"[]"),
+    "manifest digest changed": lambda out: _json_edit(
+        next(out.glob("private/manifest-*.json")).relative_to(out), "files", {})(out),
+}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished private run with transcripts (checkpoints every 2 rounds)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(["train", *RESUME_FLAGS, "--json", "--out", str(out)]) == 0
+    return out
+
+
+def _copy_run(run: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    return out
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", list(CORRUPT))
+def test_a_corrupt_run_folder_is_refused_by_resume(name, finished_run, tmp_path, capsys):
+    """One line naming a file of the folder, exit 2, nothing written (issue 24 item 2)."""
+    out = _copy_run(finished_run, tmp_path)
+    CORRUPT[name](out)
+    before = _files(out)
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(out)])
+    captured = capsys.readouterr()
+    _one_line_refusal(rc, captured.err)
+    assert any(word in captured.err for word in ("ledger.journal", "checkpoint", "secrets.json",
+                                                 "transcripts/", "manifest", "ledger.json")), captured.err
+    assert _files(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_the_intact_copy_resumes(finished_run, tmp_path, capsys):
+    """The folder the corruptions start from is itself resumable (so each refusal is the edit's)."""
+    out = _copy_run(finished_run, tmp_path)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--json"]) == 0
+
+
+# ------------------------------------------------------------------------------ special files
+def _special(kind: str, where: Path) -> None:
+    """Make ``where`` (replacing a file) a FIFO, a socket, or a symbolic link to a FIFO."""
+    import socket
+
+    where.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(where))
+        sock.close()
+    else:
+        os.mkfifo(where.with_name(where.name + ".fifo"))
+        where.symlink_to(where.name + ".fifo")
+
+
+SPECIAL_CONFIGS = ["fifo", "socket", "link"]
+SPECIAL_RUN_FILES = ["config.json", "checkpoint.pt", "private/ledger.json", "private/ledger.journal",
+                     "private/secrets.json", "metrics.jsonl", "transcripts/server.bin",
+                     "transcripts/device1.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def special_inputs(inputs):
+    """``inputs`` with special-fifo, special-socket, special-link (to a FIFO) and fifo-run/, a run
+    folder whose config.json is a FIFO."""
+    for kind in SPECIAL_CONFIGS:
+        _special(kind, inputs / f"special-{kind}")
+    (inputs / "fifo-run").mkdir()
+    _special("fifo", inputs / "fifo-run" / "config.json")
+    return inputs
+
+
+@pytest.fixture
+def _no_hang():
+    """A FIFO opened for reading would block: fail after 60 s instead of hanging the suite."""
+    import signal
+
+    def hang(*_):
+        raise AssertionError("hung on a special file")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("argv", [
+    *[pytest.param([*TRAIN, "--config", f"{{in}}/special-{k}"], id=f"train --config {k}")
+      for k in SPECIAL_CONFIGS],
+    pytest.param([*TRAIN, "--config", "/dev/null"], id="train --config /dev/null"),
+    pytest.param([*TRAIN[:-2], "--out", "/dev/null"], id="train --out /dev/null"),
+    pytest.param([*TRAIN[:-2], "--out", "/dev/null/run"], id="train --out /dev/null/run"),
+    pytest.param([*TRAIN[:-2], "--out", "{in}/special-fifo"], id="train --out a fifo"),
+    pytest.param(["train", "--resume", "{in}/special-fifo"], id="train --resume a fifo"),
+    pytest.param(["attack", "run", "--attack", "direct-label", "--run", "{in}/fifo-run"],
+                 id="attack run: config.json a fifo"),
+])
+def test_special_files_are_refused_without_opening_them(argv, special_inputs, tmp_path, monkeypatch,
+                                                        capsys, _no_hang):
+    inputs = special_inputs
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    rc = main(_expand(argv, inputs, out))
+    captured = capsys.readouterr()
+    _one_line_refusal(rc, captured.err)
+    assert _snapshot(out) == []
+
+
+@pytest.mark.parametrize("name", SPECIAL_RUN_FILES)
+def test_a_special_file_in_a_run_folder_is_refused_by_resume(name, finished_run, tmp_path, capsys,
+                                                             _no_hang):
+    out = _copy_run(finished_run, tmp_path)
+    _special("fifo", out / name)
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(out)])
+    _one_line_refusal(rc, capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------------------ output failures
+OUTPUT_PATHS = {   # --out / --resume paths no folder can have, made in {in}
+    "a symlink loop": "loop/run", "the loop itself": "loop", "a component too long": "a" * 300 + "/run",
+    "a path too long": "/".join(["d" * 200] * 25), "under /proc": "/proc/self/privzv/run",
+    "under /sys": "/sys/privzv-fuzz/run",
+}
+
+
+@pytest.mark.parametrize("flag", ["--out", "--resume"])
+@pytest.mark.parametrize("what", list(OUTPUT_PATHS))
+def test_an_out_no_folder_can_have_is_one_line(flag, what, inputs, tmp_path, monkeypatch, capsys):
+    if not (inputs / "loop").is_symlink():
+        (inputs / "loop").symlink_to("loop")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    path = OUTPUT_PATHS[what]
+    path = path if path.startswith("/") else str(inputs / path)
+    argv = [*TRAIN[:-2], "--out", path] if flag == "--out" else ["train", "--resume", path]
+    before = _snapshot(inputs)
+    rc = main(argv)
+    _one_line_refusal(rc, capsys.readouterr().err)
+    assert _snapshot(out) == [] and _snapshot(inputs) == before
+
+
+COMMANDS_OUT = [["convert", "--mu", "1", "--delta", "1e-5"], ["convert", "--mu", "1", "--delta", "1e-5", "--json"],
+                [*ACCOUNT], [*CALIBRATE], [*ACCOUNT, "--json"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS_OUT, ids=[" ".join(a)[:40] for a in COMMANDS_OUT])
+def test_a_full_stdout_is_one_line_and_exit_1(argv, tmp_path):
+    """``> /dev/full``: the output cannot be written; one stderr line, exit 1 (not a traceback)."""
+    exe = Path(sys.executable).with_name("privzv")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([str(exe), *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120, cwd=tmp_path)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "stdout" in lines[0] and "No space left" in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["convert", "--mu", "1", "--delta", "1e-5"],
+                                  [*TRAIN[:-2], "--out", "{out}/run"]], ids=["convert", "train"])
+def test_a_closed_stdout_is_refused_before_anything_runs(argv, inputs, tmp_path):
+    exe = Path(sys.executable).with_name("privzv")
+    proc = subprocess.run([str(exe), *_expand(argv, inputs, tmp_path)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120, cwd=tmp_path,
+                          preexec_fn=lambda: os.close(1))
+    _one_line_refusal(proc.returncode, proc.stderr)
+    assert "stdout is closed" in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [["convert", "--mu", "1", "--delta", "1e-5"], [*TRAIN[:-2]]],
+                         ids=["convert", "train"])
+def test_a_deleted_working_directory_is_one_line(argv, tmp_path):
+    """Not torch's oneMKL fatal error at import."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    exe = Path(sys.executable).with_name("privzv")
+    proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                           str(exe), *argv], capture_output=True, text=True, timeout=120)
+    _one_line_refusal(proc.returncode, proc.stderr)
+    assert "working directory" in proc.stderr and proc.stdout == ""

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 import privzv
+from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.release import covers
 from privzv.training import (data, defaults, divergence, methods, models, noise, plots, privacy, seeds,
@@ -126,11 +127,23 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     :func:`build` (a new run only). Open C and rates are filled by ``privzv.training.defaults``
     (saved in config.json with their sources under ``"defaults"``; ``announce(line)`` is told
     them before training). SIGINT, SIGTERM and SIGHUP stop the run at the end of a round,
-    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``).
+    checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``). A run that
+    diverges is finished with ``stopped`` "diverged" and raises ``divergence.Diverged``; a file it
+    cannot write (a full disk) raises :class:`OutputFailed`, the folder kept at its last checkpoint.
     """
     with stopping.Signals() as signals:
-        return _train(config, Path(out), resume, extend, secret_seed, overwrite, checkpoint_every,
-                      progress, engine, announce, signals)
+        try:
+            return _train(config, Path(out), resume, extend, secret_seed, overwrite, checkpoint_every,
+                          progress, engine, announce, signals)
+        except OSError as exc:   # a write the run could not make: a full disk, an I/O error
+            kept = (Path(out) / "config.json").is_file()
+            raise OutputFailed(f"{exc.filename or out}: {exc.strerror or exc}; " + (
+                "the run folder keeps its last checkpoint (free space, then --resume it)" if kept
+                else "no run folder was left")) from None
+
+
+class OutputFailed(Failed):
+    """A run folder's file could not be written (exit code 1, one line)."""
 
 
 def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint_every, progress,
@@ -240,11 +253,12 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
 def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
             progress, signals: stopping.Signals) -> dict:
     saved = folder.read_config()
+    folder.check_not_diverged("--resume")
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
     saved_config = TrainConfig.from_dict(saved["config"]).validate()
     config = _resumed_config(saved_config, given, extend)
-    secret = folder.read_secrets()
     ckpt = folder.load_checkpoint()
+    secret = folder.read_secrets()
     _check_checkpoint(ckpt, saved, saved_config)
     if not ckpt["state"].get("devices") and saved_config.devices:   # the Flower engine keeps none
         raise PrivzvError(f"--resume {folder.path}: a run of the Flower engine cannot be resumed "
@@ -391,21 +405,33 @@ class _Loop:
             self.signals.check()
 
         try:
-            self.signals.check()
-            sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
-        except stopping.Stop as stop:
-            sched.stopped = stop.reason
-            self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
-        finally:
-            if bar:
-                bar.close()
+            try:
+                self.signals.check()
+                sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at,
+                          tick=tick)
+            except stopping.Stop as stop:
+                sched.stopped = stop.reason
+                self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
+            finally:
+                if bar:
+                    bar.close()
+        except divergence.Diverged as exc:
+            # a complete folder that says so (its state up to the last checkpoint, no NaN saved);
+            # --resume refuses it rather than diverge again
+            sched.stopped = stopping.DIVERGED
+            self._finish({"failure": str(exc)})
+            raise
         self.checkpoint()
+        return self._finish()
+
+    def _finish(self, extra: dict | None = None) -> dict:
+        """The summary (with ``extra``) and plots of the evaluations so far: the run is finished."""
         rows = self.folder.metrics
-        summary = _summary(self.config, self.p, sched, sched.ledger, rows, self.rounds)
+        summary = _summary(self.config, self.p, self.sched, self.sched.ledger, rows, self.rounds)
         guess = plots.chance(self.dataset.y_test) / 100.0
         summary["diverged"] = divergence.collapse(rows, guess)
         plots.write(self.folder.path, rows, self.config, chance=100.0 * guess)
-        self.folder.finish(summary)
+        self.folder.finish({**summary, **(extra or {})})
         return summary
 
 

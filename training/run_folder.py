@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
+import io
 import json
 import math
 import os
@@ -62,7 +64,7 @@ import numpy as np
 from privzv.cliutil import read_json
 from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
-from privzv.training import sampling
+from privzv.training import sampling, stopping
 from privzv.training.messages import SERVER, device_name
 
 # 2: transcripts streamed (PARTY.jsonl + PARTY.bin), the checkpoint holds their sizes, the DP
@@ -143,6 +145,9 @@ def atomic_write(path: Path, write: Callable, *, private: bool = False) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600 if private else 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:   # e.g. a full disk: name the file, not its temp file
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -163,19 +168,28 @@ def _write_json(path: Path, obj, *, private: bool = False) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()), private=private)
 
 
-def _torch_save(path: Path, obj, *, private: bool = False) -> None:
+def _torch_save(path: Path, obj, *, private: bool = False) -> str:
+    """Save ``obj`` atomically; returns the SHA-256 of the bytes written (for the manifest)."""
     import torch
 
-    atomic_write(path, lambda fh: torch.save(obj, fh), private=private)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getvalue()
+    atomic_write(path, lambda fh: fh.write(data), private=private)
+    return hashlib.sha256(data).hexdigest()
 
 
-def _torch_load(path: Path, what: str):
+def _torch_load(path: Path, what: str, sha256: str | None = None):
+    """The object saved in ``path`` (weights only); with ``sha256``, its bytes must have it."""
     import torch
 
     if not path.is_file():
         raise PrivzvError(f"{what}: missing")
+    data = path.read_bytes()
+    _expect(sha256 is None or hashlib.sha256(data).hexdigest() == sha256,
+            f"{what}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)")
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(io.BytesIO(data), weights_only=True)
     except Exception as exc:   # a truncated or foreign file: torch raises many kinds
         raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
 
@@ -183,6 +197,29 @@ def _torch_load(path: Path, what: str):
 def _expect(ok: bool, message: str) -> None:
     if not ok:
         raise PrivzvError(message)
+
+
+def _count(value) -> bool:
+    """An integer >= 0 as a run file may hold it (a JSON bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_id(value) -> bool:
+    """A checkpoint id as :meth:`RunFolder.save_checkpoint` makes it."""
+    return isinstance(value, str) and re.fullmatch(r"\d{10}-[0-9a-f]{8}", value) is not None
+
+
+def _check_fields(obj, checks: dict, what: str) -> None:
+    """Each field of ``checks`` is in the dict ``obj`` and passes its check; else one line
+    naming ``what`` and the field."""
+    _expect(isinstance(obj, dict), f"{what}: corrupt (not an object)")
+    for name, ok in checks.items():
+        _expect(ok(obj.get(name)), f"{what}: corrupt ({name} {_short(obj.get(name))})")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_format(saved, where: str) -> None:
@@ -265,6 +302,25 @@ def _ledger_json(state: dict) -> dict:
     return json.loads(json.dumps({**state, "epsilon_budget": budget}, allow_nan=False))
 
 
+# The journal's lines after its header, by the key that names each kind: the checks of its fields.
+JOURNAL_LINES = {
+    "ids": {"device": _count, "ids": lambda v: isinstance(v, list)},
+    "checkpoint": {"checkpoint": _is_id, "round": _count, "releases": _count},
+    "resume": {"resume": _is_id, "round": _count, "discarded": _count,
+               "replayed": lambda v: isinstance(v, bool),
+               "platform": lambda v: v is None or isinstance(v, dict)},
+}
+
+
+def _journal_kind(line, number: int) -> str:
+    """The kind of journal line ``number`` (``JOURNAL_LINES``), its fields checked."""
+    kinds = [k for k in JOURNAL_LINES if isinstance(line, dict) and k in line]
+    _expect(len(kinds) == 1, f"{JOURNAL}: line {number} corrupt (not a release, checkpoint or "
+                             "resume line)")
+    _check_fields(line, JOURNAL_LINES[kinds[0]], f"{JOURNAL}: line {number}")
+    return kinds[0]
+
+
 class JournaledLedger(PrivacyLedger):
     """A PrivacyLedger that appends each release to an fsync'd journal before ``record`` returns,
     so the release it counts leaves the server only once it is on disk."""
@@ -304,8 +360,35 @@ def _check_new_target(final: Path, out, overwrite: bool) -> None:
         if not (final / CONFIG).is_file():
             raise PrivzvError(f"--out {str(out)!r}: folder exists and is not empty (choose a new one)")
         if not overwrite:
-            raise PrivzvError(f"--out {str(out)!r}: holds a run; continue it with --resume or "
-                              "replace it with --overwrite")
+            diverged = _diverged_at(final)
+            raise PrivzvError(f"--out {str(out)!r}: holds a run; continue it with --resume or replace"
+                              " it with --overwrite" if diverged is None else f"--out {str(out)!r}: "
+                              f"holds a run that diverged at round {diverged}; replace it with --overwrite")
+
+
+def _diverged_at(final: Path):
+    """The round at which the run in ``final`` diverged (its summary says so), else None."""
+    try:
+        summary = read_json(final / SUMMARY, SUMMARY)
+    except PrivzvError:
+        return None
+    return summary.get("rounds") if isinstance(summary, dict) and summary.get(
+        "stopped") == stopping.DIVERGED else None
+
+
+def _resolved(out, flag: str) -> Path:
+    """``out`` absolute with its links resolved; one line for a path no folder can have (a
+    symbolic link loop, a name too long)."""
+    try:
+        final = Path(out).resolve()
+        os.stat(final)
+    except (FileNotFoundError, NotADirectoryError):
+        return final
+    except RuntimeError:   # Python < 3.13: a loop met while resolving
+        raise PrivzvError(f"{flag} {str(out)!r}: cannot be used (a symbolic link loop)") from None
+    except OSError as exc:
+        raise PrivzvError(f"{flag} {str(out)!r}: cannot be used ({exc.strerror})") from None
+    return final
 
 
 class FolderLock:
@@ -370,6 +453,8 @@ class RunFolder:
         self.metrics: list[dict] = []
         self.ledger: JournaledLedger | None = None
         self._recorder = None   # the run's transcript Recorder, once it streams into the folder
+        self._manifest: dict | None = None       # of the checkpoint a resume loaded
+        self._secrets_sha256: str | None = None  # of secrets.json, as written or verified
 
     # ------------------------------------------------------------------ locking and creation
     @staticmethod
@@ -395,7 +480,7 @@ class RunFolder:
         ``out`` must not exist, be an empty folder, or (with ``overwrite``) hold a run folder.
         Before ``commit`` an error removes everything; after it the run stays resumable.
         """
-        final = Path(out).resolve()
+        final = _resolved(out, "--out")
         _check_new_target(final, out, overwrite)     # before the lock: a refusal leaves no lock file
         lock = cls._locked(final, "--out", out)
         folder = None
@@ -430,7 +515,7 @@ class RunFolder:
     def open(cls, out) -> Iterator["RunFolder"]:
         """An existing run, locked, for ``--resume`` (its files are read by :meth:`read_config`,
         :meth:`load_checkpoint`, :meth:`load_ledger`...)."""
-        final = Path(out).resolve()
+        final = _resolved(out, "--resume")
         if not (final / CONFIG).is_file():
             raise PrivzvError(f"--resume {str(out)!r}: not a run folder (no {CONFIG})")
         folder = cls(final, final, cls._locked(final, "--resume", out))
@@ -457,16 +542,29 @@ class RunFolder:
         return self.path / PRIVATE
 
     def write_secrets(self, secret_seed: int, given: bool) -> None:
-        _write_json(self.private / SECRETS, {"format": FORMAT, "run_id": self.run_id,
-                                             "secret_seed": secret_seed,
-                                             "source": "given" if given else "os-entropy"}, private=True)
+        text = _dumps({"format": FORMAT, "run_id": self.run_id, "secret_seed": secret_seed,
+                       "source": "given" if given else "os-entropy"}, SECRETS, indent=1).encode()
+        atomic_write(self.private / SECRETS, lambda fh: fh.write(text), private=True)
+        self._secrets_sha256 = hashlib.sha256(text).hexdigest()
 
     def read_secrets(self) -> dict:
-        s = read_json(self.private / SECRETS, f"{PRIVATE}/{SECRETS}")
-        _expect(isinstance(s, dict) and s.get("run_id") == self.run_id
-                and isinstance(s.get("secret_seed"), int), f"{PRIVATE}/{SECRETS}: does not belong to "
-                f"run {self.run_id} (or is corrupt)")
+        """``private/secrets.json``, checked against the manifest of the checkpoint loaded
+        (:meth:`load_checkpoint` first)."""
+        name = f"{PRIVATE}/{SECRETS}"
+        s = read_json(self.path / name, name)
+        _expect(isinstance(s, dict) and s.get("run_id") == self.run_id, f"{name}: does not belong "
+                f"to run {self.run_id} (or is corrupt)")
+        _check_fields(s, {"secret_seed": lambda v: _count(v) and v < 2**63}, name)
+        self._verify(name)
+        self._secrets_sha256 = self._manifest_sha256(name)
         return s
+
+    def check_not_diverged(self, flag: str) -> None:
+        """Refuse a run that diverged (resuming it would only diverge again)."""
+        at = _diverged_at(self.path)
+        _expect(at is None, f"{flag} {str(self.final)!r}: the run diverged at round {at} ({SUMMARY}); "
+                "it cannot be resumed: start a new run with lower learning rates (--lr-device, "
+                "--lr-server) or --lam (--overwrite replaces this one)")
 
     def write_config(self, saved: dict) -> None:
         _write_json(self.path / CONFIG, {"format": FORMAT, "run_id": self.run_id, **saved})
@@ -559,6 +657,7 @@ class RunFolder:
                 and not isinstance(saved.get("releases"), bool),
                 f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
                 " is not an integer)")
+        kinds = [_journal_kind(line, number) for number, line in enumerate(lines, 2)]
         markers, last = [], None
         self._made_on = header.get("platform")   # the platform of the releases since the last resume
         try:
@@ -567,21 +666,21 @@ class RunFolder:
             # kill between the marker and ledger.json), or the first one (no marker yet); one
             # written before head_position was kept lacks it
             states = collections.deque([_ledger_json(ledger.state_dict())], maxlen=2)
-            for line in lines:
-                if "ids" in line:
-                    ledger.record(line["device"], np.asarray(line["ids"], dtype=np.int64))
-                elif "checkpoint" in line:
+            for kind, line in zip(kinds, lines):
+                if kind == "ids":   # as written: a float, bool or huge id is refused, not cast
+                    ledger.record(line["device"], np.asarray(line["ids"]))
+                elif kind == "checkpoint":
                     ledger.mark()
                     markers.append(line)
                     last = line["checkpoint"]
                     states.append(_ledger_json(ledger.state_dict()))
-                elif "resume" in line:
+                else:
                     if line["resume"] != last:   # resumed from a checkpoint killed before its marker
                         ledger.mark()
                         last = line["resume"]
-                    ledger.rewind(line.get("replayed") is True)
+                    ledger.rewind(line["replayed"])
                     self._made_on = line.get("platform")
-        except (KeyError, TypeError, ValueError, PrivzvError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, PrivzvError) as exc:
             raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
         if isinstance(saved, dict) and "window_counts" in saved and "head_position" not in saved:
             states = [{k: v for k, v in state.items() if k != "head_position"} for state in states]
@@ -631,17 +730,26 @@ class RunFolder:
         ckpt_id = f"{round_:010d}-{secrets.token_hex(4)}"
         counts = self._sync_transcripts(recorder) if recorder.enabled else None
         public, secret = split_state(state)
+        files = {f"{PRIVATE}/{SECRETS}": self._secrets_sha256}
         for party, entries in secret.items():
             folder = self.private / party
             folder.mkdir(mode=0o700, exist_ok=True)
-            _torch_save(folder / f"checkpoint-{ckpt_id}.pt",
-                        {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                         "party": party, "state": entries}, private=True)
+            name = f"{PRIVATE}/{party}/checkpoint-{ckpt_id}.pt"
+            files[name] = _torch_save(self.path / name, {
+                "format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
+                "party": party, "state": entries}, private=True)
         releases = self.ledger.releases if self.ledger is not None else 0
-        _torch_save(self.path / CHECKPOINT,
-                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                     "releases": releases, "metrics": list(self.metrics), "parties": sorted(secret),
-                     "transcripts": counts, **meta, "state": public})
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save({"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
+                    "releases": releases, "metrics": list(self.metrics), "parties": sorted(secret),
+                    "transcripts": counts, **meta, "state": public}, buffer)
+        files[CHECKPOINT] = hashlib.sha256(buffer.getvalue()).hexdigest()
+        _write_json(self.private / _manifest_name(ckpt_id),   # before the commit point it covers
+                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "files": files,
+                     "transcripts": recorder.digests() if counts is not None else None}, private=True)
+        atomic_write(self.path / CHECKPOINT, lambda fh: fh.write(buffer.getvalue()))
         if self.ledger is not None:
             self.ledger.mark()
             self.ledger._append({"checkpoint": ckpt_id, "round": round_, "releases": releases})
@@ -655,14 +763,42 @@ class RunFolder:
         for old in self.private.glob("*/checkpoint-*.pt"):
             if old.name != f"checkpoint-{ckpt_id}.pt":
                 old.unlink()
+        for old in self.private.glob(_manifest_name("*")):
+            if old.name != _manifest_name(ckpt_id):
+                old.unlink()
 
     def load_checkpoint(self) -> dict:
-        """The checkpoint (public state merged with every party's private part), format and run
-        checked."""
+        """The checkpoint (public state merged with every party's private part), format, run and
+        fields checked, each file against the digest its manifest keeps (:meth:`save_checkpoint`)."""
         ckpt = _public_checkpoint(self.path, self.run_id)
-        secret = {party: _party_entries(self.path, ckpt, party) for party in ckpt["parties"]}
+        name = f"{PRIVATE}/{_manifest_name(ckpt['id'])}"
+        _expect((self.path / name).exists(), f"{name}: missing, so {CHECKPOINT} (round {ckpt['round']}) "
+                "cannot be verified (an older checkpoint put back, or one written without a manifest)")
+        manifest = read_json(self.path / name, name)
+        _check_fields(manifest, {"run_id": lambda v: v == self.run_id, "id": lambda v: v == ckpt["id"],
+                                 "files": lambda v: isinstance(v, dict) and all(
+                                     isinstance(x, str) for x in v.values()),
+                                 "transcripts": lambda v: v is None or isinstance(v, dict)}, name)
+        self._manifest = manifest
+        self._verify(CHECKPOINT)
+        secret = {party: _party_entries(self.path, ckpt, party, self._manifest_sha256(
+            f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt")) for party in ckpt["parties"]}
         ckpt["state"] = merge_state(ckpt["state"], secret)
         return ckpt
+
+    def _manifest_sha256(self, name: str) -> str:
+        digest = self._manifest["files"].get(name)
+        _expect(digest is not None, f"{name}: its checkpoint's manifest has no digest of it")
+        return digest
+
+    def _verify(self, name: str, size: int | None = None, digest: str | None = None) -> None:
+        """The file ``name`` of the folder (its first ``size`` bytes) has the SHA-256 that the
+        checkpoint's manifest keeps (or ``digest``)."""
+        from privzv.training import transcript
+
+        want = digest if digest is not None else self._manifest_sha256(name)
+        _expect(transcript.file_sha256(self.path / name, size).hexdigest() == want,
+                f"{name}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)")
 
     def load_metrics(self, checkpoint: dict) -> None:
         """The metrics rows of the checkpoint (rows written after it are dropped)."""
@@ -693,20 +829,25 @@ class RunFolder:
         back to the sizes it recorded (entries of later rounds, to be run again, dropped)."""
         from privzv.training import transcript
 
-        sizes = checkpoint["transcripts"]
+        sizes, digests = checkpoint["transcripts"], self._manifest["transcripts"]
         _expect(isinstance(sizes, dict) and all(isinstance(v, dict) for v in sizes.values()),
                 f"{CHECKPOINT}: the run was saved without transcripts (or in an older format)")
+        _expect(isinstance(digests, dict) and set(digests) == set(sizes) == set(recorder.transcripts),
+                f"{CHECKPOINT}: transcripts of parties {sorted(sizes)}, the run has "
+                f"{sorted(recorder.transcripts)} (and its manifest {sorted(digests or {})})")
         for party, size in sizes.items():
-            for folder, what, part in zip(self._folders(), (TRANSCRIPTS, f"{PRIVATE}/{TRANSCRIPTS}"),
-                                          ("public", "private")):
+            _check_fields(size, TRANSCRIPT_SIZES, f"{CHECKPOINT}: transcripts {party}")
+            for folder, part in zip((TRANSCRIPTS, f"{PRIVATE}/{TRANSCRIPTS}"), ("public", "private")):
                 if size[part] is None:
                     continue
-                for path, want in zip((folder / f"{party}{transcript.INDEX}",
-                                       folder / f"{party}{transcript.DATA}"), size[part]):
-                    _expect(path.is_file(), f"{what}/{party}: missing ({CHECKPOINT} of round "
+                for suffix, want, digest in zip((transcript.INDEX, transcript.DATA), size[part],
+                                                digests[party][part] or ()):
+                    path = self.path / folder / f"{party}{suffix}"
+                    _expect(path.is_file(), f"{folder}/{party}: missing ({CHECKPOINT} of round "
                             f"{checkpoint['round']} expects {path.name})")
-                    _expect(path.stat().st_size >= want, f"{what}/{path.name}: {path.stat().st_size}"
+                    _expect(path.stat().st_size >= want, f"{folder}/{path.name}: {path.stat().st_size}"
                             f" bytes, {CHECKPOINT} of round {checkpoint['round']} expects {want}")
+                    self._verify(f"{folder}/{path.name}", want, digest)
         self._stream(recorder, sizes)
 
     # ------------------------------------------------------------------ the end
@@ -741,20 +882,41 @@ def public_config(run_dir, flag: str = "--run") -> dict:
     return saved
 
 
+def _manifest_name(ckpt_id: str) -> str:
+    """The private manifest of checkpoint ``ckpt_id``: the SHA-256 of each file a resume from it
+    reads (checkpoint.pt, every party's part, secrets.json, the transcripts up to their sizes)."""
+    return f"manifest-{ckpt_id}.json"
+
+
+# checkpoint.pt's fields besides the state (a resume and an attack read them), and their checks
+CHECKPOINT_FIELDS = {
+    "id": _is_id, "run_id": lambda v: isinstance(v, str), "round": _count, "releases": _count,
+    "metrics": lambda v: isinstance(v, list) and all(isinstance(row, dict) for row in v),
+    "parties": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "transcripts": lambda v: v is None or isinstance(v, dict), "config": lambda v: isinstance(v, dict),
+    "rounds": _count, "state": lambda v: isinstance(v, dict),
+}
+_PAIR = lambda v: isinstance(v, list) and len(v) == 2 and all(map(_count, v))  # noqa: E731
+TRANSCRIPT_SIZES = {"entries": _count, "public": _PAIR, "private": lambda v: v is None or _PAIR(v)}
+
+
 def _public_checkpoint(run: Path, run_id: str | None) -> dict:
-    """``checkpoint.pt`` of ``run``, format checked (and its run, when ``run_id`` is given)."""
+    """``checkpoint.pt`` of ``run``, format and fields checked (and its run, when ``run_id`` is
+    given)."""
     ckpt = _torch_load(run / CHECKPOINT, CHECKPOINT)
-    _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT and "state" in ckpt
-            and isinstance(ckpt.get("parties"), list), f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
+    _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT,
+            f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
+    _check_fields(ckpt, CHECKPOINT_FIELDS, CHECKPOINT)
     _expect(run_id is None or ckpt.get("run_id") == run_id,
             f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {run_id!r}")
     return ckpt
 
 
-def _party_entries(run: Path, ckpt: dict, party: str) -> list:
-    """``party``'s private (path, value) list of the checkpoint ``ckpt`` of ``run``."""
+def _party_entries(run: Path, ckpt: dict, party: str, sha256: str | None = None) -> list:
+    """``party``'s private (path, value) list of the checkpoint ``ckpt`` of ``run`` (with
+    ``sha256``: the file's bytes must have it)."""
     name = f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt"
-    secret = _torch_load(run / name, name)
+    secret = _torch_load(run / name, name, sha256)
     _expect(isinstance(secret, dict) and secret.get("run_id") == ckpt["run_id"]
             and secret.get("round") == ckpt["round"] and secret.get("party") == party
             and isinstance(secret.get("state"), list), f"{name}: does not match {CHECKPOINT}")

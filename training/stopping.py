@@ -17,6 +17,9 @@ import threading
 
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hangup"}
 EXIT_CODES = {reason: 128 + int(sig) for sig, reason in REASONS.items()}
+# ``stopped`` of a run that diverged (``privzv.training.divergence``, exit 1): its folder is
+# finished with that summary and cannot be resumed
+DIVERGED = "diverged"
 
 
 class Stop(KeyboardInterrupt):

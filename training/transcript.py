@@ -26,6 +26,7 @@ with a ``_position`` field (its index among all of its party's entries).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -67,9 +68,22 @@ class Transcript:
                 if (direction is None or e.direction == direction) and (kind is None or e.kind == kind)]
 
 
+def file_sha256(path: Path, size: int | None = None):
+    """A running SHA-256 (``hashlib``) of the first ``size`` bytes of ``path`` (None: all)."""
+    digest, left = hashlib.sha256(), math.inf if size is None else size
+    with open(path, "rb") as fh:
+        while left > 0 and (chunk := fh.read(int(min(left, 1 << 20)))):
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest
+
+
 class _Sink:
     """One party's append-only pair of files in ``folder``: new (header written), or continued
-    from ``sizes`` = [index bytes, data bytes] (anything after them cut off)."""
+    from ``sizes`` = [index bytes, data bytes] (anything after them cut off). ``hashes``: the
+    running SHA-256 of each file's content (a run folder's manifest keeps them per checkpoint);
+    for continued files None until :meth:`digest` first reads them, so continuing costs nothing
+    more than the entries appended."""
 
     def __init__(self, folder: Path, party: str, meta: dict, sizes: list | None = None,
                  private: bool = False):
@@ -77,13 +91,16 @@ class _Sink:
         mode = 0o600 if private else 0o666
         if sizes is None:
             header = json.dumps({"format": FORMAT, "party": party, "meta": meta}, allow_nan=False)
+            self.hashes = []
             for path, content in ((index, (header + "\n").encode()), (data, b"")):
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(content)
+                self.hashes.append(hashlib.sha256(content))
         else:
             for path, size in zip((index, data), sizes):
                 os.truncate(path, size)
+            self.hashes = None
         self.index, self.data = open(index, "ab"), open(data, "ab")
         self.offset = self.data.tell()
 
@@ -92,10 +109,21 @@ class _Sink:
         for name, value in e.fields.items():
             arr = np.ascontiguousarray(value)
             fields.append([name, arr.dtype.str, list(arr.shape), self.offset])
-            self.data.write(arr.tobytes())
+            self._write(1, arr.tobytes())
             self.offset += arr.nbytes
         line = json.dumps([e.round, e.direction, e.kind, e.peer, fields], separators=(",", ":"))
-        self.index.write((line + "\n").encode())
+        self._write(0, (line + "\n").encode())
+
+    def _write(self, which: int, data: bytes) -> None:
+        (self.index, self.data)[which].write(data)
+        if self.hashes is not None:
+            self.hashes[which].update(data)
+
+    def digest(self) -> list[str]:
+        """[index, data] SHA-256 hex digests of the content written so far (after :meth:`sync`)."""
+        if self.hashes is None:
+            self.hashes = [file_sha256(Path(fh.name)) for fh in (self.index, self.data)]
+        return [h.hexdigest() for h in self.hashes]
 
     def sync(self) -> list[int]:
         """Flush and fsync (values first, then the index); returns [index bytes, data bytes]."""
@@ -178,6 +206,13 @@ class Recorder:
         [index, data] sizes (None: no private file) to continue them from with :meth:`stream_to`."""
         return {party: {"entries": self.counts[party], "public": sinks[0].sync(),
                         "private": sinks[1].sync() if sinks[1] is not None else None}
+                for party, sinks in self._sinks.items()}
+
+    def digests(self) -> dict:
+        """Per party, the ``public`` / ``private`` [index, data] SHA-256 of the files at their
+        sizes (those of :meth:`sync`, called first; None: no private file)."""
+        return {party: {"public": sinks[0].digest(),
+                        "private": sinks[1].digest() if sinks[1] is not None else None}
                 for party, sinks in self._sinks.items()}
 
     def close(self) -> None:

@@ -56,6 +56,14 @@ def tiny_scheduler():
     return _tiny_scheduler
 
 
+@pytest.fixture(scope="module")
+def no_plots():
+    """No plots for the module (half of a small run's time, and not what its tests check)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run.plots, "write", lambda *args, **kwargs: None)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     threads = torch.get_num_threads()

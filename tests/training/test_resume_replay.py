@@ -63,16 +63,11 @@ def _kill():
     raise _Killed
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_plots():
-    """The plots (half of a small run's time here) are not what these tests check."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run.plots, "write", lambda *args, **kwargs: None)
-        yield
+pytestmark = pytest.mark.usefixtures("no_plots")   # conftest.py
 
 
 @pytest.fixture(scope="module")
-def unkilled(tmp_path_factory, _no_plots):
+def unkilled(tmp_path_factory, no_plots):
     out = tmp_path_factory.mktemp("unkilled") / "run"
     summary = run.train(CALIBRATED, out, secret_seed=SECRET, checkpoint_every=EVERY)
     assert summary["stopped"] is None and summary["rounds"] == summary["rounds_planned"] == 37
@@ -354,3 +349,39 @@ def test_real_stop_signals_exit_128_plus_n_with_a_checkpoint_and_no_lock(tmp_pat
     assert not (tmp_path / ".run.lock").exists()
     assert main(["train", "--resume", str(out), "--json"]) == 0
     assert _markers(out)[0]["discarded"] == 0
+
+
+def _releases(out):
+    """Releases journaled so far (complete lines; a replayed release is journaled again)."""
+    try:
+        text = (out / "private" / "ledger.journal").read_text()
+    except FileNotFoundError:
+        return 0
+    return sum('"ids"' in x for x in text.splitlines() if x.endswith("}"))
+
+
+def test_sigkills_and_a_sigint_in_sequence_resume_to_the_unkilled_run(unkilled, tmp_path, capsys,
+                                                                     cli_process):
+    """The calibrated run (epsilon 8) killed with SIGKILL twice (between checkpoints: releases to
+    re-make) and stopped with SIGINT once, each time resumed by a real process: it finishes its
+    37 planned rounds (never stopped for budget) with the unkilled run's metrics curve, ledger,
+    transcripts and summary (issue 24 item 4)."""
+    out = tmp_path / "run"
+    fresh, resume = ["train", *_flags(tmp_path), "--out", str(out)], ["train", "--resume", str(out), "--json"]
+    signals = 0
+    for sig, at in ((signal.SIGKILL, 11), (signal.SIGKILL, 22), (signal.SIGINT, 30)):
+        pid = cli_process(resume if (out / "config.json").exists() else fresh)
+        _wait(pid, lambda: _releases(out) >= at)
+        os.kill(pid, sig)
+        _, status = os.waitpid(pid, 0)
+        signals += 1
+        assert os.waitstatus_to_exitcode(status) == (-sig if sig == signal.SIGKILL else 128 + sig)
+    capsys.readouterr()
+    assert main(resume) == 0
+    summary = json.loads(capsys.readouterr().out)
+    summary.pop("out")
+    markers = _markers(out)
+    assert len(markers) == signals and all(m["replayed"] for m in markers)
+    assert sum(m["discarded"] > 0 for m in markers) >= 1      # a kill between checkpoints
+    replayed = {r for m in markers for r in range(m["round"] + 1, m["round"] + m["discarded"] + 1)}
+    _same_run(out, unkilled[0], summary, unkilled[1], replayed)

@@ -393,7 +393,7 @@ def _set_config(key, value):
     ("budget raised in config", "config.json", _set_config("epsilon", 1e6), ["epsilon"]),
     ("epochs cut in config", "config.json", _set_config("epochs", 0.1), ["epochs"]),
     ("clip changed in config", "config.json", _set_config("clip", 5.0), ["clip"]),
-    ("foreign run id", "config.json", _set("run_id", "0123456789abcdef"), ["belong to run"]),
+    ("foreign run id", "config.json", _set("run_id", "0123456789abcdef"), ["belong", "0123456789abcdef"]),
 ])
 def test_tampered_files_are_refused(private_run, tmp_path, capsys, name, path, change, words):
     out = _copy(private_run, tmp_path)
