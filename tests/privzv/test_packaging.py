@@ -64,7 +64,7 @@ def _cli_without(module: str, argv: list, cwd) -> subprocess.CompletedProcess:
 def test_a_training_or_attack_command_without_its_extra_names_it_in_one_line(tmp_path):
     for module, argv in [("torch", ["train", "--dataset", "digits", "--epsilon", "1", "--out", "r1"]),
                          ("sklearn", ["train", "--dataset", "digits", "--epsilon", "1", "--out", "r2"]),
-                         ("matplotlib", ["attack", "study", "--dataset", "digits", "--out", "r3"]),
+                         ("torch", ["attack", "study", "--dataset", "digits", "--out", "r3"]),
                          ("torch", ["demo"])]:
         done = _cli_without(module, argv, tmp_path)
         assert done.returncode == 2, (argv, done.stderr)
