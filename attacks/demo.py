@@ -22,7 +22,7 @@ from privzv.accounting import account, calibrate
 from privzv.release import Release, Schedule
 from privzv.training.tuned import HPARAMS
 
-# papers/000 worked example: MNIST, D=60000, B=64, C=10, 100 epochs, epsilon=1, delta=1e-3.
+# arXiv:2502.20565v3, worked example: MNIST, D=60000, B=64, C=10, 100 epochs, epsilon=1, delta=1e-3.
 PAPER = dict(dataset_size=60000, batch_size=64, clip=10.0, epochs=100, epsilon=1.0, delta=1e-3)
 DEMO_EPSILON, DEMO_DELTA = 1.0, 1e-5
 
@@ -80,7 +80,7 @@ def _human(o: dict) -> str:
     seed, bought = acc["seed"], acc["seed_sigma_under_device_pld"]
     need = acc["rigorous_device_pld"]
     lines = [
-        "1. Accounting (papers/000 setting: MNIST D=60000, B=64, C=10, 100 epochs, delta=1e-3)",
+        "1. Accounting (the DPZV paper's setting: MNIST D=60000, B=64, C=10, 100 epochs, delta=1e-3)",
         f"   the paper's sigma for epsilon=1 (Theorem VI.5, NOT RIGOROUS): {seed['sigma']:.4g}",
         f"   what it buys against the receiving device (pld, rigorous):   epsilon = "
         f"{bought['epsilon']:.4g}",

@@ -1,6 +1,6 @@
 """Curious- and malicious-client probes against ZO feedback (label inference by a device).
 
-papers/002 Sec. VI-B: a dummy client sends c and c + u and reads the loss difference, estimating
+arXiv:2306.16077, Sec. VI-B: a dummy client sends c and c + u and reads the loss difference, estimating
 the gradient of the loss with respect to its output, g ~ (f(c+u) - f(c)) u; with a summing server
 dL/dz_y = softmax(z)_y - 1 is the only negative coordinate, so argmin g is the label (Fu et al.
 2022, "direct label inference"). Two server protocols, both computed by training's own server

@@ -1,8 +1,8 @@
 """Simulate a ``privzv.release.Release``'s outputs (numpy), for audits against known mechanisms.
 
 Each record's contribution is a vector of ``release.dim`` numbers clipped to L2 norm ``clip``
-(NaN coordinates count as 0 and +-inf as +-clip before the norm clip, as DESIGN.md asks of the
-DPZV server); ``aggregate="mean"`` releases the clipped batch mean plus N(0, sigma^2) per
+(NaN coordinates count as 0 and +-inf as +-clip before the norm clip, as the DPZV server
+clips, privzv.training.zo); ``aggregate="mean"`` releases the clipped batch mean plus N(0, sigma^2) per
 coordinate, ``"per-sample"`` releases each clipped contribution plus its own noise.
 """
 from __future__ import annotations

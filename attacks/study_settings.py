@@ -8,7 +8,7 @@ EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
 METHODS = {"dpzv": "DPZV scalar (downlink)", "vafl": "VAFL forward vector (uplink)",
            "fo-vector": "fo-vector backward vector (downlink)"}
 SERVER_KIND = "sum"   # Fu et al.'s direct label inference needs logits = sum of device outputs
-# Where no sweep covers the summing server (tuned.HPARAMS_SUM): C = 10 (papers/001 App. H) for
+# Where no sweep covers the summing server (tuned.HPARAMS_SUM): C = 10 (arXiv:2502.20565v2, App. G) for
 # DPZV and VAFL, C = 1 for fo-vector (a softmax cross-entropy gradient with respect to the
 # logits has norm <= sqrt 2), the methods' default learning rates.
 # (Also attacks.canary_audit's clips.)

@@ -80,7 +80,7 @@ class View:
 
         First-order methods send it. Under ZO the downlink holds scalars ``d_k = (L(h + D_k) -
         L(h)) / lam`` (one per direction, or one batch mean for DPZV / ZOO-VFL) and the party holds
-        its output differences ``D_k`` (``directions``); the ZO estimate of papers/002 Sec. VI-B,
+        its output differences ``D_k`` (``directions``); the ZO estimate of arXiv:2306.16077, Sec. VI-B,
         ``sum_k d_k D_k`` (up to a positive scale, irrelevant to every attack here), stands in.
         For a batch-mean scalar this is ``Delta * (h+ - h-)``.
         """

@@ -1,6 +1,6 @@
 """Device-step memory and time: DPZV against VAFL on two device models, side by side (issues 3, 10).
 
-Setting: mnist-5k in 7 row bands (papers/000 App. C), device 0, batch 64, both methods built by
+Setting: mnist-5k in 7 row bands (arXiv:2502.20565v3, App. C), device 0, batch 64, both methods built by
 ``privzv.training.run.build`` and stepped with their own ``device_send`` / ``device_receive`` (the
 server's reply runs in between and is not measured), sigma = 1. Two device models: the band CNN
 of ``training.models.device_model`` (8.4k parameters) and ``LARGE``, an MLP of 4.46M parameters
@@ -191,7 +191,7 @@ def main() -> dict:
     result = {
         "benchmark": "device step memory and time, DPZV vs VAFL",
         "setting": {"dataset": "mnist-5k", "devices": DEVICES, "device": DEVICE, "batch": BATCH,
-                    "models": {"band CNN": "two-layer CNN (papers/000 App. C), "
+                    "models": {"band CNN": "two-layer CNN (arXiv:2502.20565v3, App. C), "
                                            "training.models.device_model",
                                "MLP 4.46M": f"112 -> {LARGE_HIDDEN} -> {LARGE_HIDDEN} -> 16 MLP "
                                             "(bench_device_step.large_model)"},

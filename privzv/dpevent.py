@@ -22,6 +22,7 @@ under REPLACE_ONE (all Gaussians at 2z) for replace-one, since the head is alway
 """
 from __future__ import annotations
 
+from privzv.extras import missing_extra
 from privzv.release import Release, Schedule
 from privzv.threats import exposure
 
@@ -36,7 +37,10 @@ def to_dp_event(release: Release, schedule: Schedule, *, combined: bool = False)
     ``SelfComposedDpEvent(GaussianDpEvent(z), k)``); with a head, the sampled event holds
     ``ComposedDpEvent([GaussianDpEvent(z'_down), GaussianDpEvent(z'_head)])``.
     """
-    import dp_accounting as dpa
+    try:
+        import dp_accounting as dpa
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc) or exc from None
 
     exp = exposure(release, schedule)
     z = release.noise_multiplier

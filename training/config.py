@@ -2,7 +2,7 @@
 
 Every field is a JSON key of ``--config FILE`` and of the run folder's ``config.json``, which is
 public: the secret seed of the parties' noise is not a field (``privzv.training.run_folder``).
-Defaults: papers/001 App. H (lambda=1e-3, server momentum 0.9, delta=1e-5) and papers/000 App. C
+Defaults: arXiv:2502.20565v2 App. G (lambda=1e-3, server momentum 0.9, delta=1e-5), arXiv:2502.20565v3 App. C
 (ZO device momentum 0.9). Fields left ``None`` (C, the learning rates) are filled per run by
 ``privzv.training.defaults`` (tuned values where swept, else C=10 and a size-normalised ZO rate)
 and saved in the run's config.json.
@@ -55,7 +55,7 @@ class TrainConfig:
     lr_device: float | None = None   # None: the method's default
     lr_server: float | None = None
     momentum: float = 0.9            # server (and first-order device) SGD momentum
-    device_momentum: float = 0.9     # ZO device momentum, papers/000 App. C (a buffer of d_m floats)
+    device_momentum: float = 0.9     # ZO device momentum, arXiv:2502.20565v3, App. C (a buffer of d_m floats)
     server_update: str = "fo"        # dpzv: first-order (fo) or zeroth-order (zo) server update
     embed_dim: int = 16
     server_kind: str = "mlp"

@@ -10,7 +10,7 @@ is generated in memory by its ``make_dataset`` from its published arguments (gen
 (default ``$XDG_CACHE_HOME/privzv``, else ``~/.cache/privzv``; about 1 s per 1,000 signals the
 first time). Signals are cut into M contiguous segments (one per device). From a user's ``data_dir``: full ``mnist`` (IDX files, gzipped
 or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with their official
-train/test splits. Partitions follow papers/000 App. C: MNIST images in row bands (7 devices ->
+train/test splits. Partitions follow arXiv:2502.20565v3, App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
 
 Every loader checks what it read before training sees it (one-line PrivzvError, exit code 2):
@@ -330,7 +330,7 @@ def _segments(height: int, width: int, devices: int):
 
 
 def _patches(height: int, width: int, devices: int):
-    """Split images into a g x g grid of equal square patches, devices = g*g (papers/000: g=2)."""
+    """Split images into a g x g grid of equal square patches, devices = g*g (arXiv:2502.20565v3: g=2)."""
     side = math.isqrt(devices)
     if side * side != devices or height % side or width % side:
         allowed = [g * g for g in range(1, height + 1) if height % g == 0 and width % g == 0]

@@ -3,15 +3,15 @@
 Order, per field: the user's value (flag or ``--config``); else the tuned value of
 ``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
 
-* ``clip`` C: 10 (papers/001 App. H).
+* ``clip`` C: 10 (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
-  sqrt(d), papers/000 eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
+  sqrt(d), arXiv:2502.20565v3, eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
   noise-free step moves them by at most ``ZO_RATE * C`` whatever the model size; a fixed eta lets
   the step grow like sqrt(d) (docs/results.md, "Stable defaults": on digits with 2-dim
   embeddings and C = 10 the old 0.03 diverges within 12 epochs, this rate does not).
   ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
-  0.9 (papers/000 App. C).
+  0.9 (arXiv:2502.20565v3, App. C).
 * every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
   ``methods.head.default_lr``, min(0.1, 1/z_h) with a DP head).
 
@@ -41,14 +41,14 @@ import torch
 
 from privzv.training import methods, models, tuned
 
-CLIP = 10.0                   # papers/001 App. H
+CLIP = 10.0                   # arXiv:2502.20565v2, App. G
 HEAD_CLIP = 0.1               # C_h where no tuned value exists (docs/training.md, "Whole-run DP")
 ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
 ZO_DEVICE_METHODS = ("dpzv",)   # methods whose device step is the seeded ZO step with device_momentum
 TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
 FIELDS = ("clip", "head_clip", "lr_device", "lr_server")
 RATES = ("lr_device", "lr_server")   # swept at the entry's C and setting (``unfit``)
-FALLBACK = {"clip": (CLIP, "papers/001 App. H"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
+FALLBACK = {"clip": (CLIP, "arXiv:2502.20565v2, App. G"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
 def resolve(config, dataset):

@@ -1,4 +1,4 @@
-"""Explicit protocol messages and the byte meter of papers/000 eq. (23).
+"""Explicit protocol messages and the byte meter of arXiv:2502.20565v3, eq. (23).
 
 A :class:`Message` is what crosses the wire in one direction: a few named tensors. Its size is
 counted from those tensors (``numel * element_size``), so V_T = sum_t sum_m (N_up + N_down) of

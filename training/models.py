@@ -1,4 +1,4 @@
-"""Party models (papers/000 App. C): device bottom models and the server's head.
+"""Party models (arXiv:2502.20565v3, App. C): device bottom models and the server's head.
 
 Devices: a small MLP for tabular data and digits; a two-layer CNN per MNIST row band; a four-layer
 CNN per CIFAR-10 patch; a two-layer 1-D CNN per MNIST-1D segment (MNIST-1D is translated signals,

@@ -61,7 +61,7 @@ class EmbeddingTable:
     """The server's copy h~[m, i] of every device's latest embedding (zeros until first sent).
 
     With ``max_delay`` > 0 an update becomes visible after d rounds, d uniform in
-    {0..max_delay} (bounded delay, papers/000 eq. (5)); ``gather`` applies the due updates first.
+    {0..max_delay} (bounded delay, arXiv:2502.20565v3, eq. (5)); ``gather`` applies the due updates first.
     ``filled[m, i]``: whether device m's embedding of record i has reached the table (a fact of
     the public schedule; a sampled head uses a record once all its rows have).
     """

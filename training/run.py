@@ -3,7 +3,7 @@
 The folder's files, its secrets boundary and its crash safety are ``privzv.training.run_folder``'s:
 ``config.json`` (public config, sigma, versions), ``metrics.jsonl``, ``summary.json``,
 ``checkpoint.pt`` (public state), ``traffic.npz`` (bytes per round: ``log`` [rounds, 4] = (round,
-device, up, down); ``up``, ``down`` per device; eq. (23) of papers/000 is ``log[:, 2:].sum()``;
+device, up, down); ``up``, ``down`` per device; eq. (23) of arXiv:2502.20565v3 is ``log[:, 2:].sum()``;
 in ``private/`` under ``eavesdropper``, whose batch sizes are secret), ``transcripts/``, plots,
 and ``private/`` (the secret seed, the ledger, and each party's own state).
 """

@@ -1,4 +1,4 @@
-"""The asynchronous scheduler, written once for every method (papers/000 Sec. IV, Algorithm 1).
+"""The asynchronous scheduler, written once for every method (arXiv:2502.20565v3, Sec. IV, Algorithm 1).
 
 Global round t activates device m = the t-th entry of an activation order fixed before training
 (round-robin, or drawn from ``activation`` probabilities with the public seed), whose batch

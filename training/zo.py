@@ -4,7 +4,7 @@ As MeZO's ``zo_step``: the direction u is never stored. It is regenerated from i
 time it is needed, as a Gaussian draw g of all d parameters made and added in place ``CHUNK``
 values at a time (so a pass needs 256 KiB of float32, and 512 KiB of float64 for ||g||, whatever
 d); only the seed and one scalar (||g||) are kept. u is uniform on the sphere of radius sqrt(d)
-over *all* d parameters of a model (papers/000 Sec. IV, eq. (6)): u = sqrt(d) * g / ||g||,
+over *all* d parameters of a model (arXiv:2502.20565v3, Sec. IV, eq. (6)): u = sqrt(d) * g / ||g||,
 g = ``torch.randn(d, generator=seed)`` laid over the parameters in ``parameters()`` order
 (normalising per tensor would not be uniform on the whole sphere; the chunks are exactly that
 draw, see :func:`_sizes`). u depends only on the seed and d, not on how the parameters are
@@ -135,7 +135,7 @@ def direction(params: Params, seed: int) -> torch.Tensor:
 
 
 def clip_scalars(values: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """Per-record scalars clipped symmetrically to [-C, C] (DESIGN.md: the paper's min{., C}
+    """Per-record scalars clipped symmetrically to [-C, C] (docs/training.md, "Methods": the paper's min{., C}
     is one-sided). Non-finite values first: NaN -> 0, +inf -> +C, -inf -> -C, so every output
     lies in [-C, C] and the clipped batch mean keeps sensitivity 2C/B (replace-one) whatever the
     losses. ``clip=None`` (the no-clipping ablation, never with noise): NaN/inf -> 0."""

@@ -59,7 +59,7 @@ def test_mlp_head_needs_aux_and_bad_variant():
 # ---- the paper's per-sample protocol ---------------------------------------------------------
 
 def test_per_sample_protocol_one_query_reads_labels_batch_scalar_does_not():
-    """papers/002's own protocol (per-record loss differences, one query per record) lets the
+    """arXiv:2306.16077's own protocol (per-record loss differences, one query per record) lets the
     curious client read ~20% of digits' labels; DPZV's batch scalar keeps it near the prior."""
     per_sample = probe.label_inference(LABELS, 10, variant="curious", protocol="per-sample",
                                        targets=len(LABELS), batch_size=64)

@@ -216,7 +216,7 @@ def test_seed_formula_on_the_worked_example():
 
 
 def test_seed_sigma_buys_far_more_epsilon_against_the_device():
-    """DESIGN.md: with the seed's sigma the device-view mu is about 30x the claimed one."""
+    """docs/accounting.md's worked example: the seed's sigma gives a device-view mu ~30x the claim."""
     release = Release(clip=10.0, batch_size=64)
     schedule = Schedule(steps=MNIST_STEPS, **MNIST)
     seed = calibrate(1.0, 1e-3, release, schedule, "seed")

@@ -1,4 +1,4 @@
-"""Party models: shapes, architecture per papers/000 App. C, server kinds, fp32, errors."""
+"""Party models: shapes, architecture per arXiv:2502.20565v3, App. C, server kinds, fp32, errors."""
 import pytest
 import torch
 from torch import nn

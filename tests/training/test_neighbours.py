@@ -9,7 +9,7 @@ release). A release whose batch does not contain the record must then be bit-ide
 the method claims record-level neighbours (``PROTECTS = "record"``): otherwise the record reaches
 it outside any noise and the ledger, which charges only the record's own batches, under-counts. DPZV's
 device update depends only on Delta and the public u; first-order device updates J(x)^T g carry
-the record's features into later releases (DESIGN.md "The threat-model contract").
+the record's features into later releases (docs/accounting.md, "Threat model contract").
 """
 from __future__ import annotations
 

@@ -70,8 +70,8 @@ class FirstOrderDevices:
 
     The device update J(x_I)^T g depends on the batch's raw features, and every later embedding
     of every record depends on that update: a record's features reach releases whose batch does
-    not contain it, outside any noise. Their epsilon therefore covers labels only (DESIGN.md "The
-    threat-model contract"; ``tests/training/test_neighbours.py`` shows the releases move)."""
+    not contain it, outside any noise. Their epsilon therefore covers labels only (docs/accounting.md,
+    "Threat model contract"; ``tests/training/test_neighbours.py`` shows the releases move)."""
 
     PROTECTS = "label"
 
@@ -123,7 +123,7 @@ class FirstOrderMethod(FirstOrderDevices, Method):
 
 def loss_differences(server, m: int, stale: list[torch.Tensor], labels: torch.Tensor,
                      h_a: torch.Tensor, h_b: torch.Tensor, lam: float) -> torch.Tensor:
-    """Per-record (l_i(h_a) - l_i(h_b)) / lam with device m's row replaced (papers/000 eq. (7)),
+    """Per-record (l_i(h_a) - l_i(h_b)) / lam with device m's row replaced (arXiv:2502.20565v3, eq. (7)),
     the other devices' rows from the stale table ``stale``; no autograd."""
     with torch.no_grad():
         return (losses(server.head, with_row(stale, m, h_a), labels)

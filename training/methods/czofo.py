@@ -1,28 +1,28 @@
-"""VFL-CZOFO (papers/002, "cascaded hybrid optimisation"): ZO across the wire, first order inside.
+"""VFL-CZOFO (arXiv:2306.16077, "cascaded hybrid optimisation"): ZO across the wire, first order inside.
 
 Round with active device m, batch I (|I| = B), n = ``PERTURBATIONS`` directions, lam = smoothing:
 
 device   h_i = F_m(w_m; x_i) (autograd graph kept locally); for k = 1..n draw u_ik uniform on the
          unit sphere of R^E, one per record, from the device's step seed; send ids, h [B, E] and
-         h^_ik = h_i + lam * u_ik [B, n, E].           (papers/002 Sec. III-B; the authors' code)
+         h^_ik = h_i + lam * u_ik [B, n, E].           (arXiv:2306.16077, Sec. III-B; the authors' code)
 server   d_ik = (L_i(h^_ik) - L_i(h_i)) / lam: per-record loss differences with the stale table for
-         the other devices (papers/002: the losses h_{i,m}, h^_{i,m} per sample). Send d [B, n].
+         the other devices (arXiv:2306.16077: the losses h_{i,m}, h^_{i,m} per sample). Send d [B, n].
          Head: first-order SGD on the batch mean loss (eq. (4)); DP-SGD in a private run
          (``methods.head``). table[m, I] <- h.
 device   g_i = (E / n) * sum_k d_ik u_ik estimates dL_i/dh_i (eq. (3), phi(E) = E for the unit
          sphere); backpropagate g / B through the local model, SGD step (first order, with the
          run's ``momentum``).
 
-The server sends d_ik / the loss differences rather than both losses of papers/002: the same
+The server sends d_ik / the loss differences rather than both losses of arXiv:2306.16077: the same
 information for the device's estimator, one value per record and direction.
 
-DP option (per-sample feedback, no batch averaging; DESIGN.md "Vector-noise counterparts"): the
+DP option (per-sample feedback, no batch averaging; docs/training.md, "Methods"): the
 server clips each record's vector (d_i1..d_in) to L2 norm C (NaN/inf zeroed first, so the bound
 holds whatever the losses) and adds N(0, sigma^2) to every value from its own generator. One
 round is ``Release(clip=C, batch_size=B, aggregate="per-sample", dim=n)``: replacing one record
 changes one row by at most 2C in L2. The devices train first order, so the run's epsilon covers
 labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``). Without DP the feedback is not
-clipped (the baseline of the paper). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
+clipped (the baseline of the paper). arXiv:2502.20565v2 instead evaluated this baseline with VAFL's forward embedding noise.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from privzv.training.messages import SERVER, device_index, device_name
 from privzv.training.methods import common, head
 from privzv.training.methods.base import Method
 
-PERTURBATIONS = 5  # n, papers/001 App. H Table 3
+PERTURBATIONS = 5  # n, arXiv:2502.20565v2, App. G Table 3
 
 
 def unit_directions(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -45,7 +45,7 @@ def unit_directions(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def embedding_gradient(d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """ZO estimate of dL_i/dh_i, [B, E]: (E / n) * sum_k d_ik u_ik (papers/002 eq. (3), phi(E) = E
+    """ZO estimate of dL_i/dh_i, [B, E]: (E / n) * sum_k d_ik u_ik (arXiv:2306.16077, eq. (3), phi(E) = E
     for u uniform on the unit sphere, averaged over the n directions). ``d`` [B, n], ``u`` [B, n, E]."""
     n, embed_dim = u.shape[1], u.shape[2]
     return (embed_dim / n) * (d[:, :, None] * u).sum(dim=1)
@@ -103,7 +103,7 @@ class CZOFO(common.FirstOrderDevices, Method):
         per_record = self.clip_feedback(diffs / self.lam)                 # [B, n]
         noisy = server.noise.stream("downlink").add_gaussian(per_record, self.sigma)
         server.table.update(m, ids, h)
-        if self.train_server:   # after the feedback is computed (papers/002 Alg. 1, lines 9-11)
+        if self.train_server:   # after the feedback is computed (arXiv:2306.16077, Alg. 1, lines 9-11)
             self.head.step(rows, labels)
         return self.message(SERVER, up.sender, "loss_differences", d=noisy.float())
 

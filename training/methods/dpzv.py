@@ -1,4 +1,4 @@
-"""DPZV (papers/000 Algorithm 1, with the corrections of DESIGN.md "DPZV as implemented").
+"""DPZV (arXiv:2502.20565v3, Algorithm 1, with the corrections in docs/training.md, "Methods").
 
 Round with active device m, batch I (|I| = B), K = ``directions`` (default 1, the paper's):
 

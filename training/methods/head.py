@@ -15,7 +15,7 @@ accounted with the downlink in one ledger (the round's noise multiplier combines
   inside a window. The pooled sum is secret until its window's noise is added (it is kept in
   the run folder's private area).
 - zeroth order (:class:`ZerothOrderHead`, dpzv ``server_update: zo`` and zoo-vfl): the two-point
-  step of papers/000 eq. (3) along a direction v drawn from the server's generator. Private:
+  step of arXiv:2502.20565v3, eq. (3) along a direction v drawn from the server's generator. Private:
   the per-example directional derivatives d_i = (l_i(theta + lam v) - l_i(theta - lam v)) / (2 lam)
   are clipped to [-C_h, C_h] (NaN -> 0, +-inf -> +-C_h), summed, divided by B, and one
   N(0, sigma_h^2) is added: a clipped mean of scalars, sensitivity 2C_h/B (replace-one) or C_h/B
@@ -348,7 +348,7 @@ class SampledHead(FirstOrderHead):
 
 
 class ZerothOrderHead:
-    """The head's two-point ZO step (papers/000 eq. (3)), seeded from the server's generator;
+    """The head's two-point ZO step (arXiv:2502.20565v3, eq. (3)), seeded from the server's generator;
     private (clipped per-example directional derivatives plus noise) when ``dp`` is given."""
 
     def __init__(self, head: nn.Module, lr: float, lam: float, noise, dp: HeadUpdate | None = None):

@@ -9,8 +9,8 @@ device   backpropagate g through the clipped embedding; SGD step (momentum).
 
 The release is the noisy embedding, one per record: ``Release(clip=C, batch_size=B,
 aggregate="per-sample", dim=embed_dim)``. Its secret is the device's features, observed by the
-server: a different secret and observer than DPZV's downlink (DESIGN.md "Vector-noise
-counterparts"). The claim holds for each release alone, not for the run: the device's update
+server: a different secret and observer than DPZV's downlink (docs/training.md,
+"Methods"). The claim holds for each release alone, not for the run: the device's update
 J(x_I)^T g moves its model by the batch's raw features, and the server sees every later
 embedding of other records through that model, outside the noise. So its epsilon is no
 whole-run guarantee (``PROTECTS = "none"``; ``tests/training/test_neighbours.py``). The device draws the noise, so it records the release in the ledger

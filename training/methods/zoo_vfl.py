@@ -1,10 +1,10 @@
-"""ZOO-VFL (Zhang et al., CIKM 2021, as the baseline of papers/000-003): ZO on devices and server.
+"""ZOO-VFL (Zhang et al., CIKM 2021; a baseline in arXiv:2502.20565 and 2306.16077): ZO on devices and server.
 
 Round with active device m, batch I (|I| = B):
 
 device   seed s, u = u(s) uniform on the sqrt(d_m) sphere (training.zo, as DPZV).
          h = h(w; x_I); w <- w - lam*u; h^ = h(w; x_I); send ids, h, h^.
-         (one-sided two-point estimator, papers/002 eqs. (2)-(3); perturbing by -lam*u instead of
+         (one-sided two-point estimator, arXiv:2306.16077, eqs. (2)-(3); perturbing by -lam*u instead of
          +lam*u is the same estimator, u and -u being equally likely, and leaves w where DPZV's
          restore-and-update step expects it)
 server   delta_i = (L_i(h) - L_i(h^)) / lam with the stale table for the other devices;
@@ -18,7 +18,7 @@ DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (
 +-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the sum / B:
 ``Release(clip=C, batch_size=B, aggregate="mean")``. Dividing by B, not by the batch's length,
 keeps the sensitivity 2C/B on an epoch's smaller last batch. Without DP nothing is clipped (the baseline
-as published). papers/001 instead evaluated this baseline with VAFL's forward embedding noise.
+as published). arXiv:2502.20565v2 instead evaluated this baseline with VAFL's forward embedding noise.
 """
 from __future__ import annotations
 
