@@ -2,6 +2,7 @@
 training run, run the scalar-vs-vector study."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
@@ -39,8 +40,15 @@ def build_parser() -> Parser:
     parser = Parser(prog="privzv attack", description=__doc__)
     sub = parser.add_subparsers(dest="command")
 
-    run = sub.add_parser("run", help="attack a finished training run")
-    run.add_argument("--attack", required=True, help="attack name (see attacks.registry.ATTACKS)")
+    from privzv.attacks.registry import ATTACKS
+
+    listing = "\n".join(f"  {a.name}: {a.description} [{a.party}; baseline: {a.baseline}]"
+                         for a in ATTACKS.values())
+    run = sub.add_parser("run", help="attack a finished training run",
+                         description=f"attack a finished training run; attacks:\n{listing}",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--attack", required=True, type=_choice("--attack", tuple(ATTACKS)),
+                     metavar="NAME", help="the attack (listed above)")
     run.add_argument("--run", required=True, type=Path, help="training run folder")
     run.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
     run.add_argument("--json", action="store_true")
@@ -114,12 +122,12 @@ def _run(args) -> int:
     if not args.run.is_dir():
         raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
     from privzv.attacks import registry
+    from privzv.attacks.report import run_text
 
-    if args.attack in registry.ATTACKS:   # an unknown name is refused first, by run_attack
-        _check_run_config(args.run)
-
+    _check_run_config(args.run)
+    attack = registry.get(args.attack)
     result = registry.run_attack(args.attack, args.run, args.seed)
-    emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
+    emit(result.to_dict(), args.json, lambda r: run_text(r, attack.description))
     return 0
 
 
