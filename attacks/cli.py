@@ -58,7 +58,10 @@ def build_parser() -> Parser:
     noise = aud.add_mutually_exclusive_group(required=True)
     noise.add_argument("--sigma", type=number("--sigma", low=0, low_open=True))
     noise.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True))
+    noise.add_argument("--run", type=Path, help="a training run folder: its release, delta, threat, "
+                       "accountant and claimed epsilon from its public config and summary")
     add_release_options(aud, clip_default=10.0)
+    _unset_release_defaults(aud)
     aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
                      help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
     aud.add_argument("--dim", type=number("--dim", low=2, high=MAX_DIM, integer=True), default=16)
@@ -144,18 +147,61 @@ def _check_run_config(run: Path) -> None:
         raise PrivzvError(f"--run {str(run / 'config.json')!r}: {exc}") from None
 
 
+_RELEASE_FLAGS = ("delta", "steps", "dataset_size", "batch_size", "clip", "devices", "threat",
+                  "accountant", "neighbors")
+
+
+def _unset_release_defaults(parser) -> None:
+    """Make the release flags optional, None unless given (a run folder sets them with --run);
+    their declared defaults are kept in ``args.release_defaults`` (``REQUIRED`` for a required
+    flag)."""
+    defaults = {}
+    for action in parser._actions:
+        if action.dest in _RELEASE_FLAGS:
+            defaults[action.dest] = REQUIRED if action.required else action.default
+            action.required, action.default = False, None
+    parser.set_defaults(release_defaults=defaults)
+
+
+REQUIRED = object()
+
+
+def _release_args(args, defaults: dict) -> None:
+    """Fill the release flags not given from their defaults; with --run none may be given."""
+    given = [d for d in _RELEASE_FLAGS if getattr(args, d) is not None]
+    if args.run is not None and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise PrivzvError(f"{flag}: not allowed with --run (the run's public config sets it)")
+    if args.run is None:
+        for dest, default in defaults.items():
+            if getattr(args, dest) is None:
+                if default is REQUIRED:
+                    raise PrivzvError(f"--{dest.replace('_', '-')}: required (or give --run)")
+                setattr(args, dest, default)
+
+
 def _audit(args) -> int:
     from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
     from privzv.release import Release, Schedule
 
-    vector = args.noise == "vector"
-    release = Release(clip=args.clip, batch_size=args.batch_size, neighbors=args.neighbors,
-                      aggregate="per-sample" if vector else "mean", dim=args.dim if vector else 1)
-    schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size, devices=args.devices,
-                        threat=args.threat)
+    _release_args(args, args.release_defaults)
+    if args.run is not None:
+        from privzv.attacks.run_audit import release_of_run
+
+        release, schedule, target = release_of_run(args.run)
+        args.delta, args.accountant, args.batch_size, args.epsilon = (
+            target["delta"], target["accountant"], release.batch_size, target["epsilon"])
+        sigma = release.sigma
+    else:
+        vector = args.noise == "vector"
+        release = Release(clip=args.clip, batch_size=args.batch_size, neighbors=args.neighbors,
+                          aggregate="per-sample" if vector else "mean",
+                          dim=args.dim if vector else 1)
+        schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size,
+                            devices=args.devices, threat=args.threat)
+        sigma = args.sigma
     _check_audit_size(args, release, schedule)
-    sigma = args.sigma
     if sigma is None:
         sigma = accounting.calibrate(args.epsilon, args.delta, release, schedule,
                                      args.accountant).sigma
@@ -163,11 +209,26 @@ def _audit(args) -> int:
     out = audit_release(release, schedule, args.delta, accountant=args.accountant,
                         trials=args.trials, alpha=args.alpha, seed=args.seed)
     out["target_epsilon"] = args.epsilon
+    out["run"] = None if args.run is None else str(args.run)
     if args.accountant != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
     out.update(refutation(out["lower"], out["upper"], args.delta, out["threat"]))
+    out["verdict"] = _audit_verdict(out)
     emit(out, args.json, _audit_text)
     return 0
+
+
+def _audit_verdict(o: dict) -> str:
+    """"refuted" / "not refuted", naming the bounds that decided it."""
+    lo, up = o["lower"], o["upper"]
+    conf = f"confidence {o['decision_confidence']:.0%}"
+    if o["refuted"]:
+        return (f"refuted: {' and '.join(o['refuted_by'])} lower bound above the claim ({conf}): "
+                "the claimed guarantee is false")
+    mu = ("" if o["claimed_mu"] is None else
+          f", mu lower bound {lo['mu_lb']:.4g} <= claimed {o['claimed_mu']:.4g}")
+    return (f"not refuted: eps lower bound {lo['eps_lb']:.4g} <= claimed {up['epsilon']:.4g}"
+            f"{mu} ({conf}; a lower bound below the claim does not prove it)")
 
 
 def _check_audit_size(args, release, schedule) -> None:
@@ -207,9 +268,7 @@ def _audit_text(o: dict) -> str:
         lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
     if up.get("mu") is None and o["claimed_mu"] is not None:
         lines.append(f"claimed guarantee as GDP: mu <= {o['claimed_mu']:.4g}")
-    if o["refuted"]:
-        lines.append(f"refuted ({' and '.join(o['refuted_by'])} lower bound above the claim, "
-                     f"confidence {o['decision_confidence']:.0%}): the claimed guarantee is false")
+    lines.append(f"verdict: {o['verdict']}")
     return "\n".join(lines)
 
 
