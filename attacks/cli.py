@@ -210,7 +210,7 @@ def _audit(args) -> int:
                         trials=args.trials, alpha=args.alpha, seed=args.seed)
     out["target_epsilon"] = args.epsilon
     out["run"] = None if args.run is None else str(args.run)
-    if args.accountant != "pld":
+    if out["upper"]["accountant"] != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
     out.update(refutation(out["lower"], out["upper"], args.delta, out["threat"]))
     out["verdict"] = _audit_verdict(out)

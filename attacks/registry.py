@@ -251,6 +251,25 @@ def threats(attack: Attack) -> list[str]:
             or not set(attack.transcript) & _secret_directions(t, attack.transcript_party(options), 2)]
 
 
+def markdown() -> str:
+    """The attacks as docs/attacks.md lists them (a test keeps the two the same)."""
+    rows = ["| `--attack` | party | reads | applies to | baseline | verdict on |",
+            "|---|---|---|---|---|---|"]
+    for a in ATTACKS.values():
+        runs = [f"methods {', '.join(a.methods)}" if a.methods else "every method",
+                f"server {', '.join(a.server_kinds)}" if a.server_kinds else "any server",
+                f"threats {', '.join(threats(a))}"
+                + (" (any with checkpoint.pt)" if a.models and a.transcript else "")]
+        if a.binary:
+            runs.append("binary tasks")
+        if a.needs_models:
+            runs.append("needs checkpoint.pt")
+        m = verdicts.measure(a.measure)
+        rows.append(f"| `{a.name}` | {a.party} | {a.reads} | {'; '.join(runs)} | {a.baseline} | "
+                    f"{m.metric} ({m.method}) |")
+    return "\n".join(rows)
+
+
 @functools.lru_cache(maxsize=2)
 def _dataset(name: str, devices: int, data_dir, seed: int):
     """The run's dataset, loaded once for consecutive attacks on runs of the same data (read only)."""

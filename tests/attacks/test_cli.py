@@ -198,3 +198,11 @@ def test_audit_of_a_run_folder_reads_its_public_claim(tmp_path, capsys):
     assert o["verdict"].startswith("not refuted")
     code, _, err = run(capsys, ["attack", "audit", "--run", str(tmp_path / "run"), "--delta", "0.1"])
     assert code == 2 and "--delta: not allowed with --run" in err
+
+
+def test_the_docs_list_is_the_registry():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "attacks.md").read_text()
+    start, end = "<!-- attacks:registry -->\n", "\n<!-- /attacks:registry -->"
+    assert text[text.index(start) + len(start):text.index(end)] == registry.markdown()
