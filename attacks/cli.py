@@ -61,10 +61,10 @@ def build_parser() -> Parser:
     noise.add_argument("--run", type=Path, help="a training run folder: its release, delta, threat, "
                        "accountant and claimed epsilon from its public config and summary")
     add_release_options(aud, clip_default=10.0)
-    _unset_release_defaults(aud)
     aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
                      help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
     aud.add_argument("--dim", type=number("--dim", low=2, high=MAX_DIM, integer=True), default=16)
+    _unset_release_defaults(aud)
     aud.add_argument("--trials", type=number("--trials", low=100, high=MAX_TRIALS, integer=True), default=20000,
                      help="trials per class (in and out)")
     aud.add_argument("--alpha", type=number("--alpha", low=0, high=1, low_open=True,
@@ -148,11 +148,13 @@ def _check_run_config(run: Path) -> None:
 
 
 _RELEASE_FLAGS = ("delta", "steps", "dataset_size", "batch_size", "clip", "devices", "threat",
-                  "accountant", "neighbors")
+                  "accountant", "neighbors", "noise", "dim")
+REQUIRED = object()   # the default of a release flag that must be given (without --run)
 
 
 def _unset_release_defaults(parser) -> None:
-    """Make the release flags optional, None unless given (a run folder sets them with --run);
+    """Make the release flags optional, None unless given (a run folder sets them with --run;
+    --noise and --dim too);
     their declared defaults are kept in ``args.release_defaults`` (``REQUIRED`` for a required
     flag)."""
     defaults = {}
@@ -161,9 +163,6 @@ def _unset_release_defaults(parser) -> None:
             defaults[action.dest] = REQUIRED if action.required else action.default
             action.required, action.default = False, None
     parser.set_defaults(release_defaults=defaults)
-
-
-REQUIRED = object()
 
 
 def _release_args(args, defaults: dict) -> None:
