@@ -395,9 +395,19 @@ CORRUPT_CHECKPOINTS = {
                                                for p in (run / "private").glob("device*/*.pt")],
     "state emptied": lambda run: _edit_checkpoint(run, lambda c: c.update(state={})),
 }
+CORRUPT_SUMMARIES = {   # attack audit --run reads the run's public summary.json
+    "summary missing": lambda run: (run / "summary.json").unlink(),
+    "summary garbage": lambda run: (run / "summary.json").write_bytes(b"\xff{not json"),
+    "summary a list": lambda run: (run / "summary.json").write_text("[]"),
+    "summary sigma text": lambda run: (run / "summary.json").write_text(
+        json.dumps({"sigma": "1", "rounds_planned": 9})),
+    "summary rounds float": lambda run: (run / "summary.json").write_text(
+        json.dumps({"sigma": 1.0, "rounds_planned": 9.5})),
+}
 RUN_CASES = ([pytest.param("direct-label", s, id=f"direct-label {n}") for n, s in CORRUPT_TRANSCRIPTS.items()]
              + [pytest.param(a, s, id=f"{a} {n}") for n, s in CORRUPT_CHECKPOINTS.items()
-                for a in ("membership", "model-completion", "feature-inversion")])
+                for a in ("membership", "model-completion", "feature-inversion")]
+             + [pytest.param("audit", s, id=f"audit --run {n}") for n, s in CORRUPT_SUMMARIES.items()])
 
 
 @pytest.fixture(scope="module")
@@ -419,8 +429,11 @@ def test_attack_on_a_corrupt_run_is_one_line_naming_the_file(attack, spoil, fini
     shutil.copytree(finished_run, run)
     spoil(run)
     capsys.readouterr()
-    rc = main(["attack", "run", "--attack", attack, "--run", str(run)])
+    argv = ["audit", "--run", str(run)] if attack == "audit" else ["run", "--attack", attack,
+                                                                     "--run", str(run)]
+    rc = main(["attack", *argv])
     captured = capsys.readouterr()
     _one_line_refusal(rc, captured.err)
     assert captured.out == ""
-    assert any(name in captured.err for name in ("device0.jsonl", "device0.bin", "checkpoint"))
+    assert any(name in captured.err
+               for name in ("device0.jsonl", "device0.bin", "checkpoint", "summary.json"))
