@@ -155,17 +155,19 @@ def _inversion(ctx: Context):
 
 
 SUM_ONLY = ("sum",)
+SUM_WHY = ("its rule reads labels from a summing server's logit gradients; behind an MLP head "
+           "embedding coordinates are not class logits")
 
 for _attack in (
     Attack("direct-label", "device reads labels from the sign of its per-sample gradients "
            "(Fu et al.)", "device", "its downlinks and its own uplinks", MAJORITY, "accuracy",
-           _direct, transcript=WIRE, server_kinds=SUM_ONLY),
+           _direct, transcript=WIRE, server_kinds=SUM_ONLY, why=SUM_WHY),
     Attack("direct-label-eavesdropper", "the same rule on all the wire's downlinks (no device "
            "state)", "eavesdropper", "every uplink and downlink on the wire", MAJORITY,
-           "accuracy", _eavesdropper, transcript=WIRE, server_kinds=SUM_ONLY),
+           "accuracy", _eavesdropper, transcript=WIRE, server_kinds=SUM_ONLY, why=SUM_WHY),
     Attack("direct-label-summed", "the same rule on each record's estimates summed over its rows",
            "device", "its downlinks and its own uplinks", MAJORITY, "accuracy", _summed,
-           transcript=WIRE, server_kinds=SUM_ONLY),
+           transcript=WIRE, server_kinds=SUM_ONLY, why=SUM_WHY),
     Attack("norm-scoring", "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
            "device", "its downlinks and uplinks, 10 known labels per class", "chance",
            "auc", _scoring("norm"), transcript=WIRE, binary=True),

@@ -80,9 +80,10 @@ class Attack:
     ``reads``: what it reads, in words; ``transcript``: the directions of its party's transcript
     entries it reads (``sent``, ``received``), ``models``: None, ``OWN`` or ``WHITE_BOX`` (with
     ``needs_models``: refused without the run's checkpoint; otherwise the transcript stands in);
-    ``methods`` / ``server_kinds``: the runs it applies to (None: all); ``binary``: two classes
-    only; ``measure``: its headline (``privzv.attacks.verdict.MEASURES``) and ``baseline`` in
-    words; ``score(ctx)``: ``(metrics, nonfinite_values)``. The threats it applies to follow from
+    ``methods`` / ``server_kinds``: the runs it applies to (None: all), ``why`` (said when a run
+    is refused for them); ``binary``: two classes only; ``needs_public``: the run's config;
+    ``measure``: its headline (``privzv.attacks.verdict.MEASURES``) and ``baseline`` in words;
+    ``score(ctx)``: ``(metrics, nonfinite_values)``. The threats it applies to follow from
     ``transcript``: a run's secret entries (``run_folder.secret_entries``) are not read.
     """
 
@@ -100,6 +101,7 @@ class Attack:
     server_kinds: tuple[str, ...] | None = None
     binary: bool = False
     needs_public: bool = False
+    why: str = ""
 
     def __post_init__(self):
         if self.party not in PARTIES:
@@ -112,9 +114,11 @@ class Attack:
         return f"device{options['attacker']}" if self.party == "device" else "server"
 
     def player(self, options: dict) -> str:
+        """The party it plays, as its result names it (``device0``, ``server``, ``eavesdropper``)."""
         return self.transcript_party(options) if self.party == "device" else self.party
 
     def reads_transcript(self, has_models: bool) -> bool:
+        """Whether it reads a transcript (not, where its models stand in for it)."""
         return bool(self.transcript) and not (self.models and has_models)
 
     def refusal(self, cfg: dict | None, dataset, options: dict, has_models: bool) -> str | None:
@@ -123,7 +127,7 @@ class Attack:
         for field, allowed in (("method", self.methods), ("server_kind", self.server_kinds)):
             if allowed is not None and field in known and known[field] not in allowed:
                 return (f"applies to runs with {field} {', '.join(allowed)}; this run's is "
-                        f"{known[field]!r}" + _WHY.get((self.name, field), ""))
+                        f"{known[field]!r}" + (f" ({self.why})" if self.why else ""))
         if self.binary and dataset.num_classes != 2:
             return (f"needs a binary task (e.g. breast-cancer); {dataset.name} has "
                     f"{dataset.num_classes} classes")
@@ -146,11 +150,6 @@ class Attack:
         return AttackResult(self.name, self.player(ctx.options), ctx.seed, ctx.options, metrics,
                             nonfinite, verdicts.judge(self.measure, metrics, self.baseline))
 
-
-# Why a declared restriction holds, where the restriction alone would puzzle a reader.
-_WHY = {(name, "server_kind"): " (its rule reads labels from a summing server's logit "
-        "gradients; behind an MLP head embedding coordinates are not class logits)"
-        for name in ("direct-label", "direct-label-eavesdropper", "direct-label-summed")}
 
 ATTACKS: dict[str, Attack] = {}
 
