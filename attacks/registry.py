@@ -141,7 +141,8 @@ class Attack:
             hidden = [d for d in self.transcript if d in secret]
             if hidden:
                 return (f"reads {self.transcript_party(options)}'s {' and '.join(hidden)} messages, "
-                        f"which are secret on a {threat!r} run (the server's Poisson batches)")
+                        f"which {threat!r} runs keep in their private area (they reveal the server's "
+                        "Poisson batches); attacks read public files only")
         return None
 
     def run(self, ctx: Context) -> AttackResult:

@@ -143,7 +143,7 @@ def test_a_name_taken_twice_or_a_bad_party_is_refused(toy):
     ("direct-label", {"server_kind": "mlp"}, "server_kind sum; this run's is 'mlp'"),
     ("direct-label-summed", {"server_kind": "mlp"}, "summing server"),
     ("feature-device", {"server_kind": "sum", "threat": "eavesdropper"},
-     "device0's sent messages, which are secret on a 'eavesdropper' run"),
+     "device0's sent messages, which 'eavesdropper' runs keep in their private area"),
     ("direct-label-eavesdropper", {"server_kind": "sum", "threat": "eavesdropper"},
      "server's received messages"),
     ("model-completion-active", {"method": "zoo-vfl"}, "method dpzv, vafl, fo-vector"),
