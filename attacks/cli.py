@@ -2,6 +2,7 @@
 training run, run the scalar-vs-vector study."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
@@ -39,8 +40,15 @@ def build_parser() -> Parser:
     parser = Parser(prog="privzv attack", description=__doc__)
     sub = parser.add_subparsers(dest="command")
 
-    run = sub.add_parser("run", help="attack a finished training run")
-    run.add_argument("--attack", required=True, help="attack name (see attacks.registry.ATTACKS)")
+    from privzv.attacks.registry import ATTACKS
+
+    listing = "\n".join(f"  {a.name}: {a.description} [{a.party}; baseline: {a.baseline}]"
+                         for a in ATTACKS.values())
+    run = sub.add_parser("run", help="attack a finished training run",
+                         description=f"attack a finished training run; attacks:\n{listing}",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--attack", required=True, type=_choice("--attack", tuple(ATTACKS)),
+                     metavar="NAME", help="the attack (listed above)")
     run.add_argument("--run", required=True, type=Path, help="training run folder")
     run.add_argument("--seed", type=number("--seed", low=0, integer=True), default=0)
     run.add_argument("--json", action="store_true")
@@ -50,10 +58,13 @@ def build_parser() -> Parser:
     noise = aud.add_mutually_exclusive_group(required=True)
     noise.add_argument("--sigma", type=number("--sigma", low=0, low_open=True))
     noise.add_argument("--epsilon", type=number("--epsilon", low=0, low_open=True))
+    noise.add_argument("--run", type=Path, help="a training run folder: its release, delta, threat, "
+                       "accountant and claimed epsilon from its public config and summary")
     add_release_options(aud, clip_default=10.0)
     aud.add_argument("--noise", type=_choice("--noise", ("scalar", "vector")), default="scalar",
                      help="scalar: DPZV's clipped batch mean; vector: per-sample vectors of --dim")
     aud.add_argument("--dim", type=number("--dim", low=2, high=MAX_DIM, integer=True), default=16)
+    _unset_release_defaults(aud)
     aud.add_argument("--trials", type=number("--trials", low=100, high=MAX_TRIALS, integer=True), default=20000,
                      help="trials per class (in and out)")
     aud.add_argument("--alpha", type=number("--alpha", low=0, high=1, low_open=True,
@@ -114,12 +125,12 @@ def _run(args) -> int:
     if not args.run.is_dir():
         raise PrivzvError(f"--run {str(args.run)!r}: no such run folder")
     from privzv.attacks import registry
+    from privzv.attacks.report import run_text
 
-    if args.attack in registry.ATTACKS:   # an unknown name is refused first, by run_attack
-        _check_run_config(args.run)
-
+    _check_run_config(args.run)
+    attack = registry.get(args.attack)
     result = registry.run_attack(args.attack, args.run, args.seed)
-    emit(result, args.json, lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
+    emit(result.to_dict(), args.json, lambda r: run_text(r, attack.description))
     return 0
 
 
@@ -136,18 +147,60 @@ def _check_run_config(run: Path) -> None:
         raise PrivzvError(f"--run {str(run / 'config.json')!r}: {exc}") from None
 
 
+_RELEASE_FLAGS = ("delta", "steps", "dataset_size", "batch_size", "clip", "devices", "threat",
+                  "accountant", "neighbors", "noise", "dim")
+REQUIRED = object()   # the default of a release flag that must be given (without --run)
+
+
+def _unset_release_defaults(parser) -> None:
+    """Make the release flags optional, None unless given (a run folder sets them with --run;
+    --noise and --dim too);
+    their declared defaults are kept in ``args.release_defaults`` (``REQUIRED`` for a required
+    flag)."""
+    defaults = {}
+    for action in parser._actions:
+        if action.dest in _RELEASE_FLAGS:
+            defaults[action.dest] = REQUIRED if action.required else action.default
+            action.required, action.default = False, None
+    parser.set_defaults(release_defaults=defaults)
+
+
+def _release_args(args, defaults: dict) -> None:
+    """Fill the release flags not given from their defaults; with --run none may be given."""
+    given = [d for d in _RELEASE_FLAGS if getattr(args, d) is not None]
+    if args.run is not None and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise PrivzvError(f"{flag}: not allowed with --run (the run's public config sets it)")
+    if args.run is None:
+        for dest, default in defaults.items():
+            if getattr(args, dest) is None:
+                if default is REQUIRED:
+                    raise PrivzvError(f"--{dest.replace('_', '-')}: required (or give --run)")
+                setattr(args, dest, default)
+
+
 def _audit(args) -> int:
     from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
     from privzv.release import Release, Schedule
 
-    vector = args.noise == "vector"
-    release = Release(clip=args.clip, batch_size=args.batch_size, neighbors=args.neighbors,
-                      aggregate="per-sample" if vector else "mean", dim=args.dim if vector else 1)
-    schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size, devices=args.devices,
-                        threat=args.threat)
+    _release_args(args, args.release_defaults)
+    if args.run is not None:
+        from privzv.attacks.run_audit import release_of_run
+
+        release, schedule, target = release_of_run(args.run)
+        args.delta, args.accountant, args.batch_size, args.epsilon = (
+            target["delta"], target["accountant"], release.batch_size, target["epsilon"])
+        sigma = release.sigma
+    else:
+        vector = args.noise == "vector"
+        release = Release(clip=args.clip, batch_size=args.batch_size, neighbors=args.neighbors,
+                          aggregate="per-sample" if vector else "mean",
+                          dim=args.dim if vector else 1)
+        schedule = Schedule(steps=args.steps, dataset_size=args.dataset_size,
+                            devices=args.devices, threat=args.threat)
+        sigma = args.sigma
     _check_audit_size(args, release, schedule)
-    sigma = args.sigma
     if sigma is None:
         sigma = accounting.calibrate(args.epsilon, args.delta, release, schedule,
                                      args.accountant).sigma
@@ -155,11 +208,26 @@ def _audit(args) -> int:
     out = audit_release(release, schedule, args.delta, accountant=args.accountant,
                         trials=args.trials, alpha=args.alpha, seed=args.seed)
     out["target_epsilon"] = args.epsilon
-    if args.accountant != "pld":
+    out["run"] = None if args.run is None else str(args.run)
+    if out["upper"]["accountant"] != "pld":
         out["upper_pld"] = accounting.account(release, schedule, args.delta, "pld").to_dict()
     out.update(refutation(out["lower"], out["upper"], args.delta, out["threat"]))
+    out["verdict"] = _audit_verdict(out)
     emit(out, args.json, _audit_text)
     return 0
+
+
+def _audit_verdict(o: dict) -> str:
+    """"refuted" / "not refuted", naming the bounds that decided it."""
+    lo, up = o["lower"], o["upper"]
+    conf = f"confidence {o['decision_confidence']:.0%}"
+    if o["refuted"]:
+        return (f"refuted: {' and '.join(o['refuted_by'])} lower bound above the claim ({conf}): "
+                "the claimed guarantee is false")
+    mu = ("" if o["claimed_mu"] is None else
+          f", mu lower bound {lo['mu_lb']:.4g} <= claimed {o['claimed_mu']:.4g}")
+    return (f"not refuted: eps lower bound {lo['eps_lb']:.4g} <= claimed {up['epsilon']:.4g}"
+            f"{mu} ({conf}; a lower bound below the claim does not prove it)")
 
 
 def _check_audit_size(args, release, schedule) -> None:
@@ -199,9 +267,7 @@ def _audit_text(o: dict) -> str:
         lines.append(f"exact mu of the simulated releases: {o['mu_exact']:.4g}")
     if up.get("mu") is None and o["claimed_mu"] is not None:
         lines.append(f"claimed guarantee as GDP: mu <= {o['claimed_mu']:.4g}")
-    if o["refuted"]:
-        lines.append(f"refuted ({' and '.join(o['refuted_by'])} lower bound above the claim, "
-                     f"confidence {o['decision_confidence']:.0%}): the claimed guarantee is false")
+    lines.append(f"verdict: {o['verdict']}")
     return "\n".join(lines)
 
 

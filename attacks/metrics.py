@@ -4,12 +4,16 @@ Conventions (stable API, used by every attack):
 
 - classification (label inference): ``classification_metrics(y_true, y_pred)`` gives accuracy,
   the prior (accuracy of always guessing the most frequent true label) and the advantage
-  ``accuracy - prior`` (0 for a useless attack, ``1 - prior`` for a perfect one).
+  ``accuracy - prior`` (0 for a useless attack, ``1 - prior`` for a perfect one); ``n`` records
+  and ``accuracy_ci``, the two-sided 95% Clopper-Pearson interval of the accuracy over them.
 - binary scoring attacks (membership, norm/cosine scoring): ``scoring_metrics(labels, scores)``
   gives ROC AUC (scikit-learn; 0.5 = chance) and TPR at FPR = 1e-3 and 1e-2 (chance = the FPR).
-  Higher score means "positive" (label 1).
+  Higher score means "positive" (label 1). ``auc_ci``: a 95% percentile bootstrap over records.
 - regression (feature inference): ``regression_metrics(y_true, y_pred, baseline_pred)`` gives MSE
-  and R^2 of the attack and of its baseline (own-features-only regression, or the mean guess).
+  and R^2 of the attack and of its baseline (own-features-only regression, or the mean guess);
+  ``mse_gain_ci``: a 95% percentile bootstrap over records of ``baseline_mse - mse``.
+- intervals over records treat the evaluated records as independent draws; the bootstrap draws
+  ``BOOTSTRAP`` resamples from a fixed seed, so a result is reproducible.
 - over seeds: ``mean_ci(values)`` is the mean with a two-sided Student-t interval
   (``mean +- t_{n-1, 1-a/2} * s / sqrt(n)``, s the sample std with ddof=1); ``summarize`` applies it
   to every numeric key of a list of per-seed metric dicts. With one seed the interval is
@@ -21,12 +25,16 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import sparse, stats
 from sklearn import metrics as skm
 
+from privzv.attacks import clopper_pearson
 from privzv.errors import PrivzvError
 
 FPR_TARGETS = (1e-3, 1e-2)
+CONFIDENCE = 0.95       # of every interval over records
+BOOTSTRAP = 1000        # resamples of a bootstrap interval over records
+_CHUNK = 50             # resamples drawn at once (memory: _CHUNK x records)
 
 
 def _1d(name: str, values) -> np.ndarray:
@@ -57,9 +65,19 @@ def prior_accuracy(y_true) -> float:
 
 
 def classification_metrics(y_true, y_pred) -> dict:
-    """``{"accuracy", "prior", "advantage"}`` with advantage = accuracy - prior."""
+    """``{"accuracy", "prior", "advantage", "n", "accuracy_ci"}`` with advantage = accuracy -
+    prior and ``accuracy_ci`` the Clopper-Pearson interval of the accuracy over the n records."""
     acc, prior = accuracy(y_true, y_pred), prior_accuracy(y_true)
-    return {"accuracy": acc, "prior": prior, "advantage": acc - prior}
+    n = len(y_true)
+    return {"accuracy": acc, "prior": prior, "advantage": acc - prior, "n": n,
+            "accuracy_ci": accuracy_interval(round(acc * n), n)}
+
+
+def accuracy_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> list[float]:
+    """Two-sided Clopper-Pearson interval ``[low, high]`` of a rate of ``correct`` in ``n``."""
+    alpha = (1 - confidence) / 2
+    return [float(clopper_pearson.lower(correct, n, alpha)),
+            float(clopper_pearson.upper(correct, n, alpha))]
 
 
 # ---- binary scoring -------------------------------------------------------------------------
@@ -100,7 +118,33 @@ def scoring_metrics(labels, scores, fpr_targets: Sequence[float] = FPR_TARGETS) 
     for f in fpr_targets:
         out[f"tpr@fpr={f:g}"] = tpr_at_fpr(y, s, f)
     out["negatives"], out["positives"] = int((y == 0).sum()), int((y == 1).sum())
+    out["auc_ci"] = _bootstrap(len(y), lambda w: _weighted_auc(y, s, w))
     return out
+
+
+def _weighted_auc(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """ROC AUC (ties count 1/2) of each row of record ``weights`` [resamples, n]: P(a positive
+    outscores a negative) under the weighted empirical distribution; rows of ones give roc_auc."""
+    levels, where = np.unique(scores, return_inverse=True)
+    n = len(scores)
+    group = sparse.csr_matrix((np.ones(n), (where, np.arange(n))), shape=(len(levels), n))
+    pos, neg = group @ (weights * (labels == 1)).T, group @ (weights * (labels == 0)).T
+    below = np.cumsum(neg, axis=0) - neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (pos * (below + neg / 2)).sum(axis=0) / (pos.sum(axis=0) * neg.sum(axis=0))
+
+
+def _bootstrap(n: int, statistic, confidence: float = CONFIDENCE) -> list[float]:
+    """Percentile bootstrap interval over ``n`` records: ``statistic(weights)`` maps record
+    multiplicities [resamples, n] to one value per resample (NaN: undefined, dropped)."""
+    rng = np.random.default_rng(0)
+    offsets = n * np.arange(_CHUNK)[:, None]
+    draws = (np.bincount((rng.integers(0, n, (_CHUNK, n)) + offsets).ravel(), minlength=_CHUNK * n)
+             .reshape(_CHUNK, n) for _ in range(BOOTSTRAP // _CHUNK))
+    values = np.concatenate([statistic(w) for w in draws])
+    values = values[np.isfinite(values)]
+    tail = 100 * (1 - confidence) / 2
+    return [float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))]
 
 
 # ---- regression -----------------------------------------------------------------------------
@@ -148,6 +192,9 @@ def regression_metrics(y_true, y_pred, baseline_pred=None) -> dict:
     out = {"mse": mse(t, y_pred), "r2": r2(t, y_pred),
            "baseline_mse": mse(t, base), "baseline_r2": r2(t, base)}
     out["mse_gain"] = out["baseline_mse"] - out["mse"]
+    gain = (np.mean((t - _2d("baseline_pred", base)) ** 2, axis=1)
+            - np.mean((t - _2d("y_pred", y_pred)) ** 2, axis=1))      # per record
+    out["mse_gain_ci"] = _bootstrap(len(t), lambda w: w @ gain / len(t))
     return out
 
 

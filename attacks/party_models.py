@@ -65,7 +65,7 @@ def device_model(run, cfg: dict, dataset, m: int) -> torch.nn.Module:
     from privzv.training.messages import device_name
 
     model = models.device_model(dataset, m, cfg["embed_dim"])
-    model.load_state_dict(_state(run, device_name(m))["devices"][m]["model"])
+    _load(model, lambda: _state(run, device_name(m))["devices"][m]["model"], f"device{m}'s model")
     return model.eval()
 
 
@@ -75,8 +75,20 @@ def head_model(run, cfg: dict, dataset) -> torch.nn.Module:
 
     head = models.server_model(cfg["devices"], cfg["embed_dim"], dataset.num_classes,
                                kind=cfg["server_kind"])
-    head.load_state_dict(_state(run, None)["server"]["head"])
+    _load(head, lambda: _state(run, None)["server"]["head"], "the server's head")
     return head.eval()
+
+
+def _load(model: torch.nn.Module, state, what: str) -> None:
+    """``model.load_state_dict(state())``; a checkpoint without it, or with one of another
+    shape, is a ``PrivzvError`` naming the file."""
+    from privzv.training.run_folder import CHECKPOINT
+
+    try:
+        model.load_state_dict(state())
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise PrivzvError(f"{CHECKPOINT}: {what}: missing or not the run's model "
+                          f"({type(exc).__name__})") from None
 
 
 @torch.no_grad()

@@ -1,4 +1,11 @@
-"""The transcript attacks by name: ``run_attack(name, run_dir, seed)`` attacks a finished run.
+"""The transcript attacks as registered objects: ``ATTACKS[name]`` is an :class:`Attack`.
+
+``run_attack(name, run_dir, seed)`` attacks a finished run, ``attack_transcripts(name, load,
+dataset, seed)`` transcripts given by ``load(party)``; both return an :class:`AttackResult`
+(the metrics, and the verdict against the attack's trivial baseline, ``privzv.attacks.verdict``).
+An attack is declared once (``privzv.attacks.catalog``, with :func:`register`): its name, what it
+reads, which runs it applies to and its measure; the CLI's choices and ``--help`` and the list in
+docs/attacks.md come from here.
 
 An attack reads the attacker's transcript only (``privzv.training.transcript.load``) and the
 run's public config (``privzv.training.run_folder.public_config``, which refuses a path inside
@@ -9,186 +16,258 @@ victim records), and the ground truth that scores the attack (labels, victim fea
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
-from privzv.attacks import (active_completion, feature_inference, inversion, label_inference,
-                            membership, model_completion, party_models, semi_supervised)
-from privzv.attacks.transcript_view import record_embeddings, wire_view
+from privzv.attacks import verdict as verdicts
 from privzv.errors import PrivzvError
 
-ATTACKS = {
-    "direct-label": "device reads labels from the sign of its per-sample gradients (Fu et al.)",
-    "direct-label-eavesdropper": "the same rule on all the wire's downlinks (no device state)",
-    "direct-label-summed": "the same rule on each record's estimates summed over its rows",
-    "norm-scoring": "binary labels scored by per-sample gradient norm, AUC (Li et al.)",
-    "cosine-scoring": "binary labels scored by gradient direction, AUC (Li et al.)",
-    "model-completion": "classifier on the device's own bottom-model outputs, a few labels (Fu et al.)",
-    "model-completion-semi": "device fine-tunes its bottom model + a head, MixMatch-style (Fu et al.)",
-    "model-completion-active": "device amplifies its own updates in training, then completes (Fu et al.)",
-    "feature-server": "server inverts a device's embeddings + its labels, auxiliary records (He et al.)",
-    "feature-device": "device infers another device's features from its downlink + own features",
-    "membership": "server scores train vs test records by the trained model's loss (Yeom et al.)",
-    "feature-inversion": "server inverts inference-time embeddings through the device model (He et al.)",
-}
-NEEDS_MODELS = ("membership", "feature-inversion", "model-completion-semi")
-WHITE_BOX = ("membership", "feature-inversion")   # granted every party's final model
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
+PARTIES = ("device", "server", "eavesdropper")
+WHITE_BOX, OWN = "white-box", "own"   # models an attack reads: every party's, or its own
 
 
-def run_attack(name: str, run_dir, seed: int = 0, **options) -> dict:
-    """Attack the finished training run in ``run_dir``; returns the metrics and the run's setting.
+@dataclasses.dataclass
+class Context:
+    """What one attack is given: ``load(party)`` gives a party's transcript; ``dataset`` the
+    attacker's knowledge and the ground truth; ``models`` the run's trained models as the attack
+    may read them (``party_models.RunModels``, or None); ``public`` the run's public config."""
+
+    load: Callable[[str], object]
+    dataset: object
+    seed: int
+    options: dict
+    models: object = None
+    public: dict | None = None
+
+    @property
+    def attacker(self) -> int:
+        return self.options["attacker"]
+
+    @property
+    def victim(self) -> int:
+        return self.options["victim"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackResult:
+    """One attack on one run: its ``metrics``, the ``verdict`` against its baseline, and the
+    run's setting (``setting``: run, method, dataset, server_kind, sigma, epsilon, threat)."""
+
+    attack: str
+    party: str
+    seed: int
+    options: dict
+    metrics: dict
+    nonfinite_values: int
+    verdict: verdicts.Verdict
+    setting: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """Every number and the verdict, for ``--json``."""
+        out = dataclasses.asdict(self)
+        out["verdict"] = self.verdict.to_dict()
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    """A transcript attack, declared once.
+
+    ``party``: the party it plays (``PARTIES``; a device attack plays device ``attacker``);
+    ``reads``: what it reads, in words; ``transcript``: the directions of its party's transcript
+    entries it reads (``sent``, ``received``), ``models``: None, ``OWN`` or ``WHITE_BOX`` (with
+    ``needs_models``: refused without the run's checkpoint; otherwise the transcript stands in);
+    ``methods`` / ``server_kinds``: the runs it applies to (None: all), ``why`` (said when a run
+    is refused for them); ``binary``: two classes only; ``needs_public``: the run's config;
+    ``measure``: its headline (``privzv.attacks.verdict.MEASURES``) and ``baseline`` in words;
+    ``score(ctx)``: ``(metrics, nonfinite_values)``. The threats it applies to follow from
+    ``transcript``: a run's secret entries (``run_folder.secret_entries``) are not read.
+    """
+
+    name: str
+    description: str
+    party: str
+    reads: str
+    baseline: str
+    measure: str
+    score: Callable[[Context], tuple[dict, int]]
+    transcript: tuple[str, ...] = ()
+    models: str | None = None
+    needs_models: bool = False
+    methods: tuple[str, ...] | None = None
+    server_kinds: tuple[str, ...] | None = None
+    binary: bool = False
+    needs_public: bool = False
+    why: str = ""
+
+    def __post_init__(self):
+        if self.party not in PARTIES:
+            raise PrivzvError(f"attack {self.name!r}: party {self.party!r}: allowed are "
+                              f"{', '.join(PARTIES)}")
+        verdicts.measure(self.measure)
+
+    def transcript_party(self, options: dict) -> str:
+        """Whose transcript it reads: the attacking device's, or the server's (the wire)."""
+        return f"device{options['attacker']}" if self.party == "device" else "server"
+
+    def player(self, options: dict) -> str:
+        """The party it plays, as its result names it (``device0``, ``server``, ``eavesdropper``)."""
+        return self.transcript_party(options) if self.party == "device" else self.party
+
+    def reads_transcript(self, has_models: bool) -> bool:
+        """Whether it reads a transcript (not, where its models stand in for it)."""
+        return bool(self.transcript) and not (self.models and has_models)
+
+    def refusal(self, cfg: dict | None, dataset, options: dict, has_models: bool) -> str | None:
+        """Why this attack does not apply to the run of public config ``cfg`` (None: it does)."""
+        known = cfg or {}
+        for field, allowed in (("method", self.methods), ("server_kind", self.server_kinds)):
+            if allowed is not None and field in known and known[field] not in allowed:
+                return (f"applies to runs with {field} {', '.join(allowed)}; this run's is "
+                        f"{known[field]!r}" + (f" ({self.why})" if self.why else ""))
+        if self.binary and dataset.num_classes != 2:
+            return (f"needs a binary task (e.g. breast-cancer); {dataset.name} has "
+                    f"{dataset.num_classes} classes")
+        if self.needs_models and not has_models:
+            return "needs the run's trained models (checkpoint.pt)"
+        if self.needs_public and cfg is None:
+            return "needs the run's public config (config.json)"
+        threat = known.get("threat")
+        if threat is not None and self.reads_transcript(has_models):
+            secret = _secret_directions(threat, self.transcript_party(options), dataset.devices)
+            hidden = [d for d in self.transcript if d in secret]
+            if hidden:
+                return (f"reads {self.transcript_party(options)}'s {' and '.join(hidden)} messages, "
+                        f"which {threat!r} runs keep in their private area (they reveal the server's "
+                        "Poisson batches); attacks read public files only")
+        return None
+
+    def run(self, ctx: Context) -> AttackResult:
+        """Score the attack on ``ctx``: its metrics and its verdict against the baseline."""
+        metrics, nonfinite = self.score(ctx)
+        return AttackResult(self.name, self.player(ctx.options), ctx.seed, ctx.options, metrics,
+                            nonfinite, verdicts.judge(self.measure, metrics, self.baseline))
+
+
+ATTACKS: dict[str, Attack] = {}
+
+
+def register(attack: Attack) -> Attack:
+    """Add ``attack`` to ``ATTACKS`` (a name taken twice is refused)."""
+    if attack.name in ATTACKS:
+        raise PrivzvError(f"attack {attack.name!r}: already registered")
+    ATTACKS[attack.name] = attack
+    return attack
+
+
+def get(name: str) -> Attack:
+    if name not in ATTACKS:
+        raise PrivzvError(f"--attack {name!r}: allowed are {', '.join(ATTACKS)}")
+    return ATTACKS[name]
+
+
+def run_attack(name: str, run_dir, seed: int = 0, **options) -> AttackResult:
+    """Attack the finished training run in ``run_dir``.
 
     ``options`` (defaults in ``DEFAULTS``): ``attacker`` / ``victim`` device indices,
     ``known_per_class`` labels the attacker knows, ``aux`` auxiliary victim records, ``regressor``.
     ``nonfinite_values`` counts the NaN/inf/huge message values replaced before attacking
-    (a diverged run; see ``privzv.attacks.transcript_view``).
+    (a diverged run; see ``privzv.attacks.transcript_view``). An attack that does not apply to
+    the run (``Attack.refusal``) is a ``PrivzvError``.
     """
-    _check_name(name)
+    attack = get(name)
+    from privzv.attacks import party_models
     from privzv.training import run_folder, transcript
 
     run = Path(run_dir)
     saved = run_folder.public_config(run)
     cfg = saved["config"]
-
     dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
-    out = attack_transcripts(name, lambda party: transcript.load(run, party), dataset, seed,
-                             models=party_models.for_run(run, cfg, dataset, _reader(name, options)),
-                             public=saved,
-                             **options)
-    out.update(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
-               server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
-               epsilon=cfg.get("epsilon"), threat=cfg.get("threat"))
-    return out
+    opt = _options(options, dataset)
+    reader = party_models.WHITE_BOX if attack.models == WHITE_BOX else f"device{opt['attacker']}"
+    models = party_models.for_run(run, cfg, dataset, reader)
+    result = _attack(attack, cfg, Context(lambda party: transcript.load(run, party), dataset, seed,
+                                          opt, models, saved))
+    setting = dict(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
+                   server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
+                   epsilon=cfg.get("epsilon"), delta=cfg.get("delta"), threat=cfg.get("threat"))
+    return dataclasses.replace(result, setting=setting)
 
 
 def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
-                       models: party_models.RunModels | None = None, public: dict | None = None,
-                       **options) -> dict:
+                       models=None, public: dict | None = None, **options) -> AttackResult:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
     auxiliary knowledge and the ground truth for scoring; nothing else of the run is read.
-    ``models``: the run's trained models (``party_models.RunModels``). Model completion uses
-    the attacker device's own clean bottom-model outputs when given (``source``
-    "bottom-model"), else the last embedding of each record in its transcript (``source``
-    "uplink": noised under VAFL). ``membership``, ``feature-inversion`` and
-    ``model-completion-semi`` need them. ``public``: the run's public config (``config.json``:
-    ``config`` and ``sigma``), which ``model-completion-active`` trains again with the attacker's
-    malicious optimiser (``privzv.attacks.active_completion``).
+    ``models``: the run's trained models (``party_models.RunModels``). ``public``: the run's
+    public config (``config.json``: ``config`` and ``sigma``); where given, the attack is refused
+    on a run it does not apply to.
     """
-    _check_name(name)
+    attack = get(name)
+    ctx = Context(load, dataset, seed, _options(options, dataset), models, public)
+    return _attack(attack, None if public is None else public["config"], ctx)
+
+
+def _attack(attack: Attack, cfg: dict | None, ctx: Context) -> AttackResult:
+    why = attack.refusal(cfg, ctx.dataset, ctx.options, ctx.models is not None)
+    if why is not None:
+        raise PrivzvError(f"attack {attack.name!r}: {why}")
+    return attack.run(ctx)
+
+
+def _options(options: dict, dataset) -> dict:
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         raise PrivzvError(f"attack option {unknown[0]!r}: allowed are {', '.join(DEFAULTS)}")
     opt = {**DEFAULTS, **options}
-    a, v = opt["attacker"], opt["victim"]
-    for role, m in (("attacker", a), ("victim", v)):
-        if not (isinstance(m, int) and 0 <= m < dataset.devices):
+    for role in ("attacker", "victim"):
+        m = opt[role]
+        if not (isinstance(m, int) and not isinstance(m, bool) and 0 <= m < dataset.devices):
             raise PrivzvError(f"{role} {m!r}: allowed are device indices 0..{dataset.devices - 1}")
-    y = dataset.y_train.numpy()
-    x = [t.numpy() for t in dataset.x_train]
-
-    if name in NEEDS_MODELS and models is None:
-        raise PrivzvError(f"attack {name!r}: needs the run's trained models (checkpoint.pt)")
-    if name == "membership":
-        loss = lambda xs, labels: membership.joint_losses(   # noqa: E731
-            models.head(), [models.device(m) for m in range(dataset.devices)], xs, labels)
-        metrics = membership.loss_threshold(loss(dataset.x_train, dataset.y_train),
-                                            loss(dataset.x_test, dataset.y_test), seed)
-        return {"attack": name, "party": "server", "seed": seed, "options": opt,
-                "metrics": metrics, "nonfinite_values": 0}
-    if name in ("model-completion-semi", "model-completion-active"):
-        return _completion(name, models, public, dataset, seed, opt)
-    if name == "feature-inversion":       # what the server receives at inference: clean outputs
-        metrics = inversion.model_inversion(models.device(v), models.outputs(v), x[v], y,
-                                            aux=opt["aux"], seed=seed)
-        return {"attack": name, "party": "server", "seed": seed, "options": opt,
-                "metrics": metrics, "nonfinite_values": 0}
-    if name == "direct-label-eavesdropper":
-        view = wire_view(load("server"), party="eavesdropper")
-        metrics, party = label_inference.direct_label_inference(view, y[view.records]), "eavesdropper"
-    elif name == "feature-server":
-        view = wire_view(load("server"), device=v)
-        ids, emb = record_embeddings(view)
-        metrics = feature_inference.server_feature_inference(
-            emb, x[v][ids], y[ids], aux=opt["aux"], seed=seed, regressor=opt["regressor"])
-        party = "server"
-    else:
-        party = f"device{a}"
-        view = wire_view(load(party))
-        if name == "direct-label":
-            metrics = label_inference.direct_label_inference(view, y[view.records])
-        elif name == "direct-label-summed":
-            metrics = label_inference.summed_label_inference(view, y)
-        elif name in ("norm-scoring", "cosine-scoring"):
-            if dataset.num_classes != 2:
-                raise PrivzvError(f"attack {name!r}: needs a binary task (e.g. breast-cancer); "
-                                  f"{dataset.name} has {dataset.num_classes} classes")
-            known = model_completion.known_per_class(y, opt["known_per_class"], seed)
-            metrics = label_inference.binary_scoring(view, y[view.records], known,
-                                                     name.split("-")[0])
-        elif name == "model-completion":
-            if models is None:
-                (ids, emb), source = record_embeddings(view), "uplink"
-            else:
-                ids, emb, source = np.arange(len(y)), models.outputs(a), "bottom-model"
-            metrics = model_completion.model_completion(emb, y[ids], opt["known_per_class"], seed,
-                                                        raw_features=x[a][ids])
-            metrics["source"] = source
-        else:  # feature-device
-            if a == v:
-                raise PrivzvError(f"victim {v}: must differ from the attacker device {a}")
-            ids, downlink = view.last_per_record(view.feedback)
-            metrics = feature_inference.device_feature_inference(
-                x[a][ids], downlink, x[v][ids], aux=opt["aux"], seed=seed,
-                regressor=opt["regressor"])
-    return {"attack": name, "party": party, "seed": seed, "options": opt, "metrics": metrics,
-            "nonfinite_values": view.nonfinite}
+    return opt
 
 
-def _reader(name: str, options: dict) -> str:
-    """Whose models attack ``name`` may read: the attacker device's own, or (the white-box
-    attacks, granted the deployed joint model) every party's."""
-    if name in WHITE_BOX:
-        return party_models.WHITE_BOX
-    return f"device{options.get('attacker', DEFAULTS['attacker'])}"
+def _secret_directions(threat: str, party: str, devices: int) -> set:
+    """The directions of ``party``'s transcript that are wholly secret on a ``threat`` run."""
+    from privzv.training import run_folder
+    from privzv.training.messages import SERVER, device_name
+
+    parties = [SERVER] + [device_name(m) for m in range(devices)]
+    return {d for p, d, k in run_folder.secret_entries(threat, parties)
+            if p == party and k == run_folder.ANY}
 
 
-def _completion(name: str, models, public, dataset, seed: int, opt: dict) -> dict:
-    """Fu et al.'s semi-supervised and active model completion by device ``opt["attacker"]``.
+def threats(attack: Attack) -> list[str]:
+    """The threats whose runs keep what ``attack`` reads public (for its description)."""
+    from privzv.training import sampling
 
-    Semi-supervised: the attacker's trained bottom model, fine-tuned (baseline beside the prior:
-    the supervised completion on the same model, ``supervised_accuracy``). Active: the run trained
-    again with the attacker's optimiser amplified (baseline: passive completion on the honest
-    run's bottom model, ``passive_accuracy``, when the run has its checkpoint)."""
-    a, per_class = opt["attacker"], opt["known_per_class"]
-    x, y = dataset.x_train[a], dataset.y_train.numpy()
-    if name == "model-completion-semi":
-        metrics = semi_supervised.semi_supervised_completion(models.device(a), x, y, per_class, seed)
-        metrics["supervised_accuracy"] = model_completion.model_completion(
-            models.outputs(a), y, per_class, seed)["accuracy"]
-    else:
-        from privzv.training import seeds
-        from privzv.training.config import TrainConfig
+    options = {**DEFAULTS}
+    return [t for t in sampling.ASSUMED
+            if not attack.reads_transcript(False)
+            or not set(attack.transcript) & _secret_directions(t, attack.transcript_party(options), 2)]
 
-        if public is None:
-            raise PrivzvError(f"attack {name!r}: needs the run's public config (config.json)")
-        cfg = TrainConfig.from_dict(public["config"])
-        model, accuracy = active_completion.malicious_run(
-            cfg, dataset, a, sigma=public.get("sigma") or 0.0,
-            secret_seed=seeds.derive(seed, "active-completion"))
-        metrics = model_completion.model_completion(party_models.outputs(model, x), y, per_class,
-                                                    seed, raw_features=x.numpy())
-        metrics.update(boost=active_completion.BOOST, malicious_test_accuracy=accuracy)
-        if models is not None:
-            metrics["passive_accuracy"] = model_completion.model_completion(
-                models.outputs(a), y, per_class, seed)["accuracy"]
-    return {"attack": name, "party": f"device{a}", "seed": seed, "options": opt,
-            "metrics": metrics, "nonfinite_values": 0}
+
+def markdown() -> str:
+    """The attacks as docs/attacks.md lists them (a test keeps the two the same)."""
+    rows = ["| `--attack` | party | reads | applies to | baseline | verdict on |",
+            "|---|---|---|---|---|---|"]
+    for a in ATTACKS.values():
+        runs = [f"methods {', '.join(a.methods)}" if a.methods else "every method",
+                f"server {', '.join(a.server_kinds)}" if a.server_kinds else "any server",
+                f"threats {', '.join(threats(a))}"
+                + (" (any with checkpoint.pt)" if a.models and a.transcript else "")]
+        if a.binary:
+            runs.append("binary tasks")
+        if a.needs_models:
+            runs.append("needs checkpoint.pt")
+        m = verdicts.measure(a.measure)
+        rows.append(f"| `{a.name}` | {a.party} | {a.reads} | {'; '.join(runs)} | {a.baseline} | "
+                    f"{m.metric} ({m.method}) |")
+    return "\n".join(rows)
 
 
 @functools.lru_cache(maxsize=2)
@@ -199,6 +278,4 @@ def _dataset(name: str, devices: int, data_dir, seed: int):
     return data.load(name, devices, data_dir, seed=seed)
 
 
-def _check_name(name: str) -> None:
-    if name not in ATTACKS:
-        raise PrivzvError(f"--attack {name!r}: allowed are {', '.join(ATTACKS)}")
+from privzv.attacks import catalog  # noqa: E402,F401  (registers the attacks)

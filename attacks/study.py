@@ -133,7 +133,7 @@ def one_run(cfg: StudyConfig, method: str, epsilon: float, seed: int, run_dir: P
     rows = []
     for name in registry.ATTACKS:
         try:
-            result = registry.run_attack(name, run_dir, seed)["metrics"]
+            result = registry.run_attack(name, run_dir, seed).metrics
         except PrivzvError as exc:          # not applicable here (e.g. a binary-only attack)
             rows.append({**base, "attack": name, "skipped": str(exc)})
             continue

@@ -11,6 +11,11 @@ METRIC_LABEL = {"advantage": "advantage = accuracy - prior",
                 "auc - 0.5": "AUC - 0.5",
                 "r2 - baseline r2": "R\u00b2 - baseline R\u00b2",
                 "mu_lb": "GDP mu lower bound"}
+# The baseline each headline metric's 0 line is (drawn and named in the legend).
+BASELINE_LABEL = {"advantage": "0 = majority class (accuracy of the most frequent label)",
+                  "auc - 0.5": "0 = chance (AUC 0.5)",
+                  "r2 - baseline r2": "0 = the baseline regression (labels or own features only)",
+                  "mu_lb": "0 = nothing proven"}
 
 
 def _x(eps) -> float:
@@ -45,8 +50,9 @@ def _legend(fig, results: dict) -> None:
             if label not in labels:
                 handles.append(h)
                 labels.append(label)
-    fig.legend(handles, [f"{m}: {results['methods'][m]}" for m in labels], loc="upper center",
-               ncol=len(labels), fontsize=10, frameon=False)
+    methods = results["methods"]
+    fig.legend(handles, [f"{m}: {methods[m]}" if m in methods else m for m in labels],
+               loc="upper center", ncol=min(len(labels), 3), fontsize=10, frameon=False)
 
 
 def _err(c: dict) -> tuple[float, float]:
@@ -93,7 +99,8 @@ def write(out: Path, results: dict) -> None:
     epsilons = {t["epsilon"] for t in table}
     delta = results["config"]["delta"]
     c = results["config"]
-    setting = f"{c['dataset']}, {c['threat']} threat, {c['accountant']}; {c['seeds']} seeds"
+    setting = (f"{c['dataset']}, {c['threat']} threat, delta {delta:g}, {c['accountant']}; "
+               f"{c['seeds']} seeds")
     cols = 3
     rows_n = math.ceil(len(attacks) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.2 * rows_n), squeeze=False)
@@ -106,8 +113,9 @@ def write(out: Path, results: dict) -> None:
             err = list(zip(*[_err(t["success"]) for t in pts]))
             ax.errorbar([_x(t["epsilon"]) for t in pts], [t["success"]["mean"] for t in pts],
                         yerr=err, marker="o", capsize=3, label=method)
-            ax.set_ylabel(METRIC_LABEL[pts[0]["metric"]])
-        ax.axhline(0, color="grey", lw=0.8)
+        metric = next(t["metric"] for t in table if t["attack"] == attack)
+        ax.set_ylabel(METRIC_LABEL[metric])
+        ax.axhline(0, color="grey", lw=0.8, ls="--", label=BASELINE_LABEL[metric])
         low, high = _range(table, attack)
         if low < FLOOR:
             ax.set_ylim(FLOOR, high)

@@ -47,12 +47,12 @@ def run_attacks(method: str, seed: int) -> dict:
         run = Path(folder)
         summary = train(cfg, run)
         out = {"test_accuracy": summary["test_accuracy"], "sigma": summary["sigma"]}
-        clean = registry.run_attack("model-completion", run, seed)["metrics"]
-        feat = registry.run_attack("feature-server", run, seed)["metrics"]
-        inv = registry.run_attack("feature-inversion", run, seed)["metrics"]
-        mia = registry.run_attack("membership", run, seed)["metrics"]
+        clean = registry.run_attack("model-completion", run, seed).metrics
+        feat = registry.run_attack("feature-server", run, seed).metrics
+        inv = registry.run_attack("feature-inversion", run, seed).metrics
+        mia = registry.run_attack("membership", run, seed).metrics
         (run / CHECKPOINT).rename(run / "away.pt")      # the device's transcript alone
-        uplink = registry.run_attack("model-completion", run, seed)["metrics"]
+        uplink = registry.run_attack("model-completion", run, seed).metrics
     out.update(completion_bottom_model=clean["accuracy"], completion_uplink=uplink["accuracy"],
                completion_prior=clean["prior"], completion_raw_features=clean["raw_accuracy"],
                feature_server_r2=feat["r2"], labels_only_r2=feat["baseline_r2"],

@@ -76,7 +76,7 @@ def trial(method: str, seed: int, epochs: float, dataset) -> dict:
             mock.patch.object(czofo, "PERTURBATIONS", directions):
         summary = train(config, Path(folder))
         results = {role: registry.attack_transcripts(
-            name, lambda party: transcript.load(folder, party), dataset, seed)["metrics"]
+            name, lambda party: transcript.load(folder, party), dataset, seed).metrics
             for role, name in ROLES.items()}
     out = {role: 100 * r["accuracy"] for role, r in results.items()}
     out["prior"] = 100 * results["curious_client"]["prior"]

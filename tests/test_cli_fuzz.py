@@ -756,3 +756,99 @@ def test_a_deleted_working_directory_is_one_line(argv, tmp_path):
                            str(exe), *argv], capture_output=True, text=True, timeout=120)
     _one_line_refusal(proc.returncode, proc.stderr)
     assert "working directory" in proc.stderr and proc.stdout == ""
+
+
+# ------------------------------------------------ corrupt run folders read by attacks (issue 24, item 2)
+def _rewrite_line(index: int, change):
+    """Spoil line ``index`` of device0's transcript index (JSON lines) with ``change(line) -> line``."""
+    def spoil(run: Path) -> None:
+        path = run / "transcripts" / "device0.jsonl"
+        lines = path.read_bytes().split(b"\n")
+        lines[index] = change(lines[index])
+        path.write_bytes(b"\n".join(lines))
+    return spoil
+
+
+def _entry_field(change):
+    """Spoil device0's first uplink entry's first field spec [name, dtype, shape, offset]."""
+    def edit(line: bytes) -> bytes:
+        entry = json.loads(line)
+        entry[4][0] = change(entry[4][0])
+        return json.dumps(entry).encode()
+    return _rewrite_line(3, edit)        # line 3: the first "sent" entry (after batch and seed notes)
+
+
+def _truncate(path: str, keep: int):
+    return lambda run: (run / path).write_bytes((run / path).read_bytes()[:keep])
+
+
+CORRUPT_TRANSCRIPTS = {
+    "garbage line": _rewrite_line(2, lambda line: b"garbage{"),
+    "missing bin": lambda run: (run / "transcripts" / "device0.bin").unlink(),
+    "non-utf8 bytes": _rewrite_line(2, lambda line: b"\xff\xfe\x80 not text"),
+    "list header": _rewrite_line(0, lambda line: b"[]"),
+    "object dtype": _entry_field(lambda f: [f[0], "|O", f[2], f[3]]),
+    "negative shape": _entry_field(lambda f: [f[0], f[1], [-1, 10], f[3]]),
+    "bad dtype": _entry_field(lambda f: [f[0], "not-a-dtype", f[2], f[3]]),
+    "huge shape": _entry_field(lambda f: [f[0], f[1], [2 ** 62, 2 ** 62], f[3]]),
+    "entry not a list": _rewrite_line(3, lambda line: b'{"round": 0}'),
+    "bin is a folder": lambda run: ((run / "transcripts" / "device0.bin").unlink(),
+                                    (run / "transcripts" / "device0.bin").mkdir()),
+}
+def _edit_checkpoint(run: Path, change) -> None:
+    import torch
+
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    change(ckpt)
+    torch.save(ckpt, run / "checkpoint.pt")
+
+
+CORRUPT_CHECKPOINTS = {
+    "garbage checkpoint": lambda run: (run / "checkpoint.pt").write_bytes(b"garbage, not torch"),
+    "truncated checkpoint": _truncate("checkpoint.pt", 200),
+    "garbage device checkpoints": lambda run: [p.write_bytes(b"garbage")
+                                               for p in (run / "private").glob("device*/*.pt")],
+    "state emptied": lambda run: _edit_checkpoint(run, lambda c: c.update(state={})),
+}
+CORRUPT_SUMMARIES = {   # attack audit --run reads the run's public summary.json
+    "summary missing": lambda run: (run / "summary.json").unlink(),
+    "summary garbage": lambda run: (run / "summary.json").write_bytes(b"\xff{not json"),
+    "summary a list": lambda run: (run / "summary.json").write_text("[]"),
+    "summary sigma text": lambda run: (run / "summary.json").write_text(
+        json.dumps({"sigma": "1", "rounds_planned": 9})),
+    "summary rounds float": lambda run: (run / "summary.json").write_text(
+        json.dumps({"sigma": 1.0, "rounds_planned": 9.5})),
+}
+RUN_CASES = ([pytest.param("direct-label", s, id=f"direct-label {n}") for n, s in CORRUPT_TRANSCRIPTS.items()]
+             + [pytest.param(a, s, id=f"{a} {n}") for n, s in CORRUPT_CHECKPOINTS.items()
+                for a in ("membership", "model-completion", "feature-inversion")]
+             + [pytest.param("audit", s, id=f"audit --run {n}") for n, s in CORRUPT_SUMMARIES.items()])
+
+
+@pytest.fixture(scope="module")
+def summing_run(tmp_path_factory) -> Path:
+    """A short DPZV run with a summing server (direct-label applies), transcripts and checkpoint."""
+    run = tmp_path_factory.mktemp("runs") / "run"
+    rc = main(["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.1", "--server-kind",
+               "sum", "--embed-dim", "10", "--json", "--out", str(run)])
+    assert rc == 0
+    return run
+
+
+@pytest.mark.parametrize("attack,spoil", RUN_CASES)
+def test_attack_on_a_corrupt_run_is_one_line_naming_the_file(attack, spoil, summing_run, tmp_path,
+                                                            capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(summing_run, run)
+    spoil(run)
+    capsys.readouterr()
+    argv = ["audit", "--run", str(run)] if attack == "audit" else ["run", "--attack", attack,
+                                                                     "--run", str(run)]
+    rc = main(["attack", *argv])
+    captured = capsys.readouterr()
+    _one_line_refusal(rc, captured.err)
+    assert captured.out == ""
+    assert any(name in captured.err
+               for name in ("device0.jsonl", "device0.bin", "checkpoint", "summary.json"))

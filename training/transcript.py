@@ -41,6 +41,7 @@ FORMAT = 2
 DIRECTIONS = ("sent", "received", "local")
 INDEX, DATA = ".jsonl", ".bin"
 POSITION = "_position"
+NUMERIC_KINDS = "biufc"   # the dtypes a transcript field may have: bool, int, uint, float, complex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,22 +261,86 @@ def _numpy(tensors: dict) -> dict:
 
 def read_folder(folder: Path, party: str) -> Transcript:
     """The transcript of ``party`` in the transcript folder ``folder`` (``RUN/transcripts``, or a
-    party's own folder on another engine)."""
-    raw = (folder / f"{party}{INDEX}").read_bytes()
-    lines = raw[:raw.rfind(b"\n") + 1].decode().splitlines()   # a line cut by a kill: dropped
-    header = json.loads(lines[0]) if lines else {}
-    if header.get("format") != FORMAT:
-        raise PrivzvError(f"transcript {party!r}: format {header.get('format')!r}, expected {FORMAT}")
-    data = np.fromfile(folder / f"{party}{DATA}", dtype=np.uint8)
-    entries = []
-    for line in lines[1:]:
-        round_, direction, kind, peer, spec = json.loads(line)
+    party's own folder on another engine). A file that is not a transcript of this format (not
+    UTF-8 JSON lines, a field of a non-numeric dtype or a negative shape, values missing before
+    the last entries) is a ``PrivzvError`` naming it."""
+    index, values = folder / f"{party}{INDEX}", folder / f"{party}{DATA}"
+    raw, data = _read(index, lambda p: p.read_bytes()), _read(values, _bytes)
+    try:
+        lines = raw[:raw.rfind(b"\n") + 1].decode().splitlines()   # a line cut by a kill: dropped
+    except UnicodeDecodeError as exc:
+        raise PrivzvError(f"transcript {str(index)!r}: not UTF-8 text (byte {exc.start})") from None
+    header = _json_line(index, lines[0], 1) if lines else {}
+    if not (isinstance(header, dict) and header.get("format") == FORMAT
+            and isinstance(header.get("meta"), dict)):
+        found = header.get("format") if isinstance(header, dict) else type(header).__name__
+        raise PrivzvError(f"transcript {str(index)!r}: format {found!r}, expected {FORMAT}")
+    entries, cut, offset = [], None, 0
+    for number, line in enumerate(lines[1:], start=2):
+        round_, direction, kind, peer, spec = _entry(index, _json_line(index, line, number), number)
         fields = {}
-        for name, dtype, shape, offset in spec:
-            dt = np.dtype(dtype)
-            end = offset + dt.itemsize * math.prod(shape)
+        for name, dt, shape, start in spec:
+            end = start + dt.itemsize * math.prod(shape)
+            if start != offset:
+                raise PrivzvError(f"transcript {str(index)!r}: line {number}: field {name!r} at "
+                                  f"byte {start}, expected {offset} (values are contiguous)")
+            offset = end
             if end > len(data):
-                return Transcript(party, header["meta"], entries)   # values cut by a kill
-            fields[name] = data[offset:end].view(dt).reshape(shape)
-        entries.append(Entry(int(round_), direction, kind, peer, fields))
+                cut = number if cut is None else cut
+            elif cut is None:
+                fields[name] = data[start:end].view(dt).reshape(shape)
+        if cut is not None:   # values cut by a kill: only the last entries may lack them
+            continue
+        entries.append(Entry(round_, direction, kind, peer, fields))
+    if cut is not None and offset <= len(data):
+        raise PrivzvError(f"transcript {str(values)!r}: line {cut}'s values lie beyond its end "
+                          "but later ones do not (not a run cut short)")
     return Transcript(party, header["meta"], entries)
+
+
+def _bytes(path: Path) -> np.ndarray:
+    return np.fromfile(path, dtype=np.uint8)
+
+
+def _read(path: Path, read):
+    try:
+        return read(path)
+    except OSError as exc:
+        raise PrivzvError(f"transcript {str(path)!r}: cannot be read "
+                          f"({exc.strerror or type(exc).__name__})") from None
+
+
+def _json_line(index: Path, line: str, number: int):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        raise PrivzvError(f"transcript {str(index)!r}: line {number}: not JSON") from None
+
+
+def _entry(index: Path, entry, number: int) -> tuple:
+    """``(round, direction, kind, peer, [(name, dtype, shape, offset), ...])`` of one index line."""
+    where = f"transcript {str(index)!r}: line {number}"
+    if not (isinstance(entry, list) and len(entry) == 5 and _count(entry[0])
+            and entry[1] in DIRECTIONS and isinstance(entry[2], str) and isinstance(entry[3], str)
+            and isinstance(entry[4], list)):
+        raise PrivzvError(f"{where}: not an entry [round, direction, kind, peer, fields]")
+    spec = []
+    for field in entry[4]:
+        if not (isinstance(field, list) and len(field) == 4 and isinstance(field[0], str)
+                and isinstance(field[1], str) and isinstance(field[2], list)
+                and all(_count(n) for n in field[2]) and _count(field[3])):
+            raise PrivzvError(f"{where}: field {field!r}: not [name, dtype, shape of counts >= 0, "
+                              "offset >= 0]")
+        try:
+            dt = np.dtype(field[1])
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in NUMERIC_KINDS or dt.hasobject:
+            raise PrivzvError(f"{where}: field {field[0]!r}: dtype {field[1]!r}, allowed are "
+                              "numeric ones (bool, integer, float, complex)")
+        spec.append((field[0], dt, tuple(field[2]), field[3]))
+    return int(entry[0]), entry[1], entry[2], entry[3], spec
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

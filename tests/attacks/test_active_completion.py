@@ -90,10 +90,10 @@ def test_registry_runs_both_completions_on_a_finished_run(tmp_path):
     run.train(dataclasses.replace(_config("fo-vector"), transcripts=True), tmp_path, secret_seed=1)
     active = registry.run_attack("model-completion-active", tmp_path)
     semi = registry.run_attack("model-completion-semi", tmp_path)
-    assert active["party"] == semi["party"] == "device0"
-    m = active["metrics"]
+    assert active.party == semi.party == "device0"
+    m = active.metrics
     assert m["boost"] == ac.BOOST and m["advantage"] > 0.3 and 0 < m["passive_accuracy"] < 1
-    assert semi["metrics"]["advantage"] > 0.3 and 0 < semi["metrics"]["supervised_accuracy"] < 1
+    assert semi.metrics["advantage"] > 0.3 and 0 < semi.metrics["supervised_accuracy"] < 1
 
 
 def test_a_diverged_malicious_run_is_an_error_not_a_result(digits):

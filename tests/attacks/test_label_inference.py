@@ -219,17 +219,17 @@ def test_attack_reads_only_the_attackers_transcript(tmp_path):
         return rec.transcripts[party]
 
     out = registry.attack_transcripts("direct-label", load, ds)
-    assert asked == ["device0"] and out["metrics"]["accuracy"] == 1.0
-    assert out["metrics"]["rows"] == 6 * 64
+    assert asked == ["device0"] and out.metrics["accuracy"] == 1.0
+    assert out.metrics["rows"] == 6 * 64
     out = registry.attack_transcripts("direct-label-eavesdropper", load, ds)
-    assert asked[1:] == ["server"] and out["metrics"]["rows"] == 12 * 64
-    assert out["metrics"]["accuracy"] == 1.0
+    assert asked[1:] == ["server"] and out.metrics["rows"] == 12 * 64
+    assert out.metrics["accuracy"] == 1.0
 
 
 def test_run_attack_reads_a_run_folder(tmp_path):
     recorded_sum_server(tmp_path)
     out = registry.run_attack("direct-label", tmp_path, seed=0)
-    assert out["metrics"]["accuracy"] == 1.0 and out["server_kind"] == "sum"
+    assert out.metrics["accuracy"] == 1.0 and out.setting["server_kind"] == "sum"
 
 
 def test_missing_run_or_transcript_fails_clearly(tmp_path):
@@ -251,13 +251,13 @@ def test_zo_transcripts_use_the_zo_estimate():
     """DPZV's batch scalar keeps the sign rule near the prior; VFL-CZOFO's per-record scalars
     (5 directions) let the same rule read most labels."""
     rec, ds = recorded_sum_server(None, rounds=40, protocol="dpzv")
-    out = registry.attack_transcripts("direct-label", lambda p: rec.transcripts[p], ds)["metrics"]
+    out = registry.attack_transcripts("direct-label", lambda p: rec.transcripts[p], ds).metrics
     assert out["feedback"] == "scalar" and abs(out["advantage"]) < 0.08
     for layout in ("czofo", "czofo-batch-first"):
         rec, ds = recorded_sum_server(None, rounds=40, protocol=layout)
         out = registry.attack_transcripts("direct-label", lambda p: rec.transcripts[p], ds)
-        assert out["metrics"]["accuracy"] > 0.5
-        assert out["metrics"]["control_accuracy"] < out["metrics"]["prior"] + 0.05
+        assert out.metrics["accuracy"] > 0.5
+        assert out.metrics["control_accuracy"] < out.metrics["prior"] + 0.05
 
 
 def test_every_attack_asks_only_for_its_attackers_transcript():
@@ -269,12 +269,12 @@ def test_every_attack_asks_only_for_its_attackers_transcript():
         asked = []
         out = registry.attack_transcripts(
             name, lambda p: asked.append(p) or rec.transcripts[p], ds, aux=100)
-        assert asked == [party] and out["party"] in (party, "eavesdropper")
+        assert asked == [party] and out.party in (party, "eavesdropper")
     # device 1's embeddings are linear in its features: the server's inversion beats the mean
     out = registry.attack_transcripts("feature-server", lambda p: rec.transcripts[p], ds, aux=100)
-    assert out["metrics"]["mse_gain"] > 0.05 * out["metrics"]["baseline_mse"]
+    assert out.metrics["mse_gain"] > 0.05 * out.metrics["baseline_mse"]
     out = registry.attack_transcripts("model-completion", lambda p: rec.transcripts[p], ds)
-    assert out["metrics"]["advantage"] > 0.2
+    assert out.metrics["advantage"] > 0.2
 
 
 def _zo_batch_scalar_view(n=200, classes=5, batch=8, steps=3000, noise=0.0, seed=0):

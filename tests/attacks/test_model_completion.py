@@ -50,8 +50,8 @@ def test_vafl_device_completes_from_its_clean_bottom_model(tmp_path):
     cfg = TrainConfig(dataset="digits", method="vafl", epsilon=1.0, server_kind="sum",
                       embed_dim=10, epochs=1, batch_size=32, evals=1, seed=0, clip=0.1)
     train(cfg, tmp_path, secret_seed=1)
-    clean = registry.run_attack("model-completion", tmp_path)["metrics"]
+    clean = registry.run_attack("model-completion", tmp_path).metrics
     (tmp_path / CHECKPOINT).unlink()
-    uplink = registry.run_attack("model-completion", tmp_path)["metrics"]
+    uplink = registry.run_attack("model-completion", tmp_path).metrics
     assert clean["source"] == "bottom-model" and uplink["source"] == "uplink"
     assert clean["advantage"] > 0.25 and abs(uplink["advantage"]) < 0.06

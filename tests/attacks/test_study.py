@@ -99,6 +99,10 @@ def test_plots_name_each_epsilon_fix_the_accuracy_axis_and_promise_only_drawn_in
     titles = [figs[n]._suptitle.get_text() if figs[n]._suptitle else figs[n].axes[0].get_title()
               for n in figs]
     assert all("95%" not in t for t in titles) and any("no interval" in t for t in titles)
+    assert all("device threat, delta 1e-05" in t for t in titles)
+    legend = [t.get_text() for t in figs["attack_success_vs_epsilon"].legends[0].texts]
+    assert sorted(legend) == ["0 = majority class (accuracy of the most frequent label)",
+                              "dpzv: downlink scalar"]
 
 
 def test_study_table_prints_each_cell_and_marks_missing_ones():

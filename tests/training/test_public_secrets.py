@@ -241,7 +241,7 @@ def test_an_attack_reads_its_own_party_model_only(tmp_path):
     assert mine.outputs(0).shape[0] == RECORDS
     with pytest.raises(PrivzvError, match="device1's model"):
         mine.device(1)
-    assert registry.run_attack("model-completion", out, attacker=1)["metrics"]["source"] == "bottom-model"
+    assert registry.run_attack("model-completion", out, attacker=1).metrics["source"] == "bottom-model"
 
 
 # ------------------------------------------------------------------------------ item 6

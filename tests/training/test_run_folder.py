@@ -164,7 +164,7 @@ def test_attack_run_refuses_the_private_area(private_run, capsys):
     out, _ = private_run
     _one_line_exit_2(capsys, ["attack", "run", "--attack", "direct-label", "--run", str(out / "private")],
                      "private area")
-    assert main(["attack", "run", "--attack", "direct-label", "--run", str(out), "--json"]) == 0
+    assert main(["attack", "run", "--attack", "feature-server", "--run", str(out), "--json"]) == 0   # MLP head: not direct-label
 
 
 # ------------------------------------------------------------------------------ crash safety
