@@ -168,7 +168,7 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                       secret_seed=secret, engine=engine)
         if announce:
-            announce("values chosen for this run:\n" + defaults.describe(chosen))
+            announce("values chosen for this run:\n" + defaults.describe(chosen, sched.method))
             if math.isfinite(config.epsilon):
                 announce(f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
                          f"{covers(method_cls.PROTECTS)}")
@@ -193,8 +193,9 @@ def _setup(config: TrainConfig):
 
 
 def label_dp(config: TrainConfig) -> bool:
-    """True for a method whose privacy is privatised labels (rr-prior), not a noised release."""
-    return getattr(methods.get(config.method), "LABEL_DP", False)
+    """True for a method whose privacy is privatised labels (``Method.LABEL_DP``), not a noised
+    release."""
+    return methods.get(config.method).LABEL_DP
 
 
 def _release_config(config: TrainConfig) -> TrainConfig:
