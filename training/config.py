@@ -60,7 +60,8 @@ class TrainConfig:
     data_dir: str | None = field(None, "folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
     records: int | None = field(None, "mnist1d: signals to generate (a multiple of 10, split 80/20, "
                                 "cached; default its published 5,000)", low=10, cap=10_000_000)
-    method: str = field(methods.DEFAULT, "the training method (docs/training.md, \"Methods\")", choices=lambda: methods.METHODS)
+    method: str = field(methods.DEFAULT, "the training method (docs/training.md, \"Methods\")",
+                        choices=lambda: methods.METHODS)
     devices: int = field(4, "M, the devices the features are split over", low=1, cap=1024)
     epochs: float = field(10.0, "device epochs", low=0, low_open=True, cap=100_000.0)
     batch_size: int = field(32, "B, records per round", low=1, cap=1_000_000)

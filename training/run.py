@@ -397,6 +397,8 @@ class _Loop:
         except stopping.Stop as stop:
             sched.stopped = stop.reason
             self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
+        except divergence.Diverged as exc:   # at an evaluation, or a NaN about to be released
+            raise divergence.advised(exc, sched.method) from None
         finally:
             if bar:
                 bar.close()
@@ -404,7 +406,7 @@ class _Loop:
         rows = self.folder.metrics
         summary = _summary(self.config, self.p, sched, sched.ledger, rows, self.rounds)
         guess = plots.chance(self.dataset.y_test) / 100.0
-        summary["diverged"] = divergence.collapse(rows, guess)
+        summary["diverged"] = divergence.collapse(rows, guess, divergence.advice(sched.method))
         plots.write(self.folder.path, rows, self.config, chance=100.0 * guess)
         self.folder.finish(summary)
         return summary

@@ -64,7 +64,8 @@ def test_bool_is_not_a_number(f):
 @pytest.mark.parametrize("f", NUMERIC, ids=lambda f: f.name)
 @pytest.mark.parametrize("sign", [1, -1])
 def test_integers_beyond_float_range_are_refused_by_name(f, sign):
-    with pytest.raises(PrivzvError, match=f"^{f.label} -?<an integer of 1329 bits>: must be within float range"):
+    shown = f"{'-' if sign < 0 else ''}<an integer of 1329 bits>"
+    with pytest.raises(PrivzvError, match=f"^{f.label} {shown}: must be within float range"):
         TrainConfig(**{f.name: sign * 10 ** 400}).validate()
 
 

@@ -65,7 +65,8 @@ def test_secret_state_covers_every_per_device_state_and_names_real_keys(name, ti
     public, secret = run_folder.split_state(sched.state_dict())
     for key in per_device:
         assert not public["method"][key]   # every device's entry moved to its private part
-        moved = [path for party, entries in secret.items() for path, _ in entries if party.startswith("device")]
+        moved = [path for party, entries in secret.items() if party.startswith("device")
+                 for path, _ in entries]
         assert {("method", key, m) for m in extra[key]} <= set(moved)
 
 
