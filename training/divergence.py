@@ -16,8 +16,9 @@ class Diverged(Failed):
 
 
 # What a diverged run is told to try: its learning rates (given, tuned or the method's) times
-# RATE_CUT. Measured on breast-cancer at epsilon 2 (docs/training.md, "Divergence"): fo-vector and
-# vafl diverge at their defaults and run to the end at a hundredth of their rates.
+# RATE_CUT. Measured on breast-cancer at epsilon 2 (docs/training.md, the banner and divergence
+# bullet): fo-vector and vafl diverge at their defaults and run to the end at a hundredth of
+# their rates.
 RATE_CUT = 0.01
 RATES = ("lr_device", "lr_server")
 
