@@ -20,8 +20,6 @@ from privzv.training import schema
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 
 ENGINES = ("inprocess", "flower", "flower-sim")
-# the flags that set a config field (declared in TrainConfig; privzv.training.schema)
-FLAG_FIELDS = tuple(schema.dest(f) for f in schema.fields(TrainConfig) if f.spec.flag == schema.VALUE)
 
 
 def build_parser() -> cliutil.Parser:
@@ -55,12 +53,12 @@ def config_from(args) -> TrainConfig:
 
 
 def _check_resume_flags(args) -> None:
-    others = [f.replace("_", "-") for f in FLAG_FIELDS if f != "epochs" and getattr(args, f) is not None]
-    switches = [schema.dest(f) for f in schema.fields(TrainConfig) if f.spec.flag in (schema.ON, schema.OFF)]
-    others += [name for name in ("config", "out", "overwrite", "secret_seed", *switches)
+    given = schema.given(args, TrainConfig)
+    others = [f.label for f in schema.fields(TrainConfig) if f.name in given and f.name != "epochs"]
+    others += [f"--{name.replace('_', '-')}" for name in ("config", "out", "overwrite", "secret_seed")
                if getattr(args, name) not in (None, False)]
     if others:
-        raise PrivzvError(f"--{others[0].replace('_', '-')}: cannot be given with --resume (only "
+        raise PrivzvError(f"{others[0]}: cannot be given with --resume (only "
                           "--extend --epochs, --checkpoint-every and --json)")
     if args.epochs is not None and not args.extend:
         raise PrivzvError(f"--epochs {args.epochs:g}: changing a run's epochs needs --extend")

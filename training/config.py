@@ -6,10 +6,15 @@ Defaults: papers/001 App. H (lambda=1e-3, server momentum 0.9, delta=1e-5) and p
 (ZO device momentum 0.9). Fields left ``None`` (C, the learning rates) are filled per run by
 ``privzv.training.defaults`` (tuned values where swept, else C=10 and a size-normalised ZO rate)
 and saved in the run's config.json.
+
+Each field is declared once, with ``privzv.training.schema.field`` (type, default, range, cap,
+choices, flag, help): its checks, JSON type, flag and docs/cli.md's reference are made from that.
+Rules that tie fields together are the named functions of ``RULES``.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from pathlib import Path
 
@@ -25,29 +30,12 @@ HEAD_SAMPLINGS = ("batch", "table")
 CONFIG_BYTES = 1 << 20   # --config files larger than 1 MiB are refused
 
 
-def _datasets():
-    from privzv.training import data
-    return data.DATASETS
-
-
-def _server_kinds():
-    from privzv.training import models
-    return models.SERVER_KINDS
-
-
-def _threats():
-    from privzv.release import THREATS
-    return THREATS
-
-
-def _accountants():
-    from privzv.accountants import ACCOUNTANTS
-    return ACCOUNTANTS
-
-
-def _neighbors():
-    from privzv.release import NEIGHBORS
-    return NEIGHBORS
+def _registry(module: str, attr: str):
+    """A field's choices, read from a registry when asked (its module is imported then)."""
+    def read():
+        value = getattr(importlib.import_module(module), attr)
+        return value() if callable(value) else value
+    return read
 
 
 @dataclasses.dataclass
@@ -56,7 +44,8 @@ class TrainConfig:
     its type, default, range, cap, choices, CLI flag and help; docs/cli.md's reference is made
     from these declarations."""
 
-    dataset: str = field("digits", "the dataset (docs/data.md)", choices=_datasets)
+    dataset: str = field("digits", "the dataset (docs/data.md)",
+                         choices=_registry("privzv.training.data", "names"))
     data_dir: str | None = field(None, "folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
     records: int | None = field(None, "mnist1d: signals to generate (a multiple of 10, split 80/20, "
                                 "cached; default its published 5,000)", low=10, cap=10_000_000)
@@ -69,11 +58,12 @@ class TrainConfig:
                            low=0, low_open=True, allow_inf=True)
     delta: float = field(1e-5, "the budget's delta", low=0, high=1, low_open=True, high_open=True)
     threat: str = field("device", "the observer the epsilon is about (docs/accounting.md)",
-                        choices=_threats)
+                        choices=_registry("privzv.release", "THREATS"))
     accountant: str = field("best", "best: the smaller rigorous bound of pld and rdp, as for "
-                            "calibrate and account; rigorous ones only", choices=_accountants)
+                            "calibrate and account; rigorous ones only",
+                            choices=_registry("privzv.accountants", "ACCOUNTANTS"))
     neighbors: str = field("replace-one", "neighbouring relation (replace-one only: a run reveals D)",
-                           choices=_neighbors, flag=schema.NONE)
+                           choices=_registry("privzv.release", "NEIGHBORS"), flag=schema.NONE)
     super_batch: int | None = field(None, "B' of threat secret-subsampling", low=1, cap=1_000_000,
                                     flag=schema.NONE)
     sigma: float | None = field(None, "noise std, instead of calibrating it", low=0, cap=1e6)
@@ -112,7 +102,7 @@ class TrainConfig:
                                "methods that offer both", choices=SERVER_UPDATES, flag=schema.NONE)
     embed_dim: int = field(16, "embedding size per device (the bottleneck)", low=1, cap=4096)
     server_kind: str = field("mlp", "server head: mlp, or sum (needs --embed-dim = classes)",
-                             choices=_server_kinds)
+                             choices=_registry("privzv.training.models", "SERVER_KINDS"))
     activation: list[float] | None = field(None, "activation probabilities of the M devices "
                                            "(null: uniform)", flag=schema.NONE)
     max_delay: int = field(0, "bounded staleness of the server's table, in rounds", low=0,

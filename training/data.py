@@ -165,16 +165,8 @@ def register(name: str, dataset: Dataset) -> None:
 
 
 def names() -> tuple[str, ...]:
+    """Every registered dataset's name (``--dataset``'s choices)."""
     return tuple(REGISTRY)
-
-
-def __getattr__(attr: str):
-    """``DATASETS`` (every registered name) and ``EMBEDDED`` (those needing no files), read live."""
-    if attr == "DATASETS":
-        return names()
-    if attr == "EMBEDDED":
-        return tuple(name for name, d in REGISTRY.items() if not d.data_dir)
-    raise AttributeError(attr)
 
 
 def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0,

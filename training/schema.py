@@ -13,6 +13,7 @@ swap for a shared validation layer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import types
@@ -76,14 +77,16 @@ class Field:
     def label(self) -> str:
         """How errors name the field: its flag where it has one, else its config key."""
         dashed = self.name.replace("_", "-")
-        return {VALUE: f"--{dashed}", ON: f"--{dashed}", OFF: f"--no-{dashed}"}.get(self.spec.flag, self.name)
+        flags = {VALUE: f"--{dashed}", ON: f"--{dashed}", OFF: f"--no-{dashed}"}
+        return flags.get(self.spec.flag, self.name)
 
 
-def fields(cls) -> list[Field]:
+@functools.cache
+def fields(cls) -> tuple[Field, ...]:
     """The declared fields of config dataclass ``cls``, in declaration order."""
     hints = typing.get_type_hints(cls)
-    return [Field(f.name, f.default, f.metadata["spec"], *_kinds(hints[f.name]))
-            for f in dataclasses.fields(cls)]
+    return tuple(Field(f.name, f.default, f.metadata["spec"], *_kinds(hints[f.name]))
+                 for f in dataclasses.fields(cls))
 
 
 def _kinds(hint) -> tuple[tuple[type, ...], bool, tuple[type, ...] | None]:
@@ -100,7 +103,7 @@ def _kinds(hint) -> tuple[tuple[type, ...], bool, tuple[type, ...] | None]:
 def show(value) -> str:
     """``repr(value)``, but an integer beyond float range by its size (its digits may not print)."""
     if isinstance(value, int) and not isinstance(value, bool) and not _in_float_range(value):
-        return f"{'-' if value < 0 else ''}<an integer of {len(bin(abs(value))) - 2} bits>"
+        return f"{'-' if value < 0 else ''}<an integer of {abs(value).bit_length()} bits>"
     return repr(value)
 
 
@@ -227,11 +230,6 @@ def given(args, cls) -> dict:
         elif f.spec.flag in (ON, OFF) and value:
             out[f.name] = f.spec.flag == ON
     return out
-
-
-def flags(cls) -> tuple[str, ...]:
-    """Every flag that sets a field of ``cls``."""
-    return tuple(f.label for f in fields(cls) if f.spec.flag)
 
 
 # --------------------------------------------------------------------------- the reference
