@@ -90,3 +90,19 @@ def test_cross_field_rules_are_named_in_one_list():
     assert all(callable(rule) and rule.__name__ in vars(config) for rule in config.RULES)
     with pytest.raises(PrivzvError, match="--head-share 1"):
         TrainConfig(head_share=1.0).validate()
+
+
+HOSTILE = [True, 10 ** 400, -10 ** 400, math.nan, math.inf, -math.inf, "x", [1], {}, None, object()]
+
+
+@pytest.mark.parametrize("f", FIELDS, ids=lambda f: f.name)
+def test_any_value_of_any_field_is_accepted_as_declared_or_a_privzv_error(f):
+    """The Python API raises PrivzvError and nothing else (before: OverflowError for integers
+    beyond float range, TypeError for a non-list activation), and accepts only declared types."""
+    for value in HOSTILE:
+        try:
+            TrainConfig(**{f.name: value}).validate()
+        except PrivzvError:
+            continue
+        assert (value is None and f.optional) or (
+            isinstance(value, f.kinds) and (isinstance(value, bool) == (bool in f.kinds))), value
