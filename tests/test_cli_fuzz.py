@@ -85,6 +85,11 @@ CONFIG_FIELDS = [  # JSON objects for --config (each refused)
     {"lam": 1e300}, {"batch_size": 1.5}, {"clip": "10"}, {"delta": 0}, {"epsilon": -1},
     {"accountant": None}, {"data_dir": 3},
 ]
+BIGINT = 10 ** 400   # an integer beyond float range (issue 24: each raised OverflowError)
+CONFIG_FIELDS += [{name: BIGINT} for name in ("clip", "epsilon", "delta", "head_share", "momentum",
+                                               "sigma", "lr_device", "lr_server")]
+CONFIG_FIELDS += [{"activation": [BIGINT, 0, 0, 0]}, {"epsilon": -BIGINT}, {"seed": BIGINT},
+                  {"epochs": True}, {"lam": True}, {"devices": BIGINT}]   # the last: no --devices flag
 
 DATA = {  # name -> (argv prefix, writer of {in}/NAME)
     "npz-nan-pixel": MNIST, "npz-label-10": MNIST, "npz-float-labels": MNIST, "npz-shape": MNIST,
@@ -139,8 +144,10 @@ CASES = ([pytest.param(a, id="privzv " + " ".join(a)[:60]) for a in TOP]
          + [pytest.param([*TRAIN, *f], id="train " + " ".join(f)) for f in TRAIN_FLAGS]
          + [pytest.param([*TRAIN, "--config", f"{{in}}/{name}"], id=f"config {name}") for name in CONFIGS]
          + [pytest.param([*TRAIN[:5], *TRAIN[7:], "--config", f"{{in}}/field{i}.json"],
-                         id=f"config {json.dumps(d)}")
-            for i, d in enumerate(CONFIG_FIELDS)]
+                         id=f"config {json.dumps(d)[:70]}")
+            for i, d in enumerate(CONFIG_FIELDS[:-1])]
+         + [pytest.param([*TRAIN[:3], *TRAIN[5:], "--config", f"{{in}}/field{len(CONFIG_FIELDS) - 1}.json"],
+                         id="config devices bigint")]
          + [pytest.param([*argv, "--data-dir", f"{{in}}/{name}"], id=f"data {name}")
             for name, argv in DATA.items()]
          + [pytest.param(a, id=" ".join(a)[:70]) for a in OUTS]

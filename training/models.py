@@ -8,6 +8,7 @@ without split" of Fu et al. that the direct label-inference attack needs). All p
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -16,29 +17,30 @@ from torch import nn
 
 from privzv.errors import PrivzvError
 
-SERVER_KINDS = ("mlp", "sum")
 MLP_HIDDEN = 32
 SERVER_HIDDEN = 64
 MNIST1D_WIDTH = 16
 
 
 def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
-    """Bottom model of device ``m`` of a ``privzv.training.data.VerticalDataset``: x_train[m] batch -> [B, embed_dim]."""
+    """Bottom model of device ``m`` of a ``privzv.training.data.VerticalDataset``: x_train[m] batch
+    -> [B, embed_dim]; the architecture is the one its dataset declares (``data.Dataset.model``)."""
+    from privzv.training import data
+
     if not 0 <= m < dataset.devices:
         raise PrivzvError(f"device {m!r}: allowed are 0..{dataset.devices - 1}")
     _check_positive("embed_dim", embed_dim)
     shape = tuple(dataset.x_train[m].shape[1:])
-    if dataset.name in ("mnist", "mnist-5k"):
-        net = _cnn(shape, (16, 32), convs_per_block=1, embed_dim=embed_dim)
-    elif dataset.name == "mnist1d":
-        net = _cnn1d(shape, MNIST1D_WIDTH, embed_dim)
-    elif dataset.name == "cifar10":
-        net = _cnn(shape, (32, 64), convs_per_block=2, embed_dim=embed_dim)
-    else:
-        inputs = math.prod(shape)
-        net = nn.Sequential(nn.Flatten(), nn.Linear(inputs, MLP_HIDDEN), nn.ReLU(),
-                            nn.Linear(MLP_HIDDEN, embed_dim))
-    return net.float()
+    name = data.REGISTRY[dataset.name].model if dataset.name in data.REGISTRY else "mlp"
+    if name not in DEVICE_MODELS:
+        raise PrivzvError(f"device model {name!r}: allowed are {', '.join(DEVICE_MODELS)}")
+    return DEVICE_MODELS[name](shape, embed_dim=embed_dim).float()
+
+
+def _mlp(shape: tuple[int, ...], embed_dim: int) -> nn.Sequential:
+    """Flatten, one hidden layer of ``MLP_HIDDEN`` with a ReLU, a linear embedding."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), MLP_HIDDEN), nn.ReLU(),
+                         nn.Linear(MLP_HIDDEN, embed_dim))
 
 
 def _cnn(shape: tuple[int, ...], widths: tuple[int, ...], convs_per_block: int,
@@ -96,19 +98,38 @@ class SumServer(nn.Module):
         return torch.stack(list(embeddings)).sum(dim=0)
 
 
+def _concat_server(devices: int, embed_dim: int, num_classes: int) -> nn.Module:
+    return ConcatServer(devices, embed_dim, num_classes).float()
+
+
+def _sum_server(devices: int, embed_dim: int, num_classes: int) -> nn.Module:
+    if embed_dim != num_classes:
+        raise PrivzvError(f"embed_dim {embed_dim}: a summing server needs embed_dim == "
+                          f"num_classes ({num_classes})")
+    return SumServer(devices)
+
+
+# Device models by name (a dataset declares its own: ``privzv.training.data.Dataset.model``):
+# (input shape of one record, embed_dim) -> module. Adding one is one entry here.
+DEVICE_MODELS = {
+    "mlp": _mlp,
+    "cnn-mnist": functools.partial(_cnn, widths=(16, 32), convs_per_block=1),
+    "cnn-cifar": functools.partial(_cnn, widths=(32, 64), convs_per_block=2),
+    "cnn1d": functools.partial(_cnn1d, width=MNIST1D_WIDTH),
+}
+# Server heads by ``--server-kind``: (devices, embed_dim, num_classes) -> module.
+SERVERS = {"mlp": _concat_server, "sum": _sum_server}
+SERVER_KINDS = tuple(SERVERS)
+
+
 def server_model(devices: int, embed_dim: int, num_classes: int, kind: str = "mlp") -> nn.Module:
     """The server's head: a list of M embeddings [B, embed_dim] -> logits [B, num_classes]."""
     _check_positive("devices", devices)
     _check_positive("embed_dim", embed_dim)
     _check_positive("num_classes", num_classes)
-    if kind == "mlp":
-        return ConcatServer(devices, embed_dim, num_classes).float()
-    if kind == "sum":
-        if embed_dim != num_classes:
-            raise PrivzvError(f"embed_dim {embed_dim}: a summing server needs embed_dim == "
-                              f"num_classes ({num_classes})")
-        return SumServer(devices)
-    raise PrivzvError(f"server kind {kind!r}: allowed are {', '.join(SERVER_KINDS)}")
+    if kind not in SERVERS:
+        raise PrivzvError(f"server kind {kind!r}: allowed are {', '.join(SERVER_KINDS)}")
+    return SERVERS[kind](devices, embed_dim, num_classes)
 
 
 def _check_positive(name: str, value) -> None:

@@ -181,7 +181,7 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
         sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
                       secret_seed=secret, engine=engine)
         if announce:
-            announce("values chosen for this run:\n" + defaults.describe(chosen))
+            announce("values chosen for this run:\n" + defaults.describe(chosen, sched.method))
             if math.isfinite(config.epsilon):
                 announce(f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
                          f"{covers(method_cls.PROTECTS)}")
@@ -206,8 +206,9 @@ def _setup(config: TrainConfig):
 
 
 def label_dp(config: TrainConfig) -> bool:
-    """True for a method whose privacy is privatised labels (rr-prior), not a noised release."""
-    return getattr(methods.get(config.method), "LABEL_DP", False)
+    """True for a method whose privacy is privatised labels (``Method.LABEL_DP``), not a noised
+    release."""
+    return methods.get(config.method).LABEL_DP
 
 
 def _release_config(config: TrainConfig) -> TrainConfig:
@@ -415,12 +416,13 @@ class _Loop:
             finally:
                 if bar:
                     bar.close()
-        except divergence.Diverged as exc:
+        except divergence.Diverged as exc:   # at an evaluation, or a NaN about to be released
             # a complete folder that says so (its state up to the last checkpoint, no NaN saved);
             # --resume refuses it rather than diverge again
+            advised = divergence.advised(exc, sched.method)
             sched.stopped = stopping.DIVERGED
-            self._finish({"failure": str(exc)})
-            raise
+            self._finish({"failure": str(advised)})
+            raise advised from None
         self.checkpoint()
         return self._finish()
 
@@ -429,7 +431,7 @@ class _Loop:
         rows = self.folder.metrics
         summary = _summary(self.config, self.p, self.sched, self.sched.ledger, rows, self.rounds)
         guess = plots.chance(self.dataset.y_test) / 100.0
-        summary["diverged"] = divergence.collapse(rows, guess)
+        summary["diverged"] = divergence.collapse(rows, guess, divergence.advice(self.sched.method))
         plots.write(self.folder.path, rows, self.config, chance=100.0 * guess)
         self.folder.finish({**summary, **(extra or {})})
         return summary

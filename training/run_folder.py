@@ -22,7 +22,7 @@ Private (``private/``, mode 0700, files 0600; never read by an attack, see :func
 ``private/ledger.json``         private runs: ``PrivacyLedger.state_dict()`` (per-record counts) at
                                 the last checkpoint
 ``private/traffic.npz``         under ``eavesdropper``: bytes per round (the Poisson batch sizes)
-``private/PARTY/checkpoint-ID.pt``  PARTY's part of the scheduler state (``SECRET_STATE``: the
+``private/PARTY/checkpoint-ID.pt``  PARTY's part of the scheduler state (:func:`secret_state`: the
                                 server's noise generator, embedding table and traffic log; each
                                 device's model, step, noise generator and optimiser state), of the
                                 checkpoint named ID; a party's own state is read as that party
@@ -81,20 +81,16 @@ PRIVATE, SECRETS = "private", "secrets.json"
 
 # Paths into Scheduler.state_dict() that only the private area holds, with their owner: the
 # server, or "device" (the device whose index the "*" matched: a list index or a dict key).
-# A new secret (e.g. a sampler the server keeps) is one more path here.
+# A new secret of the scheduler (e.g. a sampler the server keeps) is one more path here; a
+# method's own secrets are its ``Method.SECRET_STATE`` (under "method": :func:`secret_state`).
 SECRET_STATE = ((("server", "noise"), SERVER),
                 # h~[m, i]: every device's latest raw embedding of every record (non-DP)
                 (("server", "table"), SERVER),
                 # bytes per round: under eavesdropper the Poisson batch sizes
                 (("traffic",), SERVER),
                 # a device's model (first-order updates are non-DP functions of its features),
-                # step and noise generator; first-order optimisers; ZO momentum
-                (("devices", "*"), "device"), (("method", "devices", "*"), "device"),
-                (("method", "buffers", "*"), "device"),
-                # a pooled DP head's open window (training/methods/head.py), where present
-                (("method", "server", "head_pool"), SERVER), (("method", "optimizer", "head_pool"), SERVER),
-                # rr-prior's server labels: raw for the half not yet privatised (stage 1)
-                (("method", "labels"), SERVER))
+                # step and noise generator
+                (("devices", "*"), "device"))
 ANY = "*"   # a kind in secret_entries: every kind of that party and direction
 
 
@@ -231,13 +227,22 @@ def check_format(saved, where: str) -> None:
 
 
 # --------------------------------------------------------------------------- secret state
+def secret_state() -> tuple:
+    """``SECRET_STATE`` and every registered method's ``SECRET_STATE`` under ``"method"``."""
+    from privzv.training import methods
+
+    declared = [(("method", *path), owner) for name in methods.METHODS
+                for path, owner in methods.get(name).SECRET_STATE]
+    return SECRET_STATE + tuple(dict.fromkeys(declared))
+
+
 def split_state(state: dict) -> tuple[dict, dict]:
-    """(public, secret) parts of a scheduler state: each ``SECRET_STATE`` path goes to its
+    """(public, secret) parts of a scheduler state: each :func:`secret_state` path goes to its
     owner's list of (path, value) in ``secret`` = {party: [...]} (a list item leaves None behind);
     :func:`merge_state` puts them back."""
     public = _copy_containers(state)
     secret: dict[str, list] = {}
-    for path, owner in SECRET_STATE:
+    for path, owner in secret_state():
         for keys, parent in _parents(public, path[:-1], ()):
             for key in _keys(parent, path[-1]):
                 party = owner if owner != "device" else device_name(int(

@@ -156,7 +156,7 @@ def test_summary_has_the_best_evaluation_the_curve_and_the_divergence_verdict(tm
 
 
 def test_a_collapsed_run_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(divergence, "collapse", lambda rows, chance: {"reason": "training diverged: x"})
+    monkeypatch.setattr(divergence, "collapse", lambda rows, chance, tip: {"reason": "training diverged: x"})
     summary = run.train(TrainConfig(**SMALL), tmp_path / "r", secret_seed=1)
     assert summary["diverged"] == {"reason": "training diverged: x"}
 
@@ -164,7 +164,7 @@ def test_a_collapsed_run_is_reported(tmp_path, monkeypatch):
 def test_cli_prints_the_chosen_values_and_a_divergence_warning(tmp_path, capsys, monkeypatch):
     from privzv.cli import main
 
-    monkeypatch.setattr(divergence, "collapse", lambda rows, chance: {"reason": "training diverged: x"})
+    monkeypatch.setattr(divergence, "collapse", lambda rows, chance, tip: {"reason": "training diverged: x"})
     args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
             "--no-transcripts", "--out", str(tmp_path / "r")]
     assert main(args) == 0

@@ -14,6 +14,7 @@ MODULES = {
     "rr-prior": "privzv.training.methods.rr_prior",
 }
 METHODS = tuple(MODULES)
+DEFAULT = "dpzv"   # TrainConfig.method's default
 
 
 def get(name: str):

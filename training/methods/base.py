@@ -47,6 +47,8 @@ import torch
 
 from privzv.training.messages import Message
 
+DEVICE = "device"   # a SECRET_STATE owner: the device whose index the path's "*" matched
+
 if TYPE_CHECKING:
     from privzv.release import Release
     from privzv.training.config import TrainConfig
@@ -66,6 +68,15 @@ class Method(abc.ABC):
     LR_SERVER: ClassVar[float]
     RELEASED_BY: ClassVar[str] = "server"   # the party that draws the release's noise
     PROTECTS: ClassVar[str] = "record"      # what the run's epsilon covers (privzv.release.PROTECTS)
+    # Capabilities, asked by generic code (config rules, defaults, the run's summary):
+    MULTI_DIRECTION: ClassVar[bool] = False   # takes --directions K > 1
+    ZO_DEVICE_RATE: ClassVar[bool] = False    # its device rate defaults to ZO_RATE/sqrt(d), and a
+    #                                           tuned one converts across device_momentum (defaults)
+    LABEL_DP: ClassVar[bool] = False          # its epsilon is spent on privatised labels by the
+    #                                           method itself, not on a noised release
+    # Paths into ``extra_state()`` that are a party's secret, with their owner (SERVER, or
+    # DEVICE: the device whose index the "*" matched); the run folder keeps them private.
+    SECRET_STATE: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()
 
     def __init__(self, config: "TrainConfig", sigma: float = 0.0, release: "Release | None" = None):
         self.config = config
@@ -81,6 +92,24 @@ class Method(abc.ABC):
     def release(cls, config: "TrainConfig") -> "Release | None":
         """The DP release of one round (sigma unset), or None if this method has no DP option."""
         return None
+
+    @classmethod
+    def zeroth_order_head(cls, config: "TrainConfig") -> bool:
+        """Whether this method's server head takes zeroth-order steps in a run of ``config``."""
+        return False
+
+    def default_rate(self, name: str) -> tuple[float, str]:
+        """(value, source) of the rate ``name`` (``"lr_device"`` or ``"lr_server"``) this method
+        applies where the run's config leaves it open (``privzv.training.defaults``)."""
+        from privzv.training.methods import head
+
+        own = f"{type(self).__name__}.{name.upper()}, the method's default"
+        if name == "lr_device":
+            return self.LR_DEVICE, own
+        if self.head_dp is None or self.zeroth_order_head(self.config):
+            return self.LR_SERVER, own
+        return (head.default_lr(self.head_dp, self.LR_SERVER),
+                f"the DP head's default min({head.MAX_LR:g}, 1/z_h)")
 
     @classmethod
     def uplink_batch(cls, config: "TrainConfig") -> int:

@@ -10,7 +10,8 @@ import torch
 from privzv.release import Release
 from privzv.training import zo
 from privzv.training.methods import head
-from privzv.training.methods.base import Method
+from privzv.training.messages import SERVER
+from privzv.training.methods.base import DEVICE, Method
 from privzv.training.methods.head import losses
 
 
@@ -74,6 +75,9 @@ class FirstOrderDevices:
     "Threat model contract"; ``tests/training/test_neighbours.py`` shows the releases move)."""
 
     PROTECTS = "label"
+    # every device's first-order optimiser (its state is a non-DP function of its features); a
+    # pooled DP head's open window (``methods.head``), where present
+    SECRET_STATE = ((("devices", "*"), DEVICE), (("server", "head_pool"), SERVER))
 
     def setup_devices(self, devices, default_lr: float) -> None:
         rate = lr(self.config.lr_device, default_lr)

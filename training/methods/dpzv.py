@@ -38,7 +38,7 @@ from privzv.release import Release
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
 from privzv.training.methods import common, head
-from privzv.training.methods.base import Method
+from privzv.training.methods.base import DEVICE, Method
 
 
 class DPZV(Method):
@@ -46,12 +46,21 @@ class DPZV(Method):
     LR_DEVICE = 0.03
     LR_SERVER = 0.05
     UPLINK = ("h_plus", "h_minus")   # names of the two embeddings sent, in order of computation
+    MULTI_DIRECTION = True
+    ZO_DEVICE_RATE = True
+    # ZO momentum (a function of every device's releases, kept by its device); a pooled DP
+    # head's open window (``methods.head``), where present
+    SECRET_STATE = ((("buffers", "*"), DEVICE), (("optimizer", "head_pool"), SERVER))
 
     @classmethod
     def release(cls, config) -> Release:
         return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
                                       aggregate="mean", neighbors=config.neighbors,
                                       dim=config.directions, protects=cls.PROTECTS), config)
+
+    @classmethod
+    def zeroth_order_head(cls, config) -> bool:
+        return config.server_update == "zo"
 
     @classmethod
     def uplink_batch(cls, config) -> int:

@@ -81,8 +81,10 @@ def trains_head(config) -> bool:
 
 
 def zeroth_order(config) -> bool:
-    """Whether the run's head takes zeroth-order steps (zoo-vfl, dpzv --server-update zo)."""
-    return config.method == "zoo-vfl" or (config.method == "dpzv" and config.server_update == "zo")
+    """Whether the run's head takes zeroth-order steps (``Method.zeroth_order_head``)."""
+    from privzv.training import methods
+
+    return methods.get(config.method).zeroth_order_head(config)
 
 
 def sampling(config) -> str:

@@ -112,6 +112,8 @@ def _uniform_below(source, bound: np.ndarray) -> np.ndarray:
 class RRPrior(common.FirstOrderMethod):
     name = "rr-prior"
     LABEL_DP = True     # privacy by privatised labels, not by a release (privzv.training.run)
+    # the server's labels: raw for the half not yet privatised (stage 1)
+    SECRET_STATE = common.FirstOrderMethod.SECRET_STATE + ((("labels",), SERVER),)
 
     @classmethod
     def release(cls, config):

@@ -36,11 +36,17 @@ class ZooVFL(DPZV):
     LR_DEVICE = 5e-3
     LR_SERVER = 0.005
     UPLINK = ("h", "h_perturbed")
+    MULTI_DIRECTION = False   # one direction, as published
+    ZO_DEVICE_RATE = False    # its published rate LR_DEVICE
 
     @classmethod
     def release(cls, config):
         only_device_threats(config)
         return super().release(config)
+
+    @classmethod
+    def zeroth_order_head(cls, config) -> bool:
+        return True
 
     @classmethod
     def uplink_batch(cls, config) -> int:
