@@ -33,7 +33,7 @@ def test_a_toy_field_reaches_the_parser_the_checks_the_json_types_and_the_refere
     schema.add_flags(parser, toy)
     args = parser.parse_args(["--toy-knob", "5", "--devices", "2"])
     assert schema.given(args, toy) == {"toy_knob": 5, "devices": 2}
-    with pytest.raises(PrivzvError, match="--toy-knob '0': must be >= 1"):
+    with pytest.raises(PrivzvError, match="--toy-knob '0': must be an integer >= 1"):
         parser.parse_args(["--toy-knob", "0"])
     assert toy(toy_knob=9).validate().toy_knob == 9
     with pytest.raises(PrivzvError, match=r"--toy-knob 10: must be <= 9 \(cap"):
