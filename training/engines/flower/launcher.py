@@ -47,12 +47,13 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import guard
+from privzv.training.engines.flower import credentials, guard
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
 WORK_PREFIX = "privzv-flower-"
 SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
+SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"   # the ServerApp's: the path of the secret seed's 0600 file
 SERVER_START = 30.0   # seconds from the submission within which the ServerApp must be running
 
 
@@ -265,51 +266,49 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     work = stack.work
     port = free_port()
     status = work / "status.json"
+    folders = [work / device_name(m) for m in range(config.devices)]
+    for folder in folders:
+        folder.mkdir(mode=0o700)
+    creds = credentials.make(work, folders)
     base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
             "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")])}
     server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
                   "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
                   "PRIVZV_FLOWER_TIMEOUT": str(timeout), "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
-                  **secret_environment(secret, mode)}
+                  **secret_environment(work, secret, mode)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
     keys = [secrets.token_bytes(32) for _ in range(config.devices)]   # per run, per device
-    _private_file(work / "reply-keys", "\n".join(key.hex() for key in keys))
-    for m in range(config.devices):
-        folder = work / device_name(m)
-        folder.mkdir(mode=0o700)
-        _private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex())
-        _private_file(folder / apps.REPLY_KEY, keys[m].hex())
+    credentials.private_file(work / "reply-keys", "\n".join(key.hex() for key in keys).encode())
+    for m, folder in enumerate(folders):
+        credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
+        credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
+    link = [sys.executable, _bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
+            "--disable-runtime-dependency-installation", *creds.superlink.flags(creds.ca)]
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
-        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--simulation", "--host",
-                                  "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
+        stack.start("superlink", [*link, "--simulation"],
                     {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
-    else:
-        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                  "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
-        for m in range(config.devices):
-            _start_device(stack, m, port, base)
+    else:   # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
+        stack.start("superlink", [*link, "--isolation", "process", "--enable-supernode-auth"], base)
+        stack.start("serverexec", [sys.executable, "-m", "privzv.training.engines.flower.serverexec",
+                                   "--runtime-api-address", f"127.0.0.1:{port}", "--root-certificates",
+                                   str(creds.ca), "--superexec-auth-secret-file", str(creds.superlink.secret)],
+                    server_env)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                      f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+                                      f'address = "127.0.0.1:{port}"\nroot-certificates = "{creds.ca}"\n')
     deadline = time.monotonic() + timeout
+    if mode != "simulation":
+        for m in range(config.devices):   # the SuperLink accepts these nodes' keys only
+            _flwr(stack, ["supernode", "register", str(creds.node_public[m]), "local"], "registered", base,
+                  deadline, timeout)
+            _start_device(stack, m, port, creds, base)
     app = app_folder(work / "app", config)
-    while True:   # the SuperLink takes a few seconds to listen
-        stack.check_alive()
-        try:
-            submit = subprocess.run([sys.executable, _bin("flwr"), "run", str(app), "local", *(
-                ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
-                                    env=base, cwd=work, capture_output=True, text=True,
-                                    timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
-        if submit.returncode == 0 and "Successfully started run" in submit.stdout:
-            break
-        if time.monotonic() > deadline:
-            raise Failed(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
-        time.sleep(0.5)
+    _flwr(stack, ["run", str(app), "local", *(["--federation-config", f"num-supernodes={config.devices}"]
+                                              if mode == "simulation" else [])],
+          "Successfully started run", base, deadline, timeout)
     submitted = time.monotonic()
     while not status.exists():
         try:
@@ -334,29 +333,45 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     return result
 
 
-def secret_environment(secret: int, mode: str) -> dict:
-    """The SuperLink's secret inputs: the root secret seed, except in mode ``simulation``, where
-    the devices' ClientApps run in Ray workers that inherit the SuperLink's environment (that
-    mode trains only runs without noise, whose server then draws its own secret seed)."""
-    return {} if mode == "simulation" else {"PRIVZV_FLOWER_SECRET_SEED": str(secret)}
+def _flwr(stack: Stack, args: list[str], success: str, env: dict, deadline: float, timeout: float) -> None:
+    """``flwr ARGS`` against the run's SuperLink, tried again until its output says ``success``
+    (the SuperLink takes a few seconds to listen) or ``deadline``."""
+    while True:
+        stack.check_alive()
+        try:
+            done = subprocess.run([sys.executable, _bin("flwr"), *args], env=env, cwd=stack.work, capture_output=True,
+                                  text=True, timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
+        if done.returncode == 0 and success in done.stdout:
+            return
+        if time.monotonic() > deadline:
+            raise Failed(f"flower: flwr {args[0]} failed: {(done.stdout + done.stderr).strip()[-400:]}")
+        time.sleep(0.5)
 
 
-def _private_file(path: Path, text: str) -> None:
-    """``path`` created with mode 0600 (never wider, not even for a moment), holding ``text``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+def secret_environment(work: Path, secret: int, mode: str) -> dict:
+    """The ServerApp's secret input: the path of a 0600 file with the root secret seed (never the
+    seed itself: an environment is readable in /proc), except in mode ``simulation``, where the
+    devices' ClientApps run in Ray workers beside the SuperLink (that mode trains only runs
+    without noise, whose server then draws its own secret seed)."""
+    if mode == "simulation":
+        return {}
+    return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
 
 
-def _start_device(stack: Stack, m: int, port: int, env: dict) -> None:
-    """Device m's SuperNode (node config: its partition id and folder, ``--isolation process``)
-    and its long-lived ClientApp executor on the SuperNode's Runtime API."""
+def _start_device(stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict) -> None:
+    """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
+    on TLS with SuperExec authentication; node config: its partition id and folder,
+    ``--isolation process``) and its long-lived ClientApp executor on that Runtime API."""
     folder = stack.work / device_name(m)
     runtime = free_port()
+    node = creds.supernodes[m]
     stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                 "--insecure", "--superlink", f"127.0.0.1:{port}", "--isolation", "process",
-                                 "--host", "127.0.0.1", "--port", str(runtime),
+                                 "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(creds.ca),
+                                 "--auth-supernode-private-key", str(creds.node_keys[m]), *node.flags(creds.ca),
+                                 "--isolation", "process", "--host", "127.0.0.1", "--port", str(runtime),
                                  "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
     stack.start(f"{device_name(m)}-executor",
-                [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
-                 "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
+                [sys.executable, "-m", "privzv.training.engines.flower.executor", "--root-certificates", str(creds.ca),
+                 "--superexec-auth-secret-file", str(node.secret), "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
