@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -117,89 +118,53 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path):
     lock.release()
 
 
-def test_a_rogue_process_that_takes_device_0s_task_cannot_answer_it(tmp, tmp_path):
-    """Issue 25 item 1, played for real: a local process that is not part of the run connects to
-    device 0's SuperNode (its Runtime API on 127.0.0.1), takes device 0's tasks (the device's own
-    executor stopped), reads them and pushes a forged uplink. The task carries nothing of the
-    device (its context's state is empty: no model, no generator state); the server refuses the
-    forged reply (not signed with device 0's key): one line, exit 1."""
-    from flwr.app import ConfigRecord, Message as FlowerMessage, RecordDict
-    from flwr.common.constant import SubStatus
-    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supercore.runtime import RuntimeHttpClient
-    from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+def test_a_port_in_use_is_one_line_exit_1(tmp, tmp_path, capsys, monkeypatch):
+    """The SuperLink's port taken by another process (between privzv's choice and the bind): the
+    SuperLink exits, the launcher says so in one line (exit 1) and leaves nothing."""
+    from privzv.training.engines.flower import launcher
 
-    import httpx
-    import torch
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        monkeypatch.setattr(launcher, "free_port", lambda: busy.getsockname()[1])
+        code = main([*ARGS, "--epochs", "1", "--out", str(tmp_path / "run"), "--flower-timeout", "120"])
+    err = capsys.readouterr().err
+    assert code == 1 and "superlink exited" in err and "port is in use" in err and err.count("\n") == 1, err
+    assert list(tmp.glob("privzv-flower-*")) == [] and _inside(tmp) == []
 
-    from privzv.training.engines.flower import codec, executor
-    from privzv.training.messages import Message
 
-    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "2",
-                             "--out", str(tmp_path / "run"), "--flower-timeout", "300"],
-                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    stopped, seen = None, []
+def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tmp, tmp_path):
+    """Device 0's process killed mid-run (SIGKILL): the launcher names it in one line within
+    seconds (not after --flower-timeout), exit 1; no process left, the lock free; the run folder
+    holds its last checkpoint and metrics up to it, and ``--resume`` of it is refused in one line."""
+    from privzv.training.run_folder import RunFolder
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "20", "--out", str(out),
+                             "--checkpoint-every", "1", "--flower-timeout", "300"],
+                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
-        def device0_executor():
-            return [pid for pid in _inside(tmp) if "executor" in _cmdline(pid) and
-                    any(f"127.0.0.1:{p}" in _cmdline(pid) for p in _node_ports(tmp, 0))]
+        def device0_busy():   # a few of device 0's messages answered
+            found = [(pid, w) for pid in _inside(tmp) if "executor" in _cmdline(pid) and "device0" in _cmdline(pid)
+                     for w in tmp.glob("privzv-flower-*/device0/device0.jsonl") if w.stat().st_size > 2000]
+            return found[0] if found else None
 
-        (stopped, *_) = _until(device0_executor, 120, "device 0's executor")
-        os.kill(stopped, signal.SIGSTOP)   # device 0's own process no longer takes its tasks
-        address = _cmdline(stopped).split("\0")[_cmdline(stopped).split("\0").index("--runtime-api-address") + 1]
-        def client(*interceptors):   # no retries: the SuperNode goes when the run ends
-            return RuntimeHttpClient.from_server_address(server_address=address, insecure=True, root_certificates=None,
-                                                         interceptors=list(interceptors), retry_invoker=None)
-
-        tasks = client(RuntimeVersionHttpInterceptor(component_name="SuperExec"))
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline and len(seen) < 3:
-            try:
-                res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
-            except httpx.ConnectError:   # the SuperNode is not listening yet
-                res = None
-            if not (res is not None and res.HasField("task") and res.token):
-                time.sleep(0.05)
-                continue
-            task = client(RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                          RuntimeTokenHttpInterceptor(res.token))
-            message, context, _ = executor.pull_task_input(task)
-            kind = message.metadata.message_type
-            seen.append((kind, set(context.state.keys())))
-            if kind == "query.send":   # a forged uplink: device 0's batch ids, zero embeddings
-                ids = message.content["batch"]["ids"].numpy()
-                forged = codec.encode(Message(int(message.content["round"]["round"]), "device0", "server", "uplink",
-                                              {"ids": torch.from_numpy(ids.copy()),
-                                               "h_plus": torch.zeros(len(ids), 8), "h_minus": torch.zeros(len(ids), 8)}))
-            else:
-                forged = RecordDict({"node": ConfigRecord({"partition-id": 0})})
-            push_message(task, FlowerMessage(forged, reply_to=message), context)
-            push_task_output(task, context, SubStatus.COMPLETED, "")
-            task.close()
-        _, err = proc.communicate(timeout=60)
+        pid, _ = _until(device0_busy, 240, "device 0 at work")
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-        if stopped is not None:
-            try:
-                os.kill(stopped, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-    assert seen and all(keys == set() for _, keys in seen), seen
-    assert proc.returncode == 1 and "not signed by device 0's key" in err and err.count("\n") == 1, err
-    assert _until(lambda: _inside(tmp) == [], 20, "no process left")
-
-
-def _node_ports(tmp: Path, m: int) -> list[str]:
-    """The Runtime API ports of device m's SuperNode (from its command line)."""
-    ports = []
-    for pid in _inside(tmp):
-        args = _cmdline(pid).split("\0")
-        if "--node-config" in args and f"partition-id={m} " in args[args.index("--node-config") + 1]:
-            ports.append(args[args.index("--port") + 1])
-    return ports
+    assert time.monotonic() - killed < 30   # --flower-timeout is 300
+    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, err
+    _until(lambda: _inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
+    with RunFolder.open(out) as folder:   # takes the lock: free
+        checkpoint = folder.load_checkpoint()
+        folder.load_metrics(checkpoint)
+    resumed = subprocess.run([sys.executable, "-m", "privzv", "train", "--resume", str(out)], capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 2 and "cannot be resumed" in resumed.stderr and resumed.stderr.count("\n") == 1
 
 
 def test_the_stack_names_a_dead_process_and_stops_orphaned_descendants(tmp_path):

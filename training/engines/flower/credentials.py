@@ -12,7 +12,9 @@ command line, never the secret):
 * ``tls/superlink.secret``, ``<device folder>/supernode.secret``: 32 random bytes that a SuperExec
   (the ServerApp's executor, the device's executor) signs its task requests with (Flower's
   ``--superexec-auth-secret-file``), so no other process can take the ServerApp's or a device's
-  task.
+  task;
+* ``tls/control.secret``: 32 random bytes that the run's Control API asks of every caller
+  (``control``): only the launcher's ``flwr`` calls carry them.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ class Credentials:
     supernodes: list[Server]
     node_keys: list[Path]      # device m's private authentication key (OpenSSH), in its own folder
     node_public: list[Path]    # ... and its public key, registered with the SuperLink
+    control: Path              # the Control API's secret (``control``)
 
 
 def _name(text: str) -> x509.Name:
@@ -111,4 +114,4 @@ def make(work: Path, device_folders: list[Path], host: str = "127.0.0.1",
                                                               serialization.PublicFormat.OpenSSH))
     return Credentials(tls / "ca.pem", _server(tls, "superlink", host, ca_key, ca_name),
                        [_server(folder, "supernode", hosts[m], ca_key, ca_name) for m, folder in enumerate(device_folders)],
-                       keys, public)
+                       keys, public, private_file(tls / "control.secret", secrets.token_bytes(32)))

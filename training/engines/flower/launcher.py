@@ -47,10 +47,11 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import credentials, guard
+from privzv.training.engines.flower import control, credentials, guard
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
+CONTROL = "privzv.training.engines.flower.control"   # flower-superlink and flwr with the run's Control API secret
 WORK_PREFIX = "privzv-flower-"
 SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
 SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"   # the ServerApp's: the path of the secret seed's 0600 file
@@ -120,7 +121,8 @@ class Stack:
         :data:`SERVER_START` s: it may have come and gone unseen)."""
         for proc in self.procs:
             if proc.poll() is not None:
-                raise Failed(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}")
+                name = self.names[proc.pid]
+                raise Failed(f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}")
         running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
                       for name in SERVER_PROCESSES)
         self.server_seen = self.server_seen or running
@@ -134,6 +136,26 @@ class Stack:
         self.guard.wait()
         for proc in self.procs:
             proc.wait()
+
+
+WHY = {   # a phrase of a dead process's log -> what the one-line error adds
+    "address already in use": "its port is in use by another process",
+    "Failed to activate SuperNode": "the SuperLink refused its node key",
+    "could not establish a connection to the SuperLink": "the SuperLink cannot be reached",
+}
+
+
+def _why(log: Path) -> str:
+    """``": <reason>"`` for the first phrase of :data:`WHY` in ``log`` (with its line), else ``""``."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for phrase, reason in WHY.items():
+        for line in reversed(lines):
+            if phrase in line:
+                return f": {reason} ({line.strip()[-160:]})"
+    return ""
 
 
 def _cmdline(pid: int) -> str:
@@ -206,8 +228,8 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     if config.threat != "device":
-        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (its --insecure gRPC "
-                          "shows the secret batches and their sizes; in-process only until TLS)")
+        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (the sizes of its "
+                          "messages on the wire, TLS or not, show the secret batch sizes; in-process only)")
     try:
         import flwr  # noqa: F401
     except ImportError:
@@ -272,7 +294,8 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     creds = credentials.make(work, folders)
     base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
-            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")])}
+            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")]),
+            control.ENV: str(creds.control)}
     server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
                   "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
                   "PRIVZV_FLOWER_TIMEOUT": str(timeout), "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
@@ -284,7 +307,7 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     for m, folder in enumerate(folders):
         credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
         credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
-    link = [sys.executable, _bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(port),
+    link = [sys.executable, "-m", CONTROL, "superlink", "--host", "127.0.0.1", "--port", str(port),
             "--disable-runtime-dependency-installation", *creds.superlink.flags(creds.ca)]
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
         stack.start("superlink", [*link, "--simulation"],
@@ -339,7 +362,7 @@ def _flwr(stack: Stack, args: list[str], success: str, env: dict, deadline: floa
     while True:
         stack.check_alive()
         try:
-            done = subprocess.run([sys.executable, _bin("flwr"), *args], env=env, cwd=stack.work, capture_output=True,
+            done = subprocess.run([sys.executable, "-m", CONTROL, "flwr", *args], env=env, cwd=stack.work, capture_output=True,
                                   text=True, timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
