@@ -110,6 +110,11 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
     # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
     assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
     assert engine.wire["messages"] >= 4 * 4
+    kinds = engine.wire["kinds"]   # per message kind: every counted byte once, uplinks and downlinks apart
+    assert sum(k["bytes"] for k in kinds.values()) == sum(engine.wire[key] for key in ("up", "down", "control"))
+    assert sum(k["messages"] for k in kinds.values()) == engine.wire["messages"]
+    assert kinds["query.send reply"]["bytes"] == engine.wire["up"] and kinds["train.receive"]["bytes"] == engine.wire["down"]
+    assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
 
 
 def test_devices_receive_no_labels_and_no_other_features(tmp_path):

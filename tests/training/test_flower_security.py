@@ -11,7 +11,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -59,31 +58,11 @@ def test_a_runs_credentials_are_its_own_and_private(tmp_path):
         link.verify_directly_issued_by(x509.load_pem_x509_certificate(two.ca.read_bytes()))
 
 
-def _inside(folder: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.readlink(proc / "cwd").startswith(str(folder)):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError:
         return b""
-
-
-def _until(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.1)
-    return value
 
 
 def _secrets_of(work: Path) -> list[bytes]:
@@ -128,7 +107,7 @@ def _arg(pid: int, flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, monkeypatch):
+def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, procs):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", "--dataset", "digits", "--devices", "2",
@@ -139,22 +118,22 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
     stopped = None
     try:
         def executors():
-            found = {int(_arg(pid, "--runtime-api-address").rsplit(":", 1)[1]): pid for pid in _inside(tmp)
+            found = {int(_arg(pid, "--runtime-api-address").rsplit(":", 1)[1]): pid for pid in procs.inside(tmp)
                      if b"flower.executor" in _read(Path(f"/proc/{pid}/cmdline"))}
             return found if len(found) == 2 else None
 
         def serverapp():
-            return [pid for pid in _inside(tmp) if b"flwr-serverapp" in _read(Path(f"/proc/{pid}/cmdline"))]
+            return [pid for pid in procs.inside(tmp) if b"flwr-serverapp" in _read(Path(f"/proc/{pid}/cmdline"))]
 
-        _until(executors, 180, "both devices' executors")
-        _until(serverapp, 180, "the ServerApp")
+        procs.until(executors, 180, "both devices' executors")
+        procs.until(serverapp, 180, "the ServerApp")
         (work,) = tmp.glob("privzv-flower-*")
         ca = str(work / "tls" / "ca.pem")
         # 1. no secret in any process's command line or environment (readable by other processes)
         needles = _secrets_of(work)
-        assert len(needles) > 20 and len(_inside(tmp)) >= 7   # SuperLink, SuperExec, ServerApp, 2 x (node, executor)
+        assert len(needles) > 20 and len(procs.inside(tmp)) >= 7   # SuperLink, SuperExec, ServerApp, 2 x (node, executor)
         assert any(b"token" in p.name.encode() for p in work.glob("*.token"))   # the ServerApp's token is a file
-        for pid in _inside(tmp):
+        for pid in procs.inside(tmp):
             for part in ("cmdline", "environ"):
                 text = _read(Path(f"/proc/{pid}/{part}"))
                 assert not [n for n in needles if n in text], (pid, part, text[:300])
@@ -164,7 +143,7 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
                              if "device0" in _arg(pid, "--superexec-auth-secret-file")]
         os.kill(stopped, signal.SIGSTOP)
         node0 = f"127.0.0.1:{port0}"
-        link_port = int(_arg(next(p for p in _inside(tmp) if b"control\x00superlink" in _read(Path(f"/proc/{p}/cmdline"))),
+        link_port = int(_arg(next(p for p in procs.inside(tmp) if b"control\x00superlink" in _read(Path(f"/proc/{p}/cmdline"))),
                              "--port"))
         link = f"127.0.0.1:{link_port}"
         for address in (node0, link):
@@ -229,7 +208,7 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
             assert not isinstance(res, Exception), res
             return res if res.HasField("task") and res.token else None
 
-        token = _until(taken, 60, "device 0's task with the SuperNode's secret").token
+        token = procs.until(taken, 60, "device 0's task with the SuperNode's secret").token
         from flwr.app import ConfigRecord, Message as FlowerMessage, RecordDict
         from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
@@ -253,7 +232,7 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
             except ProcessLookupError:
                 pass
         proc.communicate(timeout=60)
-    _until(lambda: _inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
+    procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
 
 
 def _free_port() -> int:

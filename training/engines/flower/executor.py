@@ -65,21 +65,39 @@ def serve(address: str, certificates: str, secret: bytes, poll: float = POLL) ->
     one after another, forever, each taken with SuperExec ``secret``."""
     tasks = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"),
                     SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[ACQUIRE]))
+    token = TaskToken()
+    client = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token)
     pause = FIRST_POLL
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
-            run_task(address, certificates, res.token)
+            token.token = res.token
+            run_task(client)
             pause = FIRST_POLL   # a device's next task tends to follow soon
         else:
             time.sleep(pause)
             pause = min(2 * pause, poll)
 
 
-def run_task(address: str, certificates: str, token: str) -> None:
-    """One ClientApp task (``token``): as ``flwr.supernode.runtime.run_clientapp`` without its exit."""
-    client = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                     RuntimeTokenHttpInterceptor(token))
+class TaskToken(RuntimeTokenHttpInterceptor):
+    """The token of the task being run, on every request of the executor's one task client (one
+    TLS connection for all tasks, not a client and a handshake per message)."""
+
+    def __init__(self):
+        super().__init__("unset")
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    @token.setter
+    def token(self, value: str) -> None:
+        self._token = value
+
+
+def run_task(client) -> None:
+    """The ClientApp task whose token ``client`` sends: as ``flwr.supernode.runtime.run_clientapp``
+    without its exit."""
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
     context = reply = None
@@ -96,7 +114,6 @@ def run_task(address: str, certificates: str, token: str) -> None:
             push_task_output(client, context, status, details)
         finally:
             heartbeat.stop()
-            client.close()
 
 
 def answer(message, context, fab_id: str):

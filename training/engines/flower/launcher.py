@@ -5,18 +5,24 @@
 1. a work folder ``$TMPDIR/privzv-flower-*`` (mode 0700) and its ``guard`` process, which stops
    every process of the run and removes the folder however the launcher ends (SIGKILL
    included); folders that dead launchers left are removed first (:func:`remove_stale`);
-2. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
-   port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
-   only (the run folder, the secret seed, the path of the devices' reply keys; in mode
-   ``simulation``, which refuses private runs because its Ray workers inherit that environment,
-   no secret seed);
-3. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
-   never the root) in the 0600 file ``noise-key``, and its per-run reply key in the 0600 file
-   ``reply-key`` (not on a command line, which every local user can read in ``ps``); except in
-   mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's SuperNode
-   with short waits, ``--isolation process``), node config ``partition-id=m folder=<its
-   folder>``, each with its long-lived ClientApp ``executor``;
-   ``apps.client_app``, the public config as the run config ``privzv-config``);
+2. the run's credentials (``credentials.make``: a per-run CA, TLS certificates, node keys,
+   SuperExec and Control API secrets, every private part 0600);
+3. a SuperLink (``control.py superlink``: ``flower-superlink`` over TLS, its Fleet, Control and
+   Runtime APIs on one free port, its Control API for the launcher only; ``--isolation process``
+   and ``--enable-supernode-auth``, or ``--simulation`` in mode ``simulation``) and beside it
+   the ServerApp's SuperExec (``serverexec``, its task token in a file), which has the server's
+   inputs in its environment only, as paths (the run folder, the 0600 files of the secret seed
+   and of the devices' reply keys; in mode ``simulation``, which refuses private runs because
+   its Ray workers inherit the SuperLink's environment, no secret seed);
+4. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
+   never the root) in the 0600 file ``noise-key``, its per-run reply key in ``reply-key``, its
+   node key and its SuperNode's TLS key and SuperExec secret (not on a command line, which every
+   local user can read in ``ps``); except in mode ``simulation`` (virtual SuperNodes): device
+   m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
+   Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
+   folder=<its folder>``, and its long-lived ClientApp ``executor``; then ``flwr run`` of the
+   app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
+   ``privzv-config``);
 5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
    ServerApp included, ends the wait at once), copies the devices' transcripts into
    ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
@@ -47,7 +53,7 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import control, credentials, guard
+from privzv.training.engines.flower import control, credentials, guard, serverexec
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
@@ -123,6 +129,9 @@ class Stack:
             if proc.poll() is not None:
                 name = self.names[proc.pid]
                 raise Failed(f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}")
+        for ended in self.work.glob(f"{serverexec.EXIT_PREFIX}*.exit"):   # privzv's SuperExec says so
+            raise Failed(f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
+                         "or stopped)")
         running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
                       for name in SERVER_PROCESSES)
         self.server_seen = self.server_seen or running

@@ -8,13 +8,18 @@ replies). Here ``SubprocessExecutor.launch`` writes the token to a file of mode 
 working directory (the run's 0700 work folder) and passes ``--token-file`` instead. The privzv
 launcher starts this beside a SuperLink run with ``--isolation process`` and the SuperExec
 secret (``--superexec-auth-secret-file``), so that no other process can take the ServerApp's task.
+Each ServerApp's exit code goes to the file ``serverapp-PID.exit`` there when it exits.
 """
 from __future__ import annotations
 
 import secrets
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+
+EXIT_PREFIX = "serverapp-"
 
 
 def launch(self, spec):
@@ -33,8 +38,16 @@ def launch(self, spec):
         args.extend(["--root-certificates", spec.root_certificates_path])
     if spec.parent_pid is not None:
         args.extend(["--parent-pid", str(spec.parent_pid)])
-    subprocess.Popen(args)  # pylint: disable=consider-using-with  (the guard stops it)
+    proc = subprocess.Popen(args)  # pylint: disable=consider-using-with  (the guard stops it)
+    threading.Thread(target=_record_exit, args=(proc,), daemon=True).start()
     return LaunchResult.accepted()
+
+
+def _record_exit(proc: subprocess.Popen) -> None:
+    """When the ServerApp ``proc`` exits, its code in ``serverapp-PID.exit`` (in the work folder):
+    the launcher learns at once that it ended, with a result or without."""
+    code = proc.wait()
+    (Path.cwd() / f"{EXIT_PREFIX}{proc.pid}.exit").write_text(str(code))
 
 
 def main() -> None:
