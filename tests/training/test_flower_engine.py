@@ -267,7 +267,7 @@ def test_flower_sim_refuses_private_runs_and_its_environment_holds_no_secret(tmp
     assert not (tmp_path / "out").exists()
     assert launcher.secret_environment(tmp_path, SECRET, "simulation") == {}
     env = launcher.secret_environment(tmp_path, SECRET, "deployment")   # the ServerApp's: a path, not the seed
-    assert list(env) == [launcher.SECRET_FILE] and str(SECRET) not in env[launcher.SECRET_FILE]
+    assert env == {launcher.SECRET_FILE: str(tmp_path / "secret-seed")}
     seed = Path(env[launcher.SECRET_FILE])
     assert seed.read_text() == str(SECRET) and seed.stat().st_mode & 0o777 == 0o600
 
