@@ -73,8 +73,10 @@ def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
         (farm / "privzv" / sub).symlink_to((tree / sub).resolve())
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", BASELINE, json.dumps(config.to_dict()), str(tmp / "baseline"),
-                           str(farm.resolve())], capture_output=True, text=True, check=True,
+                           str(farm.resolve())], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(farm)})
+    if done.returncode != 0:
+        raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"], "tree": str(tree)}
 

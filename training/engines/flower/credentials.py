@@ -68,15 +68,15 @@ def _name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 
 
-def _certificate(subject: str, public, issuer: str, key, host: str | None, ca: bool) -> x509.Certificate:
+def _certificate(subject: str, public, issuer: str, key, hosts: list[str], ca: bool) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
                .public_key(public).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALID)
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if host is not None:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
-                                        critical=False)
+    if hosts:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address(host)) for host in hosts]), critical=False)
     return builder.sign(key, hashes.SHA256())
 
 
@@ -84,26 +84,24 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _server(folder: Path, name: str, host: str, ca_key, ca_name: str) -> Server:
+def _server(folder: Path, name: str, hosts: list[str], ca_key, ca_name: str) -> Server:
     key = ec.generate_private_key(ec.SECP256R1())
-    (folder / f"{name}.pem").write_bytes(_pem(_certificate(name, key.public_key(), ca_name, ca_key, host, ca=False)))
+    (folder / f"{name}.pem").write_bytes(_pem(_certificate(name, key.public_key(), ca_name, ca_key, hosts, ca=False)))
     private_file(folder / f"{name}-key.pem", key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     return Server(folder / f"{name}.pem", folder / f"{name}-key.pem",
                   private_file(folder / f"{name}.secret", secrets.token_bytes(32)))
 
 
-def make(work: Path, device_folders: list[Path], host: str = "127.0.0.1",
-         node_hosts: list[str] | None = None) -> Credentials:
+def make(work: Path, device_folders: list[Path], hosts: list[str] = ("127.0.0.1",)) -> Credentials:
     """A run's credentials in ``work/tls`` (mode 0700) and the devices' folders: the SuperLink's
-    certificate for ``host``, SuperNode m's Runtime API certificate for ``node_hosts[m]``
-    (default ``host``), and each device's node key."""
+    certificate for its addresses ``hosts``, each SuperNode's Runtime API certificate for
+    127.0.0.1 (its executor runs beside it), and each device's node key."""
     tls = work / "tls"
     tls.mkdir(mode=0o700)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = f"privzv run CA {secrets.token_hex(4)}"
-    (tls / "ca.pem").write_bytes(_pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, None, ca=True)))
-    hosts = node_hosts or [host] * len(device_folders)
+    (tls / "ca.pem").write_bytes(_pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, [], ca=True)))
     keys, public = [], []
     for m, folder in enumerate(device_folders):
         node = ec.generate_private_key(ec.SECP384R1())
@@ -112,6 +110,6 @@ def make(work: Path, device_folders: list[Path], host: str = "127.0.0.1",
         public.append(tls / f"device{m}.pub")
         public[-1].write_bytes(node.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                               serialization.PublicFormat.OpenSSH))
-    return Credentials(tls / "ca.pem", _server(tls, "superlink", host, ca_key, ca_name),
-                       [_server(folder, "supernode", hosts[m], ca_key, ca_name) for m, folder in enumerate(device_folders)],
+    return Credentials(tls / "ca.pem", _server(tls, "superlink", list(hosts), ca_key, ca_name),
+                       [_server(folder, "supernode", ["127.0.0.1"], ca_key, ca_name) for folder in device_folders],
                        keys, public, private_file(tls / "control.secret", secrets.token_bytes(32)))

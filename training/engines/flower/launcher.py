@@ -54,6 +54,7 @@ from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import control, credentials, guard, serverexec
+from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
@@ -226,10 +227,12 @@ def _shims(folder: Path) -> Path:
 
 
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment") -> dict:
+        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment",
+        net: Network = LOCAL) -> dict:
     """Train ``config`` on a local Flower run into run folder ``out``; returns
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
 
+    ``net``: where the processes live (``network.Network``; default: all on 127.0.0.1).
     ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
     the device's long-lived ClientApp ``executor``; ``"simulation"``:
     Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
@@ -262,7 +265,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     stack = Stack(work, logs)
     try:
         with _signals_stop():
-            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
+            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode, net)
     except (Failed, PrivzvError) as exc:   # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
         shutil.copytree(logs, kept, dirs_exist_ok=True)
@@ -291,7 +294,7 @@ def _signals_stop():
 
 
 def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
-         mode: str) -> dict:
+         mode: str, net: Network) -> dict:
     from privzv.training.engines.flower import apps   # needs flwr (checked by run)
 
     work = stack.work
@@ -300,7 +303,7 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     folders = [work / device_name(m) for m in range(config.devices)]
     for folder in folders:
         folder.mkdir(mode=0o700)
-    creds = credentials.make(work, folders)
+    creds = credentials.make(work, folders, net.link_hosts())
     base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
             "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")]),
@@ -316,14 +319,14 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     for m, folder in enumerate(folders):
         credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
         credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
-    link = [sys.executable, "-m", CONTROL, "superlink", "--host", "127.0.0.1", "--port", str(port),
+    link = [*net.server, sys.executable, "-m", CONTROL, "superlink", "--host", net.bind, "--port", str(port),
             "--disable-runtime-dependency-installation", *creds.superlink.flags(creds.ca)]
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
         stack.start("superlink", [*link, "--simulation"],
                     {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
     else:   # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
         stack.start("superlink", [*link, "--isolation", "process", "--enable-supernode-auth"], base)
-        stack.start("serverexec", [sys.executable, "-m", "privzv.training.engines.flower.serverexec",
+        stack.start("serverexec", [*net.server, sys.executable, "-m", "privzv.training.engines.flower.serverexec",
                                    "--runtime-api-address", f"127.0.0.1:{port}", "--root-certificates",
                                    str(creds.ca), "--superexec-auth-secret-file", str(creds.superlink.secret)],
                     server_env)
@@ -334,11 +337,11 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     deadline = time.monotonic() + timeout
     if mode != "simulation":
         for m in range(config.devices):   # the SuperLink accepts these nodes' keys only
-            _flwr(stack, ["supernode", "register", str(creds.node_public[m]), "local"], "registered", base,
+            _flwr(stack, net, ["supernode", "register", str(creds.node_public[m]), "local"], "registered", base,
                   deadline, timeout)
-            _start_device(stack, m, port, creds, base)
+            _start_device(stack, m, port, creds, base, net)
     app = app_folder(work / "app", config)
-    _flwr(stack, ["run", str(app), "local", *(["--federation-config", f"num-supernodes={config.devices}"]
+    _flwr(stack, net, ["run", str(app), "local", *(["--federation-config", f"num-supernodes={config.devices}"]
                                               if mode == "simulation" else [])],
           "Successfully started run", base, deadline, timeout)
     submitted = time.monotonic()
@@ -365,13 +368,14 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     return result
 
 
-def _flwr(stack: Stack, args: list[str], success: str, env: dict, deadline: float, timeout: float) -> None:
+def _flwr(stack: Stack, net: Network, args: list[str], success: str, env: dict, deadline: float,
+          timeout: float) -> None:
     """``flwr ARGS`` against the run's SuperLink, tried again until its output says ``success``
     (the SuperLink takes a few seconds to listen) or ``deadline``."""
     while True:
         stack.check_alive()
         try:
-            done = subprocess.run([sys.executable, "-m", CONTROL, "flwr", *args], env=env, cwd=stack.work, capture_output=True,
+            done = subprocess.run([*net.server, sys.executable, "-m", CONTROL, "flwr", *args], env=env, cwd=stack.work, capture_output=True,
                                   text=True, timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
@@ -392,18 +396,20 @@ def secret_environment(work: Path, secret: int, mode: str) -> dict:
     return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
 
 
-def _start_device(stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict) -> None:
+def _start_device(stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict,
+                  net: Network = LOCAL) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
     on TLS with SuperExec authentication; node config: its partition id and folder,
     ``--isolation process``) and its long-lived ClientApp executor on that Runtime API."""
     folder = stack.work / device_name(m)
     runtime = free_port()
     node = creds.supernodes[m]
-    stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                 "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(creds.ca),
+    stack.start(device_name(m), [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.supernode",
+                                 "--superlink", f"{net.link(m)}:{port}", "--root-certificates", str(creds.ca),
                                  "--auth-supernode-private-key", str(creds.node_keys[m]), *node.flags(creds.ca),
                                  "--isolation", "process", "--host", "127.0.0.1", "--port", str(runtime),
                                  "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
     stack.start(f"{device_name(m)}-executor",
-                [sys.executable, "-m", "privzv.training.engines.flower.executor", "--root-certificates", str(creds.ca),
+                [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.executor",
+                 "--root-certificates", str(creds.ca),
                  "--superexec-auth-secret-file", str(node.secret), "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
