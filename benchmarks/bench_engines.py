@@ -74,7 +74,7 @@ def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", BASELINE, json.dumps(config.to_dict()), str(tmp / "baseline"),
                            str(farm.resolve())], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(farm)})
+                          cwd=tmp, env={**os.environ, "PYTHONPATH": str(farm)})   # not a cwd with privzv/
     if done.returncode != 0:
         raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
