@@ -52,7 +52,10 @@ def test_a_runs_credentials_are_its_own_and_private(tmp_path):
     assert (tmp_path / "tls").stat().st_mode & 0o777 == 0o700
     other = tmp_path / "other"
     other.mkdir()
-    two = credentials.make(other, [])
+    two = credentials.make(other, [], hosts=["127.0.0.1", "169.254.1.1"])   # a SuperLink reached at two addresses
+    sans = x509.load_pem_x509_certificate(two.superlink.cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    assert sorted(str(ip) for ip in sans.get_values_for_type(x509.IPAddress)) == ["127.0.0.1", "169.254.1.1"]
     assert two.ca.read_bytes() != one.ca.read_bytes() and two.superlink.secret.read_bytes() != one.superlink.secret.read_bytes()
     with pytest.raises(Exception):   # another run's CA did not sign this run's SuperLink
         link.verify_directly_issued_by(x509.load_pem_x509_certificate(two.ca.read_bytes()))
