@@ -16,8 +16,16 @@ requests, acknowledgements, hello and evaluation messages) and their count. ``ov
 Flower loop's seconds per round minus the in-process one. The loop starts after the setup (the
 devices' ``query.hello``, where each loads its data slice). Each row has the machine's 1-minute
 load average at its end: on a shared machine the Flower figures grow with it.
-Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]``
-(needs privzv[flower]; simulation: privzv[flower-sim]).
+``wire_bytes["kinds"]``: per message kind (``query.send`` the round request, ``query.send reply``
+the uplink, ``train.receive`` the downlink, ...), its count and serialised bytes, beside eq. (23)'s
+``bytes_up`` / ``bytes_down`` of the same row.
+
+``--baseline TREE``: also the Flower deployment row of the privzv in ``TREE`` (a checkout of another
+commit, e.g. ``git archive main | tar -x -C TREE``), run in a subprocess that imports that tree,
+in the same session (row ``flower_baseline``, and ``speedup_vs_baseline`` of the loop's seconds
+per round): a before/after comparison on the same machine at the same load.
+Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]
+[--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
 from __future__ import annotations
 
@@ -25,6 +33,9 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +55,32 @@ def _row(summary: dict, total: float) -> dict:
             "epsilon_spent": summary["epsilon_spent"], "load_average": os.getloadavg()[0]}
 
 
+BASELINE = """import json, sys
+from pathlib import Path
+from privzv.training.config import TrainConfig
+from privzv.training.engines.flower import launcher
+assert Path(launcher.__file__).is_relative_to(Path(sys.argv[3])), launcher.__file__
+print(json.dumps(launcher.run(TrainConfig.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), secret_seed=%d,
+                              timeout=1200)))""" % SECRET
+
+
+def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
+    """The Flower deployment row of the privzv in ``tree`` (its privzv/, training/ and attacks/
+    folders arranged as the installed package, first on PYTHONPATH of a subprocess)."""
+    farm = tmp / "baseline-package"
+    shutil.copytree(tree / "privzv", farm / "privzv")
+    for sub in ("training", "attacks"):
+        (farm / "privzv" / sub).symlink_to((tree / sub).resolve())
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", BASELINE, json.dumps(config.to_dict()), str(tmp / "baseline"),
+                           str(farm.resolve())], capture_output=True, text=True,
+                          cwd=tmp, env={**os.environ, "PYTHONPATH": str(farm)})   # not a cwd with privzv/
+    if done.returncode != 0:
+        raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"], "tree": str(tree)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
@@ -51,6 +88,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", choices=launcher.MODES, default=["deployment"],
                     help="Flower runs to time (launcher.MODES; default deployment): simulation = Ray "
                          "(privzv[flower-sim])")
+    ap.add_argument("--baseline", type=Path, help="a checkout of another commit: its Flower row too")
     args = ap.parse_args()
     config = TrainConfig(dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90,
                          evals=1, epsilon=8.0)
@@ -64,6 +102,8 @@ def main() -> None:
             start = time.perf_counter()
             result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, mode=mode)
             rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
+        if args.baseline is not None:
+            rows["flower_baseline"] = _baseline(args.baseline, config, Path(tmp))
     per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
     print(json.dumps({
         "setting": {"dataset": "digits", "method": args.method, "devices": 2, "batch_size": 32,
@@ -71,6 +111,8 @@ def main() -> None:
         **rows,
         "overhead_seconds_per_round": {name: per_round[name] - per_round["inprocess"]
                                        for name in rows if name != "inprocess"},
+        **({"speedup_vs_baseline": per_round["flower_baseline"] / per_round["flower"]}
+           if "flower_baseline" in rows and "flower" in rows else {}),
         "same_metrics": all((inproc["test_accuracy"], inproc["epsilon_spent"])
                             == (row["test_accuracy"], row["epsilon_spent"]) for row in rows.values()),
         "cpus": os.cpu_count(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +93,42 @@ def cli_process():
                 os._exit(code)
         return pid
     return start
+
+
+class _Processes:
+    """What the real-process Flower tests look at: the processes working inside a folder (a run's
+    processes run in its work folder, also once it is deleted), command lines, bounded waits."""
+
+    @staticmethod
+    def inside(folder) -> list[int]:
+        pids = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if os.readlink(proc / "cwd").startswith(str(folder)):
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+        return pids
+
+    @staticmethod
+    def cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return ""
+
+    @staticmethod
+    def until(predicate, seconds: float, what: str):
+        """``predicate()``'s first true value, looked for every 0.1 s; AssertionError after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while not (value := predicate()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {seconds} s: {what}")
+            time.sleep(0.1)
+        return value
+
+
+@pytest.fixture
+def procs():
+    """The helpers of :class:`_Processes` (processes inside a folder, command lines, waits)."""
+    return _Processes

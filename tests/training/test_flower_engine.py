@@ -110,6 +110,11 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
     # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
     assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
     assert engine.wire["messages"] >= 4 * 4
+    kinds = engine.wire["kinds"]   # per message kind: every counted byte once, uplinks and downlinks apart
+    assert sum(k["bytes"] for k in kinds.values()) == sum(engine.wire[key] for key in ("up", "down", "control"))
+    assert sum(k["messages"] for k in kinds.values()) == engine.wire["messages"]
+    assert kinds["query.send reply"]["bytes"] == engine.wire["up"] and kinds["train.receive"]["bytes"] == engine.wire["down"]
+    assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
 
 
 def test_devices_receive_no_labels_and_no_other_features(tmp_path):
@@ -260,9 +265,11 @@ def test_flower_sim_refuses_private_runs_and_its_environment_holds_no_secret(tmp
     with pytest.raises(PrivzvError, match="flower-sim: not for a private run"):
         launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
     assert not (tmp_path / "out").exists()
-    assert launcher.secret_environment(SECRET, "simulation") == {}
-    for mode in ("deployment", "per-message"):   # the SuperLink's own processes only
-        assert launcher.secret_environment(SECRET, mode) == {"PRIVZV_FLOWER_SECRET_SEED": str(SECRET)}
+    assert launcher.secret_environment(tmp_path, SECRET, "simulation") == {}
+    env = launcher.secret_environment(tmp_path, SECRET, "deployment")   # the ServerApp's: a path, not the seed
+    assert env == {launcher.SECRET_FILE: str(tmp_path / "secret-seed")}
+    seed = Path(env[launcher.SECRET_FILE])
+    assert seed.read_text() == str(SECRET) and seed.stat().st_mode & 0o777 == 0o600
 
 
 def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_path, monkeypatch):
@@ -280,19 +287,32 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
 
 
 def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_path):
-    """SuperNode m with --isolation process and an executor on SuperNode m's own Runtime API port."""
-    from privzv.training.engines.flower import launcher
+    """SuperNode m with --isolation process and an executor on SuperNode m's own Runtime API port;
+    every connection on TLS with the run's CA, the node authenticated by its own key, the
+    executor by the SuperNode's SuperExec secret; never --insecure."""
+    from privzv.training.engines.flower import credentials, launcher
 
+    folders = [tmp_path / "device0", tmp_path / "device1"]
+    for folder in folders:
+        folder.mkdir()
+    creds = credentials.make(tmp_path, folders)
     started = []
     stack = types.SimpleNamespace(work=tmp_path, start=lambda name, args, env: started.append((name, args)))
-    launcher._start_device(stack, 1, 9000, {})
+    launcher._start_device(stack, 1, 9000, creds, {})
     (name, node), (exe_name, executor) = started
     assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
     assert node[node.index("--isolation") + 1] == "process"
     assert f'folder={json.dumps(str(tmp_path / "device1"))}' in node[node.index("--node-config") + 1]
+    assert node[node.index("--root-certificates") + 1] == str(creds.ca)
+    assert node[node.index("--auth-supernode-private-key") + 1] == str(folders[1] / "node-key")
+    assert node[node.index("--ssl-certfile") + 1] == str(folders[1] / "supernode.pem")
+    secret = str(folders[1] / "supernode.secret")
+    assert node[node.index("--superexec-auth-secret-file") + 1] == secret
     port = node[node.index("--port") + 1]
     assert exe_name == "device1-executor"
     assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
+    assert executor[executor.index("--superexec-auth-secret-file") + 1] == secret
+    assert "--insecure" not in node + executor
 
 
 class Killed(Loopback):

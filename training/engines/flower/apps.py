@@ -6,7 +6,7 @@ head, the embedding table, the ledger and the server's noise generator live in t
 Its inputs come from the SuperLink's environment (set by ``launcher``, never sent to a device):
 ``PRIVZV_FLOWER_OUT`` (the run folder), ``PRIVZV_FLOWER_STATUS`` (a JSON file it writes when
 done: the summary and the wire bytes, or the ``error`` (bad input) or ``failed`` (runtime)), ``PRIVZV_FLOWER_KEYS`` (a 0600 file of the
-devices' reply keys, :func:`reply_keys`), optional ``PRIVZV_FLOWER_SECRET_SEED``,
+devices' reply keys, :func:`reply_keys`), optional ``PRIVZV_FLOWER_SECRET_SEED_FILE`` (the path of a 0600 file with the secret seed),
 ``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``. The
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
@@ -72,10 +72,10 @@ def main(grid: Grid, context: Context) -> None:
 
         waits.quick_pulls(http_grid)   # the replies' objects: no 1 s wait for one not yet stored
         torch.set_num_threads(1)
-        secret = env.get("PRIVZV_FLOWER_SECRET_SEED")
+        secret = env.get("PRIVZV_FLOWER_SECRET_SEED_FILE")
         every = env.get("PRIVZV_FLOWER_CHECKPOINT_EVERY")
         summary = run.train(public_config(context), Path(env["PRIVZV_FLOWER_OUT"]),
-                            secret_seed=None if secret is None else int(secret),
+                            secret_seed=None if secret is None else int(Path(secret).read_text()),
                             overwrite=env.get("PRIVZV_FLOWER_OVERWRITE") == "1",
                             checkpoint_every=None if every is None else int(every), engine=engine)
         result = {"summary": summary, "wire": engines[0].wire if engines else None}

@@ -1,5 +1,8 @@
-"""``python -m privzv.training.engines.flower.executor --runtime-api-address HOST:PORT --insecure``:
-one long-lived process that runs every ClientApp task of its SuperNode (``--isolation process``).
+"""``python -m privzv.training.engines.flower.executor --runtime-api-address HOST:PORT
+--root-certificates CA --superexec-auth-secret-file FILE``: one long-lived process that runs every
+ClientApp task of its SuperNode (``--isolation process``), over TLS (the SuperNode's Runtime API
+certificate, signed by ``CA``), signing its task requests with the SuperNode's SuperExec secret
+(Flower's SuperExec authentication: no process without that secret can take the device's tasks).
 
 Flower 1.41 has no warm ClientApp: its SuperExec launches one ``flwr-clientapp`` process per task
 (``flwr/supercore/superexec/executor/subprocess_executor.py``, ``SubprocessExecutor.launch``), and
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 import traceback
 
 from flwr.app import Error, Message
@@ -39,6 +43,7 @@ from flwr.supercore.inflatable.inflatable_protobuf_utils import (
     make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
 from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
 from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.task_identity import TaskIdentity
@@ -52,24 +57,47 @@ APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
 PARTIES: dict = {}   # partition id -> the device's DeviceParty, alive between its messages
 
 
-def serve(address: str, insecure: bool, poll: float = POLL, certificates: str | None = None) -> None:
-    """Run the SuperNode's ClientApp tasks at Runtime API ``address``, one after another, forever."""
-    tasks = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"))
+ACQUIRE = "/flwr.proto.Runtime/AcquireTask"   # the call Flower's SuperExec authentication protects
+
+
+def serve(address: str, certificates: str, secret: bytes, poll: float = POLL) -> None:
+    """Run the SuperNode's ClientApp tasks at Runtime API ``address`` (TLS, CA ``certificates``),
+    one after another, forever, each taken with SuperExec ``secret``."""
+    tasks = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"),
+                    SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[ACQUIRE]))
+    token = TaskToken()
+    client = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token)
     pause = FIRST_POLL
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
-            run_task(address, insecure, certificates, res.token)
+            token.token = res.token
+            run_task(client)
             pause = FIRST_POLL   # a device's next task tends to follow soon
         else:
             time.sleep(pause)
             pause = min(2 * pause, poll)
 
 
-def run_task(address: str, insecure: bool, certificates: str | None, token: str) -> None:
-    """One ClientApp task (``token``): as ``flwr.supernode.runtime.run_clientapp`` without its exit."""
-    client = _client(address, insecure, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
-                     RuntimeTokenHttpInterceptor(token))
+class TaskToken(RuntimeTokenHttpInterceptor):
+    """The token of the task being run, on every request of the executor's one task client (one
+    TLS connection for all tasks, not a client and a handshake per message)."""
+
+    def __init__(self):
+        super().__init__("unset")
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    @token.setter
+    def token(self, value: str) -> None:
+        self._token = value
+
+
+def run_task(client) -> None:
+    """The ClientApp task whose token ``client`` sends: as ``flwr.supernode.runtime.run_clientapp``
+    without its exit."""
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
     context = reply = None
@@ -86,7 +114,6 @@ def run_task(address: str, insecure: bool, certificates: str | None, token: str)
             push_task_output(client, context, status, details)
         finally:
             heartbeat.stop()
-            client.close()
 
 
 def answer(message, context, fab_id: str):
@@ -126,8 +153,8 @@ def pull_task_input(client):
     return message, context, run
 
 
-def _client(address: str, insecure: bool, certificates: str | None, *interceptors):
-    return RuntimeHttpClient.from_server_address(server_address=address, insecure=insecure,
+def _client(address: str, certificates: str, *interceptors):
+    return RuntimeHttpClient.from_server_address(server_address=address, insecure=False,
                                                  root_certificates=certificates,
                                                  interceptors=list(interceptors),
                                                  retry_invoker=make_simple_http_retry_invoker())
@@ -136,13 +163,13 @@ def _client(address: str, insecure: bool, certificates: str | None, *interceptor
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, HOST:PORT")
-    ap.add_argument("--insecure", action="store_true", help="plain HTTP to the SuperNode (same machine)")
-    ap.add_argument("--root-certificates", help="CA certificate (PEM) of the SuperNode's Runtime API")
+    ap.add_argument("--root-certificates", required=True, help="CA certificate (PEM) of the SuperNode's Runtime API")
+    ap.add_argument("--superexec-auth-secret-file", required=True,
+                    help="the SuperNode's SuperExec secret (raw bytes, as its --superexec-auth-secret-file)")
     ap.add_argument("--poll", type=float, default=POLL, help=f"seconds between task polls (default {POLL})")
     args = ap.parse_args(argv)
-    if args.insecure == (args.root_certificates is not None):
-        ap.error("give exactly one of --insecure and --root-certificates")
-    serve(args.runtime_api_address, args.insecure, args.poll, args.root_certificates)
+    secret = Path(args.superexec_auth_secret_file).read_bytes()
+    serve(args.runtime_api_address, args.root_certificates, secret, args.poll)
 
 
 if __name__ == "__main__":

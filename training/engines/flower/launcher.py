@@ -5,18 +5,24 @@
 1. a work folder ``$TMPDIR/privzv-flower-*`` (mode 0700) and its ``guard`` process, which stops
    every process of the run and removes the folder however the launcher ends (SIGKILL
    included); folders that dead launchers left are removed first (:func:`remove_stale`);
-2. a SuperLink (``flower-superlink --insecure``, its Fleet, Control and runtime APIs on one free
-   port; ``--simulation`` in mode ``simulation``), with the server's inputs in its environment
-   only (the run folder, the secret seed, the path of the devices' reply keys; in mode
-   ``simulation``, which refuses private runs because its Ray workers inherit that environment,
-   no secret seed);
-3. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
-   never the root) in the 0600 file ``noise-key``, and its per-run reply key in the 0600 file
-   ``reply-key`` (not on a command line, which every local user can read in ``ps``); except in
-   mode ``simulation`` (virtual SuperNodes): M SuperNodes (``supernode``, Flower's SuperNode
-   with short waits, ``--isolation process``), node config ``partition-id=m folder=<its
-   folder>``, each with its long-lived ClientApp ``executor``;
-   ``apps.client_app``, the public config as the run config ``privzv-config``);
+2. the run's credentials (``credentials.make``: a per-run CA, TLS certificates, node keys,
+   SuperExec and Control API secrets, every private part 0600);
+3. a SuperLink (``control.py superlink``: ``flower-superlink`` over TLS, its Fleet, Control and
+   Runtime APIs on one free port, its Control API for the launcher only; ``--isolation process``
+   and ``--enable-supernode-auth``, or ``--simulation`` in mode ``simulation``) and beside it
+   the ServerApp's SuperExec (``serverexec``, its task token in a file), which has the server's
+   inputs in its environment only, as paths (the run folder, the 0600 files of the secret seed
+   and of the devices' reply keys; in mode ``simulation``, which refuses private runs because
+   its Ray workers inherit the SuperLink's environment, no secret seed);
+4. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
+   never the root) in the 0600 file ``noise-key``, its per-run reply key in ``reply-key``, its
+   node key and its SuperNode's TLS key and SuperExec secret (not on a command line, which every
+   local user can read in ``ps``); except in mode ``simulation`` (virtual SuperNodes): device
+   m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
+   Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
+   folder=<its folder>``, and its long-lived ClientApp ``executor``; then ``flwr run`` of the
+   app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
+   ``privzv-config``);
 5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
    ServerApp included, ends the wait at once), copies the devices' transcripts into
    ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
@@ -47,12 +53,15 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import guard
+from privzv.training.engines.flower import control, credentials, guard, serverexec
+from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
+CONTROL = "privzv.training.engines.flower.control"   # flower-superlink and flwr with the run's Control API secret
 WORK_PREFIX = "privzv-flower-"
 SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
+SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"   # the ServerApp's: the path of the secret seed's 0600 file
 SERVER_START = 30.0   # seconds from the submission within which the ServerApp must be running
 
 
@@ -119,7 +128,11 @@ class Stack:
         :data:`SERVER_START` s: it may have come and gone unseen)."""
         for proc in self.procs:
             if proc.poll() is not None:
-                raise Failed(f"flower: {self.names[proc.pid]} exited with code {proc.returncode}")
+                name = self.names[proc.pid]
+                raise Failed(f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}")
+        for ended in self.work.glob(f"{serverexec.EXIT_PREFIX}*.exit"):   # privzv's SuperExec says so
+            raise Failed(f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
+                         "or stopped)")
         running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
                       for name in SERVER_PROCESSES)
         self.server_seen = self.server_seen or running
@@ -133,6 +146,26 @@ class Stack:
         self.guard.wait()
         for proc in self.procs:
             proc.wait()
+
+
+WHY = {   # a phrase of a dead process's log -> what the one-line error adds
+    "address already in use": "its port is in use by another process",
+    "Failed to activate SuperNode": "the SuperLink refused its node key",
+    "could not establish a connection to the SuperLink": "the SuperLink cannot be reached",
+}
+
+
+def _why(log: Path) -> str:
+    """``": <reason>"`` for the first phrase of :data:`WHY` in ``log`` (with its line), else ``""``."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for phrase, reason in WHY.items():
+        for line in reversed(lines):
+            if phrase in line:
+                return f": {reason} ({line.strip()[-160:]})"
+    return ""
 
 
 def _cmdline(pid: int) -> str:
@@ -194,10 +227,12 @@ def _shims(folder: Path) -> Path:
 
 
 def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment") -> dict:
+        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment",
+        net: Network = LOCAL) -> dict:
     """Train ``config`` on a local Flower run into run folder ``out``; returns
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
 
+    ``net``: where the processes live (``network.Network``; default: all on 127.0.0.1).
     ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
     the device's long-lived ClientApp ``executor``; ``"simulation"``:
     Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
@@ -205,8 +240,8 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     if config.threat != "device":
-        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (its --insecure gRPC "
-                          "shows the secret batches and their sizes; in-process only until TLS)")
+        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (the sizes of its "
+                          "messages on the wire, TLS or not, show the secret batch sizes; in-process only)")
     try:
         import flwr  # noqa: F401
     except ImportError:
@@ -230,7 +265,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     stack = Stack(work, logs)
     try:
         with _signals_stop():
-            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode)
+            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode, net)
     except (Failed, PrivzvError) as exc:   # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
         shutil.copytree(logs, kept, dirs_exist_ok=True)
@@ -259,57 +294,56 @@ def _signals_stop():
 
 
 def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
-         mode: str) -> dict:
+         mode: str, net: Network) -> dict:
     from privzv.training.engines.flower import apps   # needs flwr (checked by run)
 
     work = stack.work
     port = free_port()
     status = work / "status.json"
+    folders = [work / device_name(m) for m in range(config.devices)]
+    for folder in folders:
+        folder.mkdir(mode=0o700)
+    creds = credentials.make(work, folders, net.link_hosts())
     base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
-            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")])}
+            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")]),
+            control.ENV: str(creds.control)}
     server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
                   "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
                   "PRIVZV_FLOWER_TIMEOUT": str(timeout), "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
-                  **secret_environment(secret, mode)}
+                  **secret_environment(work, secret, mode)}
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
     keys = [secrets.token_bytes(32) for _ in range(config.devices)]   # per run, per device
-    _private_file(work / "reply-keys", "\n".join(key.hex() for key in keys))
-    for m in range(config.devices):
-        folder = work / device_name(m)
-        folder.mkdir(mode=0o700)
-        _private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex())
-        _private_file(folder / apps.REPLY_KEY, keys[m].hex())
+    credentials.private_file(work / "reply-keys", "\n".join(key.hex() for key in keys).encode())
+    for m, folder in enumerate(folders):
+        credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
+        credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
+    link = [*net.server, sys.executable, "-m", CONTROL, "superlink", "--host", net.bind, "--port", str(port),
+            "--disable-runtime-dependency-installation", *creds.superlink.flags(creds.ca)]
     if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
-        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--simulation", "--host",
-                                  "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"],
+        stack.start("superlink", [*link, "--simulation"],
                     {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
-    else:
-        stack.start("superlink", [sys.executable, _bin("flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                  "--port", str(port), "--disable-runtime-dependency-installation"], server_env)
-        for m in range(config.devices):
-            _start_device(stack, m, port, base)
+    else:   # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
+        stack.start("superlink", [*link, "--isolation", "process", "--enable-supernode-auth"], base)
+        stack.start("serverexec", [*net.server, sys.executable, "-m", "privzv.training.engines.flower.serverexec",
+                                   "--runtime-api-address", f"127.0.0.1:{port}", "--root-certificates",
+                                   str(creds.ca), "--superexec-auth-secret-file", str(creds.superlink.secret)],
+                    server_env)
     home = work / "home"
     home.mkdir()
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                      f'address = "127.0.0.1:{port}"\ninsecure = true\n')
+                                      f'address = "127.0.0.1:{port}"\nroot-certificates = "{creds.ca}"\n')
     deadline = time.monotonic() + timeout
+    if mode != "simulation":
+        for m in range(config.devices):   # the SuperLink accepts these nodes' keys only
+            _flwr(stack, net, ["supernode", "register", str(creds.node_public[m]), "local"], "registered", base,
+                  deadline, timeout)
+            _start_device(stack, m, port, creds, base, net)
     app = app_folder(work / "app", config)
-    while True:   # the SuperLink takes a few seconds to listen
-        stack.check_alive()
-        try:
-            submit = subprocess.run([sys.executable, _bin("flwr"), "run", str(app), "local", *(
-                ["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else [])],
-                                    env=base, cwd=work, capture_output=True, text=True,
-                                    timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
-        if submit.returncode == 0 and "Successfully started run" in submit.stdout:
-            break
-        if time.monotonic() > deadline:
-            raise Failed(f"flower: flwr run failed: {(submit.stdout + submit.stderr).strip()[-400:]}")
-        time.sleep(0.5)
+    _flwr(stack, net, ["run", str(app), "local", *(["--federation-config", f"num-supernodes={config.devices}"]
+                                              if mode == "simulation" else [])],
+          "Successfully started run", base, deadline, timeout)
     submitted = time.monotonic()
     while not status.exists():
         try:
@@ -334,29 +368,48 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     return result
 
 
-def secret_environment(secret: int, mode: str) -> dict:
-    """The SuperLink's secret inputs: the root secret seed, except in mode ``simulation``, where
-    the devices' ClientApps run in Ray workers that inherit the SuperLink's environment (that
-    mode trains only runs without noise, whose server then draws its own secret seed)."""
-    return {} if mode == "simulation" else {"PRIVZV_FLOWER_SECRET_SEED": str(secret)}
+def _flwr(stack: Stack, net: Network, args: list[str], success: str, env: dict, deadline: float,
+          timeout: float) -> None:
+    """``flwr ARGS`` against the run's SuperLink, tried again until its output says ``success``
+    (the SuperLink takes a few seconds to listen) or ``deadline``."""
+    while True:
+        stack.check_alive()
+        try:
+            done = subprocess.run([*net.server, sys.executable, "-m", CONTROL, "flwr", *args], env=env, cwd=stack.work, capture_output=True,
+                                  text=True, timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
+        if done.returncode == 0 and success in done.stdout:
+            return
+        if time.monotonic() > deadline:
+            raise Failed(f"flower: flwr {args[0]} failed: {(done.stdout + done.stderr).strip()[-400:]}")
+        time.sleep(0.5)
 
 
-def _private_file(path: Path, text: str) -> None:
-    """``path`` created with mode 0600 (never wider, not even for a moment), holding ``text``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+def secret_environment(work: Path, secret: int, mode: str) -> dict:
+    """The ServerApp's secret input: the path of a 0600 file with the root secret seed (never the
+    seed itself: an environment is readable in /proc), except in mode ``simulation``, where the
+    devices' ClientApps run in Ray workers beside the SuperLink (that mode trains only runs
+    without noise, whose server then draws its own secret seed)."""
+    if mode == "simulation":
+        return {}
+    return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
 
 
-def _start_device(stack: Stack, m: int, port: int, env: dict) -> None:
-    """Device m's SuperNode (node config: its partition id and folder, ``--isolation process``)
-    and its long-lived ClientApp executor on the SuperNode's Runtime API."""
+def _start_device(stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict,
+                  net: Network = LOCAL) -> None:
+    """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
+    on TLS with SuperExec authentication; node config: its partition id and folder,
+    ``--isolation process``) and its long-lived ClientApp executor on that Runtime API."""
     folder = stack.work / device_name(m)
     runtime = free_port()
-    stack.start(device_name(m), [sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                 "--insecure", "--superlink", f"127.0.0.1:{port}", "--isolation", "process",
-                                 "--host", "127.0.0.1", "--port", str(runtime),
+    node = creds.supernodes[m]
+    stack.start(device_name(m), [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.supernode",
+                                 "--superlink", f"{net.link(m)}:{port}", "--root-certificates", str(creds.ca),
+                                 "--auth-supernode-private-key", str(creds.node_keys[m]), *node.flags(creds.ca),
+                                 "--isolation", "process", "--host", "127.0.0.1", "--port", str(runtime),
                                  "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
     stack.start(f"{device_name(m)}-executor",
-                [sys.executable, "-m", "privzv.training.engines.flower.executor", "--insecure",
-                 "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
+                [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.executor",
+                 "--root-certificates", str(creds.ca),
+                 "--superexec-auth-secret-file", str(node.secret), "--runtime-api-address", f"127.0.0.1:{runtime}"], env)

@@ -16,7 +16,8 @@ a local process that pulls device m's task from its SuperNode cannot answer it.
 A missing, late, misdirected or unsigned reply is a runtime failure (``cliutil.Failed``, exit 1).
 A delivery's acknowledgement is collected before the next message to the same device (or an
 evaluation), so another device's round runs meanwhile; each device sees its messages in order.
-The serialised size of every message's content is counted (``wire``), beside eq. (23)'s bytes.
+The serialised size of every message's content is counted (``wire``: up, down, control and per
+message kind, ``"query.send"``, ``"query.send reply"``, ...), beside eq. (23)'s bytes.
 """
 from __future__ import annotations
 
@@ -96,11 +97,14 @@ class FlowerEngine:
         self.nodes: list[int] = []
         self.acks: dict[int, str] = {}        # device -> id of its unacknowledged delivery
         self.method = None
-        self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0}
+        self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
+        self.kinds: dict[str, str] = {}       # message id -> its kind, until its reply is counted
 
     def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
-        self._count(counted, content)
-        return self.transport.push(self.nodes[m], kind, content)
+        self._count(counted, content, kind)
+        mid = self.transport.push(self.nodes[m], kind, content)
+        self.kinds[mid] = kind
+        return mid
 
     def _wait(self, ids: list[str], what: str, devices: list[int], counted: str = "control") -> dict[str, RecordDict]:
         return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
@@ -111,12 +115,17 @@ class FlowerEngine:
             if not codec.verify(self.keys[m], mid, replies[mid]):
                 raise Failed(f"flower: the reply to {what} is not signed by device {m}'s key "
                                   "(not from its own process): refused")
-            self._count(counted, replies[mid])
+            self._count(counted, replies[mid], f"{self.kinds.pop(mid)} reply")
         return replies
 
-    def _count(self, key: str, content: RecordDict) -> None:
-        self.wire[key] += codec.wire_bytes(content)
+    def _count(self, key: str, content: RecordDict, kind: str) -> None:
+        """Count ``content``'s serialised bytes under ``key`` (up, down, control) and its kind."""
+        size = codec.wire_bytes(content)
+        self.wire[key] += size
         self.wire["messages"] += 1
+        per = self.wire["kinds"].setdefault(kind, {"messages": 0, "bytes": 0})
+        per["messages"] += 1
+        per["bytes"] += size
 
     def _settle(self, m: int) -> None:
         """Collect device m's acknowledgement of its last delivery."""
