@@ -110,7 +110,9 @@ def _main(argv: Sequence[str]) -> int:
     p = cliutil.Parser(prog="privzv demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/demo",
                    help="results folder (default runs/demo; an earlier demo there is replaced)")
-    p.add_argument("--trials", type=cliutil.number("--trials", low=100, integer=True),
+    from privzv.attacks.cli import MAX_TRIALS
+
+    p.add_argument("--trials", type=cliutil.number("--trials", low=100, high=MAX_TRIALS, integer=True),
                    default=20000, help="audit trials (default 20000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(list(argv))

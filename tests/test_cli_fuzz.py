@@ -137,7 +137,7 @@ ATTACK = [
     [*STUDY, "--epsilons", "0"], [*STUDY, "--epsilons", "x"], [*STUDY, "--methods", "nope"],
     [*STUDY, "--epochs", "1e9"], [*STUDY, "--threat", "nope"], [*STUDY, "--dataset", "nope"],
     [*STUDY, "--epsilons", *["1"] * 51], [*STUDY, "--delta", "0"],
-    ["demo", "--bogus"],
+    ["demo", "--bogus"], ["demo", "--trials", "1000000000000"],   # a time bomb: capped, the cap named
 ]
 
 CASES = ([pytest.param(a, id="privzv " + " ".join(a)[:60]) for a in TOP]
