@@ -13,8 +13,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
   ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
   0.9 (papers/000 App. C).
 * every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
-  ``methods.head.default_lr`` with a DP head: min(0.1 / (sigma_h sqrt(P)), 0.15 / C_h) on a
-  sample of the table, else min(0.1, 1/z_h)).
+  ``methods.head.default_lr`` with a DP head: 0.1 / (sigma_h sqrt(P)) on a sample of the table,
+  else min(0.1, 1/z_h)).
 
 A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
 Where the run's C (given) differs from the entry's, or its embedding size from the sweep's

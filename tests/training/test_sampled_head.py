@@ -240,24 +240,3 @@ def test_the_default_rate_moves_the_weights_by_noise_step_per_step(tiny_config, 
     moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
     assert moved == pytest.approx(head.NOISE_STEP, rel=0.05)
 
-
-def test_where_the_noise_is_small_the_default_rate_caps_the_signal_step():
-    """sigma_h near 0 (a large epsilon): the default rate is MAX_STEP / C_h, so a noiseless step
-    moves the head by at most MAX_STEP n / B (n sampled records, each gradient clipped to C_h,
-    the sum over B): exactly that when every record's gradient is the same."""
-    step, server = _sampled_head(records=400, rate=0.5, sigma=1e-9)
-    size = sum(q.numel() for q in step.params)
-    rate = head.default_lr(step.dp, 0.05, size)
-    assert rate == pytest.approx(head.MAX_STEP / step.dp.clip)
-    for m in range(2):
-        server.table.update(m, torch.arange(400), torch.full((400, 3), 50.0))   # one row, clipped
-    server.labels.zero_()
-    step.optimizer.param_groups[0]["lr"] = rate
-    sampling = server.noise.stream("head-sampling")
-    state = sampling.state_dict()
-    n = len(step.sample())
-    sampling.load_state_dict(state)                         # the step draws the same sample
-    before = torch.cat([q.detach().reshape(-1) for q in step.params])
-    step.step(None, None)
-    moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
-    assert float(moved) == pytest.approx(head.MAX_STEP * n / step.dp.batch_size, rel=1e-4)
