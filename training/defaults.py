@@ -13,7 +13,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
   ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
   0.9 (arXiv:2502.20565v3, App. C).
 * every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
-  ``methods.head.default_lr``, min(0.1, 1/z_h) with a DP head).
+  ``methods.head.default_lr`` with a DP head: 0.1 / (sigma_h sqrt(P)) on a sample of the table,
+  else min(0.1, 1/z_h)).
 
 A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
 Where the run's C (given) differs from the entry's, or its embedding size from the sweep's
@@ -110,7 +111,7 @@ def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
         d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
         return ZO_RATE / math.sqrt(d), f"{ZO_RATE:g} / sqrt(d), d = {d} device parameters (training/defaults.py)"
     if name == "lr_server" and dp_head:
-        return None, "the DP head's default min(0.1, 1/z_h)"
+        return None, "the DP head's default (methods.head.default_lr)"
     return None, "the method's default"
 
 

@@ -71,7 +71,7 @@ def test_a_given_c_other_than_the_tuned_one_drops_the_tuned_rates():
         assert "swept at C 0.1, this run has C 10" in sources[name]["source"]
     # a private run's head rate is the DP head's own in any case: no reason to give
     _, private = defaults.resolve(TrainConfig(**SMALL, clip=10.0, epsilon=3.0), ds)
-    assert private["lr_server"]["source"] == "the DP head's default min(0.1, 1/z_h)"
+    assert private["lr_server"]["source"] == "the DP head's default (methods.head.default_lr)"
     # the tuned C given explicitly keeps the tuned set
     same, sources = defaults.resolve(TrainConfig(**SMALL, clip=entry["clip"]), ds)
     assert same.lr_device == pytest.approx(entry["lr_device"] * 0.1) and same.lr_server == entry["lr_server"]

@@ -144,9 +144,10 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
     sched = tiny_scheduler(method=method, epsilon=2.0, release=p.release)
     assert sched.method.head_dp == p.release.head and sched.method.head.dp == p.release.head
     assert sched.method.sigma == p.release.sigma
-    if method != "zoo-vfl":    # first-order heads: lr = min(0.1, 1/z_h) by default
-        z_h = p.release.head.sigma / p.release.head.sensitivity
-        assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(min(0.1, 1 / z_h))
+    if method != "zoo-vfl":    # first-order heads sample the table: lr = NOISE_STEP / (sigma_h sqrt(P))
+        size = sum(q.numel() for q in sched.server.head.parameters())
+        assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(
+            head.NOISE_STEP / (p.release.head.sigma * math.sqrt(size)))
     before = [q.clone() for q in sched.server.head.parameters()]
     for _ in range(2 * head.WINDOW + 1):   # past the first pooled window (q M = 8 rounds)
         assert sched.step()

@@ -220,3 +220,23 @@ def test_the_sample_and_the_noise_come_from_their_own_server_streams():
     server.noise.gaussian((1000,), 1.0)
     server.noise.stream("downlink").gaussian((1000,), 1.0)
     assert torch.equal(step.sample(), first)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 20.0])
+def test_the_default_rate_moves_the_weights_by_noise_step_per_step(tiny_config, tiny_dataset, epsilon):
+    """The sampled head's default rate makes a step's noise move the head by about
+    ``head.NOISE_STEP`` (a norm), whatever epsilon: on an empty table (nobody eligible) a step is
+    the noise alone, rate x sigma_h x ||N(0, I_P)||, and ||N(0, I_P)|| is sqrt(P) within 5 %."""
+    config = tiny_config(epsilon=epsilon, embed_dim=16)
+    dataset = tiny_dataset()
+    p = privacy.plan(config, methods.get("dpzv"), len(dataset.y_train), rounds=24)
+    sched = run.build(config, dataset, release=p.release, secret_seed=5)
+    step = sched.method.head
+    assert type(step).__name__ == "SampledHead" and not step.server.table.filled.any()
+    size = sum(q.numel() for q in step.params)
+    assert size > 1000                                   # ||N(0, I_P)|| / sqrt(P) = 1 +- 2 %
+    before = torch.cat([q.detach().reshape(-1) for q in step.params])
+    step.step(None, None)
+    moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
+    assert moved == pytest.approx(head.NOISE_STEP, rel=0.05)
+
