@@ -24,6 +24,7 @@ the rest) or fixed in advance from a list of m candidates with a Bonferroni corr
 (``method="bonferroni"``: every bound at alpha/(2m)). Choosing the best of many thresholds on the
 same trials without a correction would not be a valid bound. Both bounds are clipped at 0.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,9 +83,17 @@ def _best(values: np.ndarray, thresholds: np.ndarray) -> tuple[float, float]:
     return max(0.0, float(values[i])), float(thresholds[i])
 
 
-def audit_scores(scores_in, scores_out, delta: float, *, alpha: float = 0.05,
-                 method: str = "split", split: float = 0.5, thresholds=None,
-                 seed: int = 0) -> AuditBound:
+def audit_scores(
+    scores_in,
+    scores_out,
+    delta: float,
+    *,
+    alpha: float = 0.05,
+    method: str = "split",
+    split: float = 0.5,
+    thresholds=None,
+    seed: int = 0,
+) -> AuditBound:
     """Lower bounds on (eps at ``delta``) and mu from scores of "in" and "out" trials.
 
     ``split``: fraction of each class used only to pick the threshold (method "split");
@@ -113,17 +122,28 @@ def audit_scores(scores_in, scores_out, delta: float, *, alpha: float = 0.05,
         rng = np.random.default_rng(seed)
         in_pick, in_eval = _split(rng.permutation(s_in), split)
         out_pick, out_eval = _split(rng.permutation(s_out), split)
-        cand = np.unique(np.concatenate([in_pick, out_pick])) if thresholds is None \
+        cand = (
+            np.unique(np.concatenate([in_pick, out_pick]))
+            if thresholds is None
             else np.atleast_1d(np.asarray(thresholds, float))
+        )
         eps_pick, mu_pick = bounds_at(in_pick, out_pick, cand, delta, alpha / 2)
         t_eps, t_mu = cand[int(np.argmax(eps_pick))], cand[int(np.argmax(mu_pick))]
         eps, _ = bounds_at(in_eval, out_eval, t_eps, delta, alpha / 2)
         _, mu = bounds_at(in_eval, out_eval, t_mu, delta, alpha / 2)
         eps_lb, mu_lb = max(0.0, float(eps[0])), max(0.0, float(mu[0]))
         s_in, s_out = in_eval, out_eval
-    return AuditBound(eps_lb=eps_lb, mu_lb=mu_lb, threshold_eps=float(t_eps),
-                      threshold_mu=float(t_mu), alpha=alpha, delta=delta, method=method,
-                      positives=int(s_in.size), negatives=int(s_out.size))
+    return AuditBound(
+        eps_lb=eps_lb,
+        mu_lb=mu_lb,
+        threshold_eps=float(t_eps),
+        threshold_mu=float(t_mu),
+        alpha=alpha,
+        delta=delta,
+        method=method,
+        positives=int(s_in.size),
+        negatives=int(s_out.size),
+    )
 
 
 def _split(x: np.ndarray, frac: float) -> tuple[np.ndarray, np.ndarray]:

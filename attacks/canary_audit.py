@@ -32,6 +32,7 @@ than a bound through (eps, delta) alone. ``mu_lb`` is the largest mu rejected; t
 rejected. Exact for Gaussian releases (the device threat); a subsampled mechanism is not exactly
 GDP, so there it is a bound on the GDP claim, not on an arbitrary (eps, delta) claim.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,7 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
 
 def one_run_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float:
     """Largest eps rejected at level alpha (0 when even eps = 0 is not rejected)."""
-    objective = lambda e: alpha - one_run_p_value(m, r, v, e, delta)   # noqa: E731
+    objective = lambda e: alpha - one_run_p_value(m, r, v, e, delta)  # noqa: E731
     if objective(0.0) <= 0:
         return 0.0
     hi = 1.0
@@ -74,7 +75,8 @@ def fdp_rejects(m: int, r: int, v: int, mu: float, alpha: float) -> bool:
     al. 2024, recursive bound with a cap.) Starting from alpha times the observed fractions of
     correct and wrong guesses, the recursion propagates what mu-GDP forces on the expected
     fractions; the claim is rejected when they must exceed the guessed fraction r / m."""
-    def inverse_blow_up(x: float) -> float:     # the smallest wrong-guess mass allowing x right
+
+    def inverse_blow_up(x: float) -> float:  # the smallest wrong-guess mass allowing x right
         return float(special.ndtr(special.ndtri(x) - mu))
 
     right, wrong = alpha * v / m, alpha * (r - v) / m
@@ -96,12 +98,10 @@ def fdp_mu(m: int, r: int, v: int, alpha: float) -> float:
         hi *= 2
         if hi > 1e3:
             return hi
-    return float(optimize.brentq(lambda mu: 0.5 - fdp_rejects(m, r, v, mu, alpha), 1e-9, hi,
-                                 xtol=1e-6))
+    return float(optimize.brentq(lambda mu: 0.5 - fdp_rejects(m, r, v, mu, alpha), 1e-9, hi, xtol=1e-6))
 
 
-def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
-                    alpha: float = 0.05) -> dict:
+def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float, alpha: float = 0.05) -> dict:
     """One-run eps lower bound from canary scores (positive: guess bit 1) and their true bits."""
     s, t = np.asarray(scores, float), np.asarray(truth, int)
     m = s.size
@@ -119,16 +119,24 @@ def eps_lower_bound(scores: np.ndarray, truth: np.ndarray, delta: float,
         mu = fdp_mu(m, r, v, level)
         if mu > fdp["mu_lb"] or fdp["fdp_guesses"] == 0:
             fdp = {"mu_lb": mu, "fdp_guesses": r, "fdp_correct": v}
-    fdp_eps = 0.0                # None at delta = 0: mu-GDP (mu > 0) has no finite eps there
+    fdp_eps = 0.0  # None at delta = 0: mu-GDP (mu > 0) has no finite eps there
     if fdp["mu_lb"] > 0:
         fdp_eps = float(gdp.epsilon_from_delta(fdp["mu_lb"], delta)) if delta > 0 else None
     return {**best, **fdp, "fdp_eps_lb": fdp_eps, "canaries": m, "alpha": alpha, "delta": delta}
 
 
-def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
-        epsilon: float = 1.0, delta: float = 1e-5, epochs: float = 3.0, seed: int = 0,
-        secret_seed: int | None = None, server_kind: str = "sum",
-        attacker: str = "transcript") -> dict:
+def run(
+    method: str = "fo-vector",
+    dataset: str = "digits",
+    canaries: int = 400,
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    epochs: float = 3.0,
+    seed: int = 0,
+    secret_seed: int | None = None,
+    server_kind: str = "sum",
+    attacker: str = "transcript",
+) -> dict:
     """Train ``method`` with label canaries, attack device 0's transcript, bound eps from below.
 
     ``seed`` is public (data, canaries, model init); the parties' noise comes from ``secret_seed``
@@ -156,20 +164,30 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     rng = np.random.default_rng(seed)
     ids = rng.choice(n, canaries, replace=False)
     a = rng.integers(0, k, canaries)
-    b = (a + rng.integers(1, k, canaries)) % k                     # b != a
+    b = (a + rng.integers(1, k, canaries)) % k  # b != a
     bit = rng.integers(0, 2, canaries)
     y = ds.y_train.clone()
     y[torch.as_tensor(ids)] = torch.as_tensor(np.where(bit == 1, a, b))
     ds.y_train = y
-    cfg = TrainConfig(dataset=dataset, method=method, epsilon=epsilon, delta=delta,
-                      clip=CLIP.get(method, 10.0), epochs=epochs,
-                      embed_dim=k, evals=1, seed=seed, server_kind=server_kind)
+    cfg = TrainConfig(
+        dataset=dataset,
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        clip=CLIP.get(method, 10.0),
+        epochs=epochs,
+        embed_dim=k,
+        evals=1,
+        seed=seed,
+        server_kind=server_kind,
+    )
     cfg.validate()
     rounds = training_run.rounds_for(cfg, n)
     plan = privacy.plan(cfg, methods.get(method), n, rounds)
     ledger = privacy.ledger(cfg, plan)
-    sched = training_run.build(cfg, ds, release=plan.release if plan.private else None,
-                               ledger=ledger, secret_seed=secret_seed)
+    sched = training_run.build(
+        cfg, ds, release=plan.release if plan.private else None, ledger=ledger, secret_seed=secret_seed
+    )
     sched.run(rounds, lambda r: False, lambda r: None)
     if attacker == "model":
         logits = final_logits(sched, [x[torch.as_tensor(ids)] for x in ds.x_train])
@@ -186,14 +204,27 @@ def run(method: str = "fo-vector", dataset: str = "digits", canaries: int = 400,
     bound = eps_lower_bound(scores, bit, delta)
     upper = ledger.epsilon_spent() if ledger is not None else math.inf
     head = plan.release.head if plan.private else None
-    return {"method": method, "dataset": dataset, "epsilon_target": epsilon, "delta": delta,
-            "sigma": plan.sigma, "head_sigma": head and head.sigma,
-            "head_window": head and head.window,
-            "head_sampling_rate": head and head.sampling_rate, "server_kind": server_kind, "attacker": attacker,
-            "rounds": sched.round, "epsilon_upper": upper, "protects": type(sched.method).PROTECTS,
-            "accountant": cfg.accountant,
-            "threat": cfg.threat, "epochs": epochs, "seed": seed,
-            "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()), **bound}
+    return {
+        "method": method,
+        "dataset": dataset,
+        "epsilon_target": epsilon,
+        "delta": delta,
+        "sigma": plan.sigma,
+        "head_sigma": head and head.sigma,
+        "head_window": head and head.window,
+        "head_sampling_rate": head and head.sampling_rate,
+        "server_kind": server_kind,
+        "attacker": attacker,
+        "rounds": sched.round,
+        "epsilon_upper": upper,
+        "protects": type(sched.method).PROTECTS,
+        "accountant": cfg.accountant,
+        "threat": cfg.threat,
+        "epochs": epochs,
+        "seed": seed,
+        "accuracy_of_sign": float(((scores > 0).astype(int) == bit).mean()),
+        **bound,
+    }
 
 
 def final_logits(sched, features) -> np.ndarray:

@@ -5,6 +5,7 @@ Clopper & Pearson (1934): for k successes in n trials, the one-sided upper bound
 the alpha quantile of Beta(k, n - k + 1) (0 when k = 0). Same form as jax_privacy's
 ``auditing._clopper_pearson_upper``.
 """
+
 from __future__ import annotations
 
 import numpy as np

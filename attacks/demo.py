@@ -10,12 +10,13 @@
 
 It lives in ``attacks`` because it uses all three layers (attacks -> training -> privzv).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from privzv import cliutil
 from privzv.accounting import account, calibrate
@@ -35,24 +36,30 @@ def paper_accounting() -> dict:
     seed = calibrate(PAPER["epsilon"], PAPER["delta"], release, schedule, accountant="seed")
     bought = account(release.with_sigma(seed.sigma), schedule, PAPER["delta"], accountant="pld")
     needed = calibrate(PAPER["epsilon"], PAPER["delta"], release, schedule, accountant="pld")
-    return {"setting": {**PAPER, "steps": steps}, "seed": seed.to_dict(),
-            "seed_sigma_under_device_pld": bought.to_dict(),
-            "rigorous_device_pld": needed.to_dict(), "release": release, "schedule": schedule}
+    return {
+        "setting": {**PAPER, "steps": steps},
+        "seed": seed.to_dict(),
+        "seed_sigma_under_device_pld": bought.to_dict(),
+        "rigorous_device_pld": needed.to_dict(),
+        "release": release,
+        "schedule": schedule,
+    }
 
 
 def paper_audit(release: Release, schedule: Schedule, sigma: float, trials: int) -> dict:
     from privzv.attacks.release_audit import audit_release
 
-    return audit_release(release.with_sigma(sigma), schedule, PAPER["delta"], accountant="pld",
-                         trials=trials)
+    return audit_release(release.with_sigma(sigma), schedule, PAPER["delta"], accountant="pld", trials=trials)
 
 
 # C chosen by the sweep of benchmarks/bench_reproduction.py (docs/results.md); the paper's C=10
 # leaves DPZV at chance on digits at epsilon 1.
 DIGITS_CLIP = HPARAMS[("digits", "dpzv")]["clip"]
-RUNS = (("no-noise", math.inf, None),
-        (f"epsilon-{DEMO_EPSILON:g}", DEMO_EPSILON, None),
-        (f"epsilon-{DEMO_EPSILON:g}-frozen-devices", DEMO_EPSILON, "devices"))
+RUNS = (
+    ("no-noise", math.inf, None),
+    (f"epsilon-{DEMO_EPSILON:g}", DEMO_EPSILON, None),
+    (f"epsilon-{DEMO_EPSILON:g}-frozen-devices", DEMO_EPSILON, "devices"),
+)
 
 
 def digits_runs(out: Path, quiet: bool) -> dict:
@@ -61,8 +68,7 @@ def digits_runs(out: Path, quiet: bool) -> dict:
     from privzv.training import run
     from privzv.training.config import TrainConfig
 
-    base = TrainConfig(dataset="digits", method="dpzv", devices=4, delta=DEMO_DELTA,
-                       clip=DIGITS_CLIP)
+    base = TrainConfig(dataset="digits", method="dpzv", devices=4, delta=DEMO_DELTA, clip=DIGITS_CLIP)
     runs = {}
     for name, epsilon, freeze in RUNS:
         config = dataclasses.replace(base, epsilon=epsilon, freeze=freeze)
@@ -82,8 +88,7 @@ def _human(o: dict) -> str:
     lines = [
         "1. Accounting (the DPZV paper's setting: MNIST D=60000, B=64, C=10, 100 epochs, delta=1e-3)",
         f"   the paper's sigma for epsilon=1 (Theorem VI.5, NOT RIGOROUS): {seed['sigma']:.4g}",
-        f"   what it buys against the receiving device (pld, rigorous):   epsilon = "
-        f"{bought['epsilon']:.4g}",
+        f"   what it buys against the receiving device (pld, rigorous):   epsilon = {bought['epsilon']:.4g}",
         f"   sigma that really gives epsilon <= 1 there:                  {need['sigma']:.4g} "
         f"({need['sigma'] / seed['sigma']:.1f}x)",
         "2. Audit: optimal likelihood-ratio attacker on one record's releases at the paper's sigma",
@@ -92,34 +97,47 @@ def _human(o: dict) -> str:
         f"3. Training: DPZV on digits, 4 devices, C={DIGITS_CLIP:g} (threat device, accountant pld)",
     ]
     for name, s in runs.items():
-        eps = "no noise" if s["epsilon_spent"] is None else (
-            f"epsilon spent {s['epsilon_spent']:.3g} ({s['protects']})")
-        lines.append(f"   {name:<26} test accuracy {s['test_accuracy']:.3f}  sigma {s['sigma']:.3g}  "
-                     f"{eps}  bytes up/down {s['bytes_up']:,}/{s['bytes_down']:,}  "
-                     f"{s['wall_seconds']:.0f} s")
+        eps = (
+            "no noise"
+            if s["epsilon_spent"] is None
+            else (f"epsilon spent {s['epsilon_spent']:.3g} ({s['protects']})")
+        )
+        lines.append(
+            f"   {name:<26} test accuracy {s['test_accuracy']:.3f}  sigma {s['sigma']:.3g}  "
+            f"{eps}  bytes up/down {s['bytes_up']:,}/{s['bytes_down']:,}  "
+            f"{s['wall_seconds']:.0f} s"
+        )
         if s.get("diverged"):
             lines.append(f"   {'':<26} WARNING: {s['diverged']['reason']}")
     gap = runs[RUNS[1][0]]["test_accuracy"] - runs[RUNS[2][0]]["test_accuracy"]
-    lines.append(f"   the devices' own ZO training adds {gap:+.3f} accuracy over the frozen-devices "
-                 "control here (whole-run DP: the head is private too; 3 seeds in docs/results.md)")
+    lines.append(
+        f"   the devices' own ZO training adds {gap:+.3f} accuracy over the frozen-devices "
+        "control here (whole-run DP: the head is private too; 3 seeds in docs/results.md)"
+    )
     lines.append(f"results, plots and transcripts: {o['out']}")
     return "\n".join(lines)
 
 
 def _main(argv: Sequence[str]) -> int:
     p = cliutil.Parser(prog="privzv demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/demo",
-                   help="results folder (default runs/demo; an earlier demo there is replaced)")
+    p.add_argument(
+        "--out",
+        default="runs/demo",
+        help="results folder (default runs/demo; an earlier demo there is replaced)",
+    )
     from privzv.attacks.cli import MAX_TRIALS
 
-    p.add_argument("--trials", type=cliutil.number("--trials", low=100, high=MAX_TRIALS, integer=True),
-                   default=20000, help="audit trials (default 20000)")
+    p.add_argument(
+        "--trials",
+        type=cliutil.number("--trials", low=100, high=MAX_TRIALS, integer=True),
+        default=20000,
+        help="audit trials (default 20000)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(list(argv))
     with cliutil.atomic_output_dir(args.out, replaces="demo.json") as work:
         acc = paper_accounting()
-        aud = paper_audit(acc.pop("release"), acc.pop("schedule"), acc["seed"]["sigma"],
-                          args.trials)
+        aud = paper_audit(acc.pop("release"), acc.pop("schedule"), acc["seed"]["sigma"], args.trials)
         runs = digits_runs(work, args.json)
         result = {"accounting": acc, "audit": aud, "training": runs, "out": args.out}
         (work / "demo.json").write_text(cliutil.dumps(result, indent=2, default=str))

@@ -14,6 +14,7 @@
 
 Both report MSE and R^2 of the attack and of its baseline on the non-auxiliary records.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,9 +33,18 @@ def _regressor(kind: str, seed: int):
     if kind == "ridge":
         return make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 4, 15)))
     if kind == "mlp":
-        return make_pipeline(StandardScaler(), MLPRegressor(
-            hidden_layer_sizes=(128,), alpha=1e-2, max_iter=2000, early_stopping=True,
-            validation_fraction=0.15, n_iter_no_change=50, random_state=seed))
+        return make_pipeline(
+            StandardScaler(),
+            MLPRegressor(
+                hidden_layer_sizes=(128,),
+                alpha=1e-2,
+                max_iter=2000,
+                early_stopping=True,
+                validation_fraction=0.15,
+                n_iter_no_change=50,
+                random_state=seed,
+            ),
+        )
     raise PrivzvError(f"regressor {kind!r}: allowed are {', '.join(REGRESSORS)}")
 
 
@@ -71,8 +81,9 @@ def one_hot(labels) -> np.ndarray:
     return (y[:, None] == np.unique(y)[None, :]).astype(float)
 
 
-def server_feature_inference(embeddings, features, labels=None, aux: int = 200, seed: int = 0,
-                             regressor: str = "ridge") -> dict:
+def server_feature_inference(
+    embeddings, features, labels=None, aux: int = 200, seed: int = 0, regressor: str = "ridge"
+) -> dict:
     """Reconstruct ``features`` (victim device, a row per record) from the server's ``embeddings``.
 
     ``labels`` (the server's, a row per record): the baseline is the regressor on the labels
@@ -93,8 +104,9 @@ def server_feature_inference(embeddings, features, labels=None, aux: int = 200, 
     return out
 
 
-def device_feature_inference(own_features, downlink, target_features, aux: int = 200,
-                             seed: int = 0, regressor: str = "ridge") -> dict:
+def device_feature_inference(
+    own_features, downlink, target_features, aux: int = 200, seed: int = 0, regressor: str = "ridge"
+) -> dict:
     """Infer ``target_features`` (another device) from ``downlink`` rows plus ``own_features``."""
     own = _flat("own_features", own_features)
     fb = _flat("downlink", downlink, len(own))
@@ -103,6 +115,7 @@ def device_feature_inference(own_features, downlink, target_features, aux: int =
     pred = fit_predict(regressor, np.hstack([own, fb]), target, known, rest, seed)
     base = fit_predict(regressor, own, target, known, rest, seed)
     out = metrics.regression_metrics(target[rest], pred, baseline_pred=base)
-    out.update(aux=int(aux), evaluated=int(len(rest)), regressor=regressor,
-               baseline="own-features regression")
+    out.update(
+        aux=int(aux), evaluated=int(len(rest)), regressor=regressor, baseline="own-features regression"
+    )
     return out

@@ -14,6 +14,7 @@ training, or a colluding party) -- an upper bound on the server's black-box inve
 (``feature_inference``, which needs no model). Scored like ``feature-server``: MSE / R^2 on the
 non-auxiliary records against the server's labels-only regression (or the auxiliary mean).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,17 @@ from privzv.attacks import feature_inference, metrics
 from privzv.errors import PrivzvError
 
 
-def invert(model: torch.nn.Module, embeddings, x_init, low, high, *, steps: int = 500,
-           lr: float = 0.05, reg: float = 1e-3) -> np.ndarray:
+def invert(
+    model: torch.nn.Module,
+    embeddings,
+    x_init,
+    low,
+    high,
+    *,
+    steps: int = 500,
+    lr: float = 0.05,
+    reg: float = 1e-3,
+) -> np.ndarray:
     """rMLE reconstruction of the inputs whose outputs under ``model`` are ``embeddings``."""
     h = torch.as_tensor(np.asarray(embeddings), dtype=torch.float32)
     x0 = torch.as_tensor(np.asarray(x_init), dtype=torch.float32).expand(len(h), *np.shape(x_init))
@@ -44,8 +54,9 @@ def invert(model: torch.nn.Module, embeddings, x_init, low, high, *, steps: int 
     return x.detach().double().numpy()
 
 
-def model_inversion(model: torch.nn.Module, embeddings, features, labels=None, aux: int = 200,
-                    seed: int = 0, steps: int = 500) -> dict:
+def model_inversion(
+    model: torch.nn.Module, embeddings, features, labels=None, aux: int = 200, seed: int = 0, steps: int = 500
+) -> dict:
     """Invert ``embeddings`` (a row per record) through ``model``; score against ``features``."""
     h = np.asarray(embeddings, dtype=float)
     x = np.asarray(features, dtype=float)
@@ -56,8 +67,9 @@ def model_inversion(model: torch.nn.Module, embeddings, features, labels=None, a
     prior = x[known].mean(axis=0)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        rec = invert(model, h[rest], prior, x[known].min(axis=0), x[known].max(axis=0),
-                     steps=steps).reshape(len(rest), -1)
+        rec = invert(model, h[rest], prior, x[known].min(axis=0), x[known].max(axis=0), steps=steps).reshape(
+            len(rest), -1
+        )
     if labels is None:
         base, name = np.broadcast_to(flat[known].mean(axis=0), rec.shape), "aux-mean"
     else:

@@ -19,6 +19,7 @@ are used to score the predictions, never to make them. Each result also reports 
 reply. Under a batch scalar the cosine score of a row whose step has rows of known label equals
 its control (the scalar's sign cancels).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,12 @@ def direct_label_inference(view: View, row_labels) -> dict:
     y = np.asarray(row_labels)
     out = metrics.classification_metrics(y, direct_predictions(view.gradient_rows()))
     control = direct_predictions(view.without_downlink().gradient_rows())
-    out.update(control_accuracy=metrics.accuracy(y, control), rows=int(len(y)),
-               feedback=view.feedback_kind, party=view.party)
+    out.update(
+        control_accuracy=metrics.accuracy(y, control),
+        rows=int(len(y)),
+        feedback=view.feedback_kind,
+        party=view.party,
+    )
     return out
 
 
@@ -55,9 +60,13 @@ def summed_label_inference(view: View, labels) -> dict:
     ids, grads = view.sum_per_record(view.gradient_rows())
     out = metrics.classification_metrics(y[ids], direct_predictions(grads))
     _, control = view.sum_per_record(view.without_downlink().gradient_rows())
-    out.update(control_accuracy=metrics.accuracy(y[ids], direct_predictions(control)),
-               records=int(len(ids)), rows=int(len(view.steps)), feedback=view.feedback_kind,
-               party=view.party)
+    out.update(
+        control_accuracy=metrics.accuracy(y[ids], direct_predictions(control)),
+        records=int(len(ids)),
+        rows=int(len(view.steps)),
+        feedback=view.feedback_kind,
+        party=view.party,
+    )
     return out
 
 
@@ -66,8 +75,9 @@ def norm_scores(gradients: np.ndarray) -> np.ndarray:
     return np.linalg.norm(np.asarray(gradients, dtype=float), axis=1)
 
 
-def cosine_scores(gradients: np.ndarray, steps: np.ndarray, known: np.ndarray,
-                  known_labels: np.ndarray) -> np.ndarray:
+def cosine_scores(
+    gradients: np.ndarray, steps: np.ndarray, known: np.ndarray, known_labels: np.ndarray
+) -> np.ndarray:
     """Cosine of each row with its step's reference direction (Li et al.'s direction attack).
 
     The reference of a step is ``sum_k (2 y_k - 1) g_k / |g_k|`` over the rows of known label
@@ -109,10 +119,10 @@ def binary_scoring(view: View, row_labels, known_records, scoring: str = "norm")
         raise PrivzvError("known_records: need records of both classes among the observed rows")
     scores = _oriented(view, scoring, known, y)
     out = metrics.scoring_metrics(y[~known], scores[~known])
-    out["control_auc"] = metrics.roc_auc(y[~known], _oriented(view.without_downlink(), scoring,
-                                                             known, y)[~known])
-    out.update(scoring=scoring, rows=int((~known).sum()), feedback=view.feedback_kind,
-               party=view.party)
+    out["control_auc"] = metrics.roc_auc(
+        y[~known], _oriented(view.without_downlink(), scoring, known, y)[~known]
+    )
+    out.update(scoring=scoring, rows=int((~known).sum()), feedback=view.feedback_kind, party=view.party)
     return out
 
 

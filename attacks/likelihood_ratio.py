@@ -27,6 +27,7 @@ exact log likelihood ratio of the two mixtures, sum_i log((1-q) phi(y_i) + q phi
 - log((1-q) phi(y_i) + q phi(y_i - c_out)) (phi the N(0, sigma^2) density): the privacy loss
 random variable whose distribution the PLD accountant composes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,22 +67,30 @@ def simulate(release: Release, k: int, trials: int, seed: int = 0) -> Trials:
     if not (isinstance(trials, int) and trials >= 2):
         raise PrivzvError(f"--trials {trials!r}: must be an integer >= 2")
     rng = np.random.default_rng(seed)
-    direction = _unit_directions(rng, k, release.dim)                       # (k, dim)
+    direction = _unit_directions(rng, k, release.dim)  # (k, dim)
     raw_in = CANARY_SCALE * release.clip * direction
     raw_out = -raw_in if release.neighbors == "replace-one" else np.zeros_like(raw_in)
     rest_sum = None
-    if release.aggregate == "mean":      # the other B-1 records, known to the device
+    if release.aggregate == "mean":  # the other B-1 records, known to the device
         per_release = max(1, (release.batch_size - 1) * release.dim)
         step = max(1, CHUNK_FLOATS // per_release)
-        rest_sum = np.concatenate([
-            releases.clip(rng.uniform(-2 * release.clip, 2 * release.clip,
-                                      size=(min(step, k - i), release.batch_size - 1,
-                                            release.dim)), release.clip).sum(axis=1)
-            for i in range(0, k, step)])
+        rest_sum = np.concatenate(
+            [
+                releases.clip(
+                    rng.uniform(
+                        -2 * release.clip,
+                        2 * release.clip,
+                        size=(min(step, k - i), release.batch_size - 1, release.dim),
+                    ),
+                    release.clip,
+                ).sum(axis=1)
+                for i in range(0, k, step)
+            ]
+        )
         raw_in, raw_out = raw_in[:, None, :], raw_out[:, None, :]
-    mean_out = releases.noiseless(release, raw_out, rest_sum)               # (k, dim)
-    shift = releases.noiseless(release, raw_in, rest_sum) - mean_out        # Delta_i
-    norm = math.sqrt(float((shift ** 2).sum()))
+    mean_out = releases.noiseless(release, raw_out, rest_sum)  # (k, dim)
+    shift = releases.noiseless(release, raw_in, rest_sum) - mean_out  # Delta_i
+    norm = math.sqrt(float((shift**2).sum()))
     chunk = max(1, CHUNK_FLOATS // (k * release.dim))
     scores = {}
     for label, raw in (("in", raw_in), ("out", raw_out)):

@@ -9,6 +9,7 @@ scores a record by its negative loss: training records (members) tend to have lo
 Evaluated on equal numbers of members (training records) and non-members (test records), drawn
 at random; reported as AUC (baseline 0.5) and TPR at FPR 1e-3 / 1e-2 (``metrics.scoring_metrics``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,8 @@ def joint_losses(head, device_models, features, labels, batch: int = 512) -> np.
     y = torch.as_tensor(labels, dtype=torch.long)
     out = []
     for i in range(0, len(y), batch):
-        emb = [m(x[i:i + batch]) for m, x in zip(device_models, features)]
-        out.append(torch.nn.functional.cross_entropy(head(emb), y[i:i + batch], reduction="none"))
+        emb = [m(x[i : i + batch]) for m, x in zip(device_models, features)]
+        out.append(torch.nn.functional.cross_entropy(head(emb), y[i : i + batch], reduction="none"))
     return torch.cat(out).double().numpy()
 
 
@@ -42,6 +43,11 @@ def loss_threshold(member_losses, nonmember_losses, seed: int = 0) -> dict:
     scores = -np.nan_to_num(np.concatenate([a, b]), nan=np.inf, posinf=1e30)
     labels = np.concatenate([np.ones(n, int), np.zeros(n, int)])
     out = metrics.scoring_metrics(labels, scores)
-    out.update(members=int(n), nonmembers=int(n), baseline_auc=0.5,
-               mean_member_loss=float(a.mean()), mean_nonmember_loss=float(b.mean()))
+    out.update(
+        members=int(n),
+        nonmembers=int(n),
+        baseline_auc=0.5,
+        mean_member_loss=float(a.mean()),
+        mean_nonmember_loss=float(b.mean()),
+    )
     return out

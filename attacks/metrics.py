@@ -19,10 +19,11 @@ Conventions (stable API, used by every attack):
   to every numeric key of a list of per-seed metric dicts. With one seed the interval is
   (-inf, inf): one run says nothing about spread.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import sparse, stats
@@ -32,9 +33,9 @@ from privzv.attacks import clopper_pearson
 from privzv.errors import PrivzvError
 
 FPR_TARGETS = (1e-3, 1e-2)
-CONFIDENCE = 0.95       # of every interval over records
-BOOTSTRAP = 1000        # resamples of a bootstrap interval over records
-_CHUNK = 50             # resamples drawn at once (memory: _CHUNK x records)
+CONFIDENCE = 0.95  # of every interval over records
+BOOTSTRAP = 1000  # resamples of a bootstrap interval over records
+_CHUNK = 50  # resamples drawn at once (memory: _CHUNK x records)
 
 
 def _1d(name: str, values) -> np.ndarray:
@@ -50,6 +51,7 @@ def _same_length(a: np.ndarray, b: np.ndarray, names: str) -> None:
 
 
 # ---- classification -------------------------------------------------------------------------
+
 
 def accuracy(y_true, y_pred) -> float:
     """Fraction of exact matches."""
@@ -69,18 +71,23 @@ def classification_metrics(y_true, y_pred) -> dict:
     prior and ``accuracy_ci`` the Clopper-Pearson interval of the accuracy over the n records."""
     acc, prior = accuracy(y_true, y_pred), prior_accuracy(y_true)
     n = len(y_true)
-    return {"accuracy": acc, "prior": prior, "advantage": acc - prior, "n": n,
-            "accuracy_ci": accuracy_interval(round(acc * n), n)}
+    return {
+        "accuracy": acc,
+        "prior": prior,
+        "advantage": acc - prior,
+        "n": n,
+        "accuracy_ci": accuracy_interval(round(acc * n), n),
+    }
 
 
 def accuracy_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> list[float]:
     """Two-sided Clopper-Pearson interval ``[low, high]`` of a rate of ``correct`` in ``n``."""
     alpha = (1 - confidence) / 2
-    return [float(clopper_pearson.lower(correct, n, alpha)),
-            float(clopper_pearson.upper(correct, n, alpha))]
+    return [float(clopper_pearson.lower(correct, n, alpha)), float(clopper_pearson.upper(correct, n, alpha))]
 
 
 # ---- binary scoring -------------------------------------------------------------------------
+
 
 def _binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
     y, s = _1d("labels", labels).astype(int), _1d("scores", scores).astype(float)
@@ -139,8 +146,12 @@ def _bootstrap(n: int, statistic, confidence: float = CONFIDENCE) -> list[float]
     multiplicities [resamples, n] to one value per resample (NaN: undefined, dropped)."""
     rng = np.random.default_rng(0)
     offsets = n * np.arange(_CHUNK)[:, None]
-    draws = (np.bincount((rng.integers(0, n, (_CHUNK, n)) + offsets).ravel(), minlength=_CHUNK * n)
-             .reshape(_CHUNK, n) for _ in range(BOOTSTRAP // _CHUNK))
+    draws = (
+        np.bincount((rng.integers(0, n, (_CHUNK, n)) + offsets).ravel(), minlength=_CHUNK * n).reshape(
+            _CHUNK, n
+        )
+        for _ in range(BOOTSTRAP // _CHUNK)
+    )
     values = np.concatenate([statistic(w) for w in draws])
     values = values[np.isfinite(values)]
     tail = 100 * (1 - confidence) / 2
@@ -148,6 +159,7 @@ def _bootstrap(n: int, statistic, confidence: float = CONFIDENCE) -> list[float]
 
 
 # ---- regression -----------------------------------------------------------------------------
+
 
 def _2d(name: str, values) -> np.ndarray:
     arr = np.asarray(values, dtype=float)
@@ -189,16 +201,22 @@ def regression_metrics(y_true, y_pred, baseline_pred=None) -> dict:
     """
     t = _2d("y_true", y_true)
     base = np.broadcast_to(t.mean(axis=0), t.shape) if baseline_pred is None else baseline_pred
-    out = {"mse": mse(t, y_pred), "r2": r2(t, y_pred),
-           "baseline_mse": mse(t, base), "baseline_r2": r2(t, base)}
+    out = {
+        "mse": mse(t, y_pred),
+        "r2": r2(t, y_pred),
+        "baseline_mse": mse(t, base),
+        "baseline_r2": r2(t, base),
+    }
     out["mse_gain"] = out["baseline_mse"] - out["mse"]
-    gain = (np.mean((t - _2d("baseline_pred", base)) ** 2, axis=1)
-            - np.mean((t - _2d("y_pred", y_pred)) ** 2, axis=1))      # per record
+    gain = np.mean((t - _2d("baseline_pred", base)) ** 2, axis=1) - np.mean(
+        (t - _2d("y_pred", y_pred)) ** 2, axis=1
+    )  # per record
     out["mse_gain_ci"] = _bootstrap(len(t), lambda w: w @ gain / len(t))
     return out
 
 
 # ---- over seeds -----------------------------------------------------------------------------
+
 
 def mean_ci(values: Iterable[float], confidence: float = 0.95) -> dict:
     """Mean and two-sided Student-t confidence interval: ``{"mean", "low", "high", "n"}``.
@@ -223,7 +241,12 @@ def summarize(per_seed: Sequence[Mapping], confidence: float = 0.95) -> dict:
     """``{key: mean_ci([...])}`` for every key whose value is a finite number in every run."""
     if not per_seed:
         raise PrivzvError("per_seed: needs at least one run")
-    keys = [k for k in per_seed[0]
-            if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
-                   and math.isfinite(r[k]) for r in per_seed)]
+    keys = [
+        k
+        for k in per_seed[0]
+        if all(
+            isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool) and math.isfinite(r[k])
+            for r in per_seed
+        )
+    ]
     return {k: mean_ci([r[k] for r in per_seed], confidence) for k in keys}

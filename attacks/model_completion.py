@@ -6,6 +6,7 @@ labels. Fu et al. fine-tune with semi-supervised MixMatch; this is the plain sup
 (standardised embeddings, multinomial logistic regression), scored against the prior and against
 the same classifier on the device's raw features (what the bottom model adds).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,10 @@ def known_per_class(labels, per_class: int, seed: int) -> np.ndarray:
     for c in np.unique(y):
         members = np.flatnonzero(y == c)
         if len(members) <= per_class:
-            raise PrivzvError(f"per_class {per_class}: class {c} has only {len(members)} records; "
-                              "need more than per_class to leave some to attack")
+            raise PrivzvError(
+                f"per_class {per_class}: class {c} has only {len(members)} records; "
+                "need more than per_class to leave some to attack"
+            )
         picks.append(rng.choice(members, per_class, replace=False))
     return np.sort(np.concatenate(picks))
 
@@ -40,8 +43,7 @@ def _fit_predict(x, y, known, seed):
     return rest, clf.predict(x[rest])
 
 
-def model_completion(embeddings, labels, per_class: int = 10, seed: int = 0,
-                     raw_features=None) -> dict:
+def model_completion(embeddings, labels, per_class: int = 10, seed: int = 0, raw_features=None) -> dict:
     """Accuracy of the completed model on the records whose labels the attacker does not know.
 
     ``embeddings[i]`` is the attacker's bottom-model output for its record i, ``labels[i]`` its

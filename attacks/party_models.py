@@ -4,6 +4,7 @@ A device holds its bottom model, the server its head. An attacker that is a part
 model: a VAFL device adds the forward noise itself, so its clean bottom-model outputs -- not the
 noised uplink in its transcript -- are what it completes a model from (Fu et al. 2022).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,7 +40,7 @@ class RunModels:
         return outputs(self.device(m), self.dataset.x_train[m])
 
 
-WHITE_BOX = "white-box"   # a reader granted every party's final model (the deployed model)
+WHITE_BOX = "white-box"  # a reader granted every party's final model (the deployed model)
 
 
 def for_run(run, cfg: dict, dataset, reader: str) -> RunModels | None:
@@ -73,8 +74,7 @@ def head_model(run, cfg: dict, dataset) -> torch.nn.Module:
     """The server's head at the end of the run (eval mode; public)."""
     from privzv.training import models
 
-    head = models.server_model(cfg["devices"], cfg["embed_dim"], dataset.num_classes,
-                               kind=cfg["server_kind"])
+    head = models.server_model(cfg["devices"], cfg["embed_dim"], dataset.num_classes, kind=cfg["server_kind"])
     _load(head, lambda: _state(run, None)["server"]["head"], "the server's head")
     return head.eval()
 
@@ -87,11 +87,12 @@ def _load(model: torch.nn.Module, state, what: str) -> None:
     try:
         model.load_state_dict(state())
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
-        raise PrivzvError(f"{CHECKPOINT}: {what}: missing or not the run's model "
-                          f"({type(exc).__name__})") from None
+        raise PrivzvError(
+            f"{CHECKPOINT}: {what}: missing or not the run's model ({type(exc).__name__})"
+        ) from None
 
 
 @torch.no_grad()
 def outputs(model: torch.nn.Module, x: torch.Tensor, batch: int = 512) -> np.ndarray:
     """``model`` applied to every row of ``x`` (no noise, no clip): [n, embed_dim]."""
-    return torch.cat([model(x[i:i + batch]) for i in range(0, len(x), batch)]).double().numpy()
+    return torch.cat([model(x[i : i + batch]) for i in range(0, len(x), batch)]).double().numpy()

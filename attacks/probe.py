@@ -38,6 +38,7 @@ Decision rule: ``argmin g`` for a summing head ("sum"); for an MLP head ("mlp") 
 probes ``aux_per_class`` records of known label the same way and predicts the nearest class
 centroid of the normalised g (a few known labels, as in Fu et al.'s model completion).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,13 +72,22 @@ class ProbeSetup:
     embed_dim: int
     num_classes: int
     protocol: str = "dpzv"
-    checks_uplinks: bool = True   # the real server's uplink check (``sampling.malformed``)
+    checks_uplinks: bool = True  # the real server's uplink check (``sampling.malformed``)
 
 
-def simulated_server(labels, num_classes: int, *, head: str = "sum", sigma: float = 0.0,
-                     clip: float = 10.0, batch_size: int = 64, lam: float = 1e-3,
-                     protocol: str = "dpzv", seed: int = 0,
-                     secret_seed: int | None = None) -> ProbeSetup:
+def simulated_server(
+    labels,
+    num_classes: int,
+    *,
+    head: str = "sum",
+    sigma: float = 0.0,
+    clip: float = 10.0,
+    batch_size: int = 64,
+    lam: float = 1e-3,
+    protocol: str = "dpzv",
+    seed: int = 0,
+    secret_seed: int | None = None,
+) -> ProbeSetup:
     """Two devices, the attacker's row of the table zeroed, the benign row N(0, 1) embeddings.
 
     ``protocol="per-sample"`` replies with per-record loss differences (the paper's protocol,
@@ -99,12 +109,23 @@ def simulated_server(labels, num_classes: int, *, head: str = "sum", sigma: floa
     table = EmbeddingTable(2, len(labels), embed_dim)
     gen = torch.Generator().manual_seed(seed)
     table.data[1] = torch.randn(len(labels), embed_dim, generator=gen)
-    server = Server(head=head_model, labels=labels, table=table,
-                    noise=SeededNoise(new_secret_seed() if secret_seed is None else secret_seed,
-                                      "probe-server-noise"))
+    server = Server(
+        head=head_model,
+        labels=labels,
+        table=table,
+        noise=SeededNoise(new_secret_seed() if secret_seed is None else secret_seed, "probe-server-noise"),
+    )
     name = "dpzv" if protocol == "dpzv" else "czofo"
-    config = TrainConfig(method=name, devices=2, batch_size=batch_size, clip=clip, lam=lam,
-                         embed_dim=embed_dim, server_kind=head, freeze="server")
+    config = TrainConfig(
+        method=name,
+        devices=2,
+        batch_size=batch_size,
+        clip=clip,
+        lam=lam,
+        embed_dim=embed_dim,
+        server_kind=head,
+        freeze="server",
+    )
     method = (DPZV if protocol == "dpzv" else CZOFO)(config, sigma=sigma)
     method.setup([], server)
     return ProbeSetup(method, server, embed_dim, num_classes, protocol)
@@ -115,17 +136,14 @@ def _reply(setup: ProbeSetup, ids: torch.Tensor, c: torch.Tensor, u: torch.Tenso
     return float(_feedback(setup, ids, c, setup.method.lam * u)[0])
 
 
-def _feedback(setup: ProbeSetup, ids: torch.Tensor, c: torch.Tensor,
-              v: torch.Tensor) -> torch.Tensor:
+def _feedback(setup: ProbeSetup, ids: torch.Tensor, c: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The reply to one uplink of the attacker, per row [B]: Delta repeated (``dpzv``, uplink
     c +- v) or the per-record difference (``per-sample``, uplink c and c + v)."""
     name = device_name(ATTACKER)
     if setup.protocol == "dpzv":
-        up = setup.method.message(name, SERVER, "embeddings", ids=ids, h_plus=c + v,
-                                  h_minus=c - v)
+        up = setup.method.message(name, SERVER, "embeddings", ids=ids, h_plus=c + v, h_minus=c - v)
     else:
-        up = setup.method.message(name, SERVER, "embeddings", ids=ids, h=c,
-                                  h_perturbed=(c + v)[:, None, :])
+        up = setup.method.message(name, SERVER, "embeddings", ids=ids, h=c, h_perturbed=(c + v)[:, None, :])
     reason = sampling.malformed(up, len(setup.server.labels)) if setup.checks_uplinks else None
     if reason is not None:
         raise PrivzvError(f"uplink refused: {reason}")
@@ -140,7 +158,7 @@ def curious(setup: ProbeSetup, ids, seed: int = 0) -> np.ndarray:
     ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
     b, out = setup.method.config.batch_size, []
     for start in range(0, len(ids), b):
-        batch = ids[start:start + b]
+        batch = ids[start : start + b]
         c = torch.randn(len(batch), setup.embed_dim, generator=gen)
         u = torch.randn(len(batch), setup.embed_dim, generator=gen)
         out.append(_feedback(setup, batch, c, setup.method.lam * u)[:, None] * u)
@@ -149,7 +167,7 @@ def curious(setup: ProbeSetup, ids, seed: int = 0) -> np.ndarray:
 
 def _fillers(setup: ProbeSetup, target: int) -> torch.Tensor:
     n, b = len(setup.server.labels), setup.method.config.batch_size
-    return torch.tensor([i for i in range(min(n, b + 1)) if i != target][:b - 1], dtype=torch.long)
+    return torch.tensor([i for i in range(min(n, b + 1)) if i != target][: b - 1], dtype=torch.long)
 
 
 def malicious(setup: ProbeSetup, ids, repeats: int, seed: int = 0) -> np.ndarray:
@@ -165,7 +183,7 @@ def malicious(setup: ProbeSetup, ids, repeats: int, seed: int = 0) -> np.ndarray
         basis = torch.linalg.qr(torch.randn(e, e, generator=gen))[0]
         for r in range(repeats):
             v = torch.zeros(len(batch), e)
-            v[0] = basis[:, r % e] * e ** 0.5 * lam
+            v[0] = basis[:, r % e] * e**0.5 * lam
             out[j] += float(_feedback(setup, batch, c, v)[0]) * v[0].numpy() / (lam * repeats)
     return out
 
@@ -176,8 +194,9 @@ def saturation_step(clip: float, lam: float) -> float:
     return min(1.0, 100.0 * clip * lam)
 
 
-def saturating(setup: ProbeSetup, ids, repeats: int, seed: int = 0,
-               duplicate: bool = False) -> tuple[np.ndarray, int]:
+def saturating(
+    setup: ProbeSetup, ids, repeats: int, seed: int = 0, duplicate: bool = False
+) -> tuple[np.ndarray, int]:
     """Saturating probes (``duplicate``: the target's id B times per uplink); (estimates, refused)."""
     _check_repeats(repeats)
     gen = torch.Generator().manual_seed(seed)
@@ -193,9 +212,10 @@ def saturating(setup: ProbeSetup, ids, repeats: int, seed: int = 0,
             reply = None
             if duplicate:
                 try:
-                    reply = _feedback(setup, torch.full((b,), target), torch.zeros(b, e),
-                                      (t * u).expand(b, e).clone())[0]
-                except PrivzvError:       # the server refuses repeated ids
+                    reply = _feedback(
+                        setup, torch.full((b,), target), torch.zeros(b, e), (t * u).expand(b, e).clone()
+                    )[0]
+                except PrivzvError:  # the server refuses repeated ids
                     refused += 1
             if reply is None:
                 v = torch.zeros(len(single), e)
@@ -223,8 +243,9 @@ def predict(setup: ProbeSetup, grads: np.ndarray, aux_grads=None, aux_labels=Non
     return classes[(unit(grads) @ centroids.T).argmax(axis=1)]
 
 
-def run_probe(setup: ProbeSetup, variant: str, ids, repeats: int = 10,
-              seed: int = 0) -> tuple[np.ndarray, int]:
+def run_probe(
+    setup: ProbeSetup, variant: str, ids, repeats: int = 10, seed: int = 0
+) -> tuple[np.ndarray, int]:
     """Gradient estimates of ``ids`` by ``variant`` on ``setup``; (estimates, refused replies)."""
     if variant not in VARIANTS:
         raise PrivzvError(f"variant {variant!r}: allowed are {', '.join(VARIANTS)}")
@@ -235,11 +256,23 @@ def run_probe(setup: ProbeSetup, variant: str, ids, repeats: int = 10,
     return saturating(setup, ids, repeats, seed, duplicate=variant == "duplicate-id")
 
 
-def label_inference(labels, num_classes: int, *, variant: str = "malicious", repeats: int = 10,
-                    targets: int = 200, aux_per_class: int = 5, head: str = "sum",
-                    sigma: float = 0.0, clip: float = 10.0, batch_size: int = 64,
-                    protocol: str = "dpzv", seed: int = 0, secret_seed: int | None = None,
-                    setup: ProbeSetup | None = None) -> dict:
+def label_inference(
+    labels,
+    num_classes: int,
+    *,
+    variant: str = "malicious",
+    repeats: int = 10,
+    targets: int = 200,
+    aux_per_class: int = 5,
+    head: str = "sum",
+    sigma: float = 0.0,
+    clip: float = 10.0,
+    batch_size: int = 64,
+    protocol: str = "dpzv",
+    seed: int = 0,
+    secret_seed: int | None = None,
+    setup: ProbeSetup | None = None,
+) -> dict:
     """Run a probe on ``targets`` records of ``labels``; accuracy, prior and advantage.
 
     ``seed`` is the attacker's (targets, probe directions); ``secret_seed`` the server's noise.
@@ -249,15 +282,22 @@ def label_inference(labels, num_classes: int, *, variant: str = "malicious", rep
     if variant not in VARIANTS:
         raise PrivzvError(f"variant {variant!r}: allowed are {', '.join(VARIANTS)}")
     labels = np.asarray(labels)
-    setup = setup or simulated_server(labels, num_classes, head=head, sigma=sigma, clip=clip,
-                                      batch_size=batch_size, protocol=protocol, seed=seed,
-                                      secret_seed=secret_seed)
+    setup = setup or simulated_server(
+        labels,
+        num_classes,
+        head=head,
+        sigma=sigma,
+        clip=clip,
+        batch_size=batch_size,
+        protocol=protocol,
+        seed=seed,
+        secret_seed=secret_seed,
+    )
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(labels))
     aux_ids = np.array([], dtype=int)
     if head == "mlp":
-        aux_ids = np.concatenate([order[labels[order] == k][:aux_per_class]
-                                  for k in range(num_classes)])
+        aux_ids = np.concatenate([order[labels[order] == k][:aux_per_class] for k in range(num_classes)])
     target_ids = np.setdiff1d(order, aux_ids, assume_unique=True)[:targets]
     aux = (None, None)
     refused = 0
@@ -267,8 +307,16 @@ def label_inference(labels, num_classes: int, *, variant: str = "malicious", rep
     grads, more = run_probe(setup, variant, target_ids, repeats, seed)
     pred = predict(setup, grads, *aux)
     out = metrics.classification_metrics(labels[target_ids], pred)
-    out.update(variant=variant, repeats=1 if variant == "curious" else repeats, head=head,
-               sigma=setup.method.sigma, clip=setup.method.config.clip,
-               batch_size=setup.method.config.batch_size, protocol=setup.protocol,
-               targets=int(len(target_ids)), refused=refused + more, seed=seed)
+    out.update(
+        variant=variant,
+        repeats=1 if variant == "curious" else repeats,
+        head=head,
+        sigma=setup.method.sigma,
+        clip=setup.method.config.clip,
+        batch_size=setup.method.config.batch_size,
+        protocol=setup.protocol,
+        targets=int(len(target_ids)),
+        refused=refused + more,
+        seed=seed,
+    )
     return out

@@ -14,19 +14,20 @@ dataset is loaded beside it for two things the attacker is granted or the scorer
 apart: the attacker's own features and its auxiliary knowledge (a few labels per class, a few
 victim records), and the ground truth that scores the attack (labels, victim features).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from privzv.attacks import verdict as verdicts
 from privzv.errors import PrivzvError
 
 DEFAULTS = {"attacker": 0, "victim": 1, "known_per_class": 10, "aux": 200, "regressor": "ridge"}
 PARTIES = ("device", "server", "eavesdropper")
-WHITE_BOX, OWN = "white-box", "own"   # models an attack reads: every party's, or its own
+WHITE_BOX, OWN = "white-box", "own"  # models an attack reads: every party's, or its own
 
 
 @dataclasses.dataclass
@@ -105,8 +106,7 @@ class Attack:
 
     def __post_init__(self):
         if self.party not in PARTIES:
-            raise PrivzvError(f"attack {self.name!r}: party {self.party!r}: allowed are "
-                              f"{', '.join(PARTIES)}")
+            raise PrivzvError(f"attack {self.name!r}: party {self.party!r}: allowed are {', '.join(PARTIES)}")
         verdicts.measure(self.measure)
 
     def transcript_party(self, options: dict) -> str:
@@ -126,11 +126,14 @@ class Attack:
         known = cfg or {}
         for field, allowed in (("method", self.methods), ("server_kind", self.server_kinds)):
             if allowed is not None and field in known and known[field] not in allowed:
-                return (f"applies to runs with {field} {', '.join(allowed)}; this run's is "
-                        f"{known[field]!r}" + (f" ({self.why})" if self.why else ""))
+                return (
+                    f"applies to runs with {field} {', '.join(allowed)}; this run's is "
+                    f"{known[field]!r}" + (f" ({self.why})" if self.why else "")
+                )
         if self.binary and dataset.num_classes != 2:
-            return (f"needs a binary task (e.g. breast-cancer); {dataset.name} has "
-                    f"{dataset.num_classes} classes")
+            return (
+                f"needs a binary task (e.g. breast-cancer); {dataset.name} has {dataset.num_classes} classes"
+            )
         if self.needs_models and not has_models:
             return "needs the run's trained models (checkpoint.pt)"
         if self.needs_public and cfg is None:
@@ -140,16 +143,25 @@ class Attack:
             secret = _secret_directions(threat, self.transcript_party(options), dataset.devices)
             hidden = [d for d in self.transcript if d in secret]
             if hidden:
-                return (f"reads {self.transcript_party(options)}'s {' and '.join(hidden)} messages, "
-                        f"which {threat!r} runs keep in their private area (they reveal the server's "
-                        "Poisson batches); attacks read public files only")
+                return (
+                    f"reads {self.transcript_party(options)}'s {' and '.join(hidden)} messages, "
+                    f"which {threat!r} runs keep in their private area (they reveal the server's "
+                    "Poisson batches); attacks read public files only"
+                )
         return None
 
     def run(self, ctx: Context) -> AttackResult:
         """Score the attack on ``ctx``: its metrics and its verdict against the baseline."""
         metrics, nonfinite = self.score(ctx)
-        return AttackResult(self.name, self.player(ctx.options), ctx.seed, ctx.options, metrics,
-                            nonfinite, verdicts.judge(self.measure, metrics, self.baseline))
+        return AttackResult(
+            self.name,
+            self.player(ctx.options),
+            ctx.seed,
+            ctx.options,
+            metrics,
+            nonfinite,
+            verdicts.judge(self.measure, metrics, self.baseline),
+        )
 
 
 ATTACKS: dict[str, Attack] = {}
@@ -189,16 +201,31 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> AttackResult:
     opt = _options(options, dataset)
     reader = party_models.WHITE_BOX if attack.models == WHITE_BOX else f"device{opt['attacker']}"
     models = party_models.for_run(run, cfg, dataset, reader)
-    result = _attack(attack, cfg, Context(lambda party: transcript.load(run, party), dataset, seed,
-                                          opt, models, saved))
-    setting = dict(run=str(run), method=cfg["method"], dataset=cfg["dataset"],
-                   server_kind=cfg["server_kind"], sigma=saved.get("sigma"),
-                   epsilon=cfg.get("epsilon"), delta=cfg.get("delta"), threat=cfg.get("threat"))
+    result = _attack(
+        attack, cfg, Context(lambda party: transcript.load(run, party), dataset, seed, opt, models, saved)
+    )
+    setting = dict(
+        run=str(run),
+        method=cfg["method"],
+        dataset=cfg["dataset"],
+        server_kind=cfg["server_kind"],
+        sigma=saved.get("sigma"),
+        epsilon=cfg.get("epsilon"),
+        delta=cfg.get("delta"),
+        threat=cfg.get("threat"),
+    )
     return dataclasses.replace(result, setting=setting)
 
 
-def attack_transcripts(name: str, load: Callable[[str], object], dataset, seed: int = 0,
-                       models=None, public: dict | None = None, **options) -> AttackResult:
+def attack_transcripts(
+    name: str,
+    load: Callable[[str], object],
+    dataset,
+    seed: int = 0,
+    models=None,
+    public: dict | None = None,
+    **options,
+) -> AttackResult:
     """Run attack ``name`` on transcripts given by ``load(party)`` (a Transcript per party name).
 
     ``dataset`` (a ``privzv.training.data.VerticalDataset``) supplies the attacker's own features and
@@ -237,8 +264,7 @@ def _secret_directions(threat: str, party: str, devices: int) -> set:
     from privzv.training.messages import SERVER, device_name
 
     parties = [SERVER] + [device_name(m) for m in range(devices)]
-    return {d for p, d, k in run_folder.secret_entries(threat, parties)
-            if p == party and k == run_folder.ANY}
+    return {d for p, d, k in run_folder.secret_entries(threat, parties) if p == party and k == run_folder.ANY}
 
 
 def threats(attack: Attack) -> list[str]:
@@ -246,27 +272,36 @@ def threats(attack: Attack) -> list[str]:
     from privzv.training import sampling
 
     options = {**DEFAULTS}
-    return [t for t in sampling.ASSUMED
-            if not attack.reads_transcript(False)
-            or not set(attack.transcript) & _secret_directions(t, attack.transcript_party(options), 2)]
+    return [
+        t
+        for t in sampling.ASSUMED
+        if not attack.reads_transcript(False)
+        or not set(attack.transcript) & _secret_directions(t, attack.transcript_party(options), 2)
+    ]
 
 
 def markdown() -> str:
     """The attacks as docs/attacks.md lists them (a test keeps the two the same)."""
-    rows = ["| `--attack` | party | reads | applies to | baseline | verdict on |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| `--attack` | party | reads | applies to | baseline | verdict on |",
+        "|---|---|---|---|---|---|",
+    ]
     for a in ATTACKS.values():
-        runs = [f"methods {', '.join(a.methods)}" if a.methods else "every method",
-                f"server {', '.join(a.server_kinds)}" if a.server_kinds else "any server",
-                f"threats {', '.join(threats(a))}"
-                + (" (any with checkpoint.pt)" if a.models and a.transcript else "")]
+        runs = [
+            f"methods {', '.join(a.methods)}" if a.methods else "every method",
+            f"server {', '.join(a.server_kinds)}" if a.server_kinds else "any server",
+            f"threats {', '.join(threats(a))}"
+            + (" (any with checkpoint.pt)" if a.models and a.transcript else ""),
+        ]
         if a.binary:
             runs.append("binary tasks")
         if a.needs_models:
             runs.append("needs checkpoint.pt")
         m = verdicts.measure(a.measure)
-        rows.append(f"| `{a.name}` | {a.party} | {a.reads} | {'; '.join(runs)} | {a.baseline} | "
-                    f"{m.metric} ({m.method}) |")
+        rows.append(
+            f"| `{a.name}` | {a.party} | {a.reads} | {'; '.join(runs)} | {a.baseline} | "
+            f"{m.metric} ({m.method}) |"
+        )
     return "\n".join(rows)
 
 

@@ -1,21 +1,30 @@
 """Audit one release under a schedule: the LR attacker's lower bound beside privzv's upper bound."""
+
 from __future__ import annotations
 
 import numpy as np
 
-from privzv.attacks import audit, likelihood_ratio
 from privzv import accounting, gdp
+from privzv.attacks import audit, likelihood_ratio
 from privzv.errors import PrivzvError
 from privzv.release import Release, Schedule
 
 # Bonferroni candidates for z (N(0,1) when out): fixed before any trial is run.
 Z_THRESHOLDS = np.linspace(-3.0, 12.0, 151)
-MAX_SUBSAMPLED_DRAWS = 2e9   # k x trials per class under subsampling (chunked, ~minutes at most)
+MAX_SUBSAMPLED_DRAWS = 2e9  # k x trials per class under subsampling (chunked, ~minutes at most)
 
 
-def audit_release(release: Release, schedule: Schedule, delta: float, *, accountant: str = "pld",
-                  trials: int = 20000, alpha: float = 0.05, method: str = "bonferroni",
-                  seed: int = 0) -> dict:
+def audit_release(
+    release: Release,
+    schedule: Schedule,
+    delta: float,
+    *,
+    accountant: str = "pld",
+    trials: int = 20000,
+    alpha: float = 0.05,
+    method: str = "bonferroni",
+    seed: int = 0,
+) -> dict:
     """Simulate the optimal attacker on one record's releases and bound (eps, mu) from below.
 
     ``device`` threat: the attacker knows which k releases hold the record
@@ -26,23 +35,35 @@ def audit_release(release: Release, schedule: Schedule, delta: float, *, account
     is ``privzv.accounting.account`` for the same release, schedule, delta and accountant.
     """
     exp = accounting.checked_exposure(release, schedule, delta, accountant)
-    if not float(exp.compositions).is_integer():   # a pooled DP head (privzv.threats)
-        raise PrivzvError(f"effective count {exp.compositions:g}: the release audit simulates k "
-                          "identical releases; a pooled DP head (head window >= 1) composes "
-                          "unequal ones, so audit it with head window 0")
+    if not float(exp.compositions).is_integer():  # a pooled DP head (privzv.threats)
+        raise PrivzvError(
+            f"effective count {exp.compositions:g}: the release audit simulates k "
+            "identical releases; a pooled DP head (head window >= 1) composes "
+            "unequal ones, so audit it with head window 0"
+        )
     k, q = int(exp.compositions), exp.sampling_rate
     upper = accounting.account(release, schedule, delta, accountant)
     if schedule.threat == "device" or q is None:
         trial_set = likelihood_ratio.simulate(release, k, trials, seed=seed)
-        bound = audit.audit_scores(trial_set.scores_in, trial_set.scores_out, delta,
-                                   alpha=alpha, method=method, thresholds=Z_THRESHOLDS, seed=seed)
+        bound = audit.audit_scores(
+            trial_set.scores_in,
+            trial_set.scores_out,
+            delta,
+            alpha=alpha,
+            method=method,
+            thresholds=Z_THRESHOLDS,
+            seed=seed,
+        )
     else:
         if k * trials > MAX_SUBSAMPLED_DRAWS:
-            raise PrivzvError(f"--trials {trials}: {k} releases per trial x {trials} trials is over "
-                              f"{MAX_SUBSAMPLED_DRAWS:.0e} draws per class; use fewer trials")
+            raise PrivzvError(
+                f"--trials {trials}: {k} releases per trial x {trials} trials is over "
+                f"{MAX_SUBSAMPLED_DRAWS:.0e} draws per class; use fewer trials"
+            )
         trial_set = likelihood_ratio.simulate_subsampled(release, k, q, trials, seed=seed)
-        bound = audit.audit_scores(trial_set.scores_in, trial_set.scores_out, delta,
-                                   alpha=alpha, method="split", seed=seed)
+        bound = audit.audit_scores(
+            trial_set.scores_in, trial_set.scores_out, delta, alpha=alpha, method="split", seed=seed
+        )
     return {
         "lower": bound.to_dict(),
         "upper": upper.to_dict(),
@@ -90,5 +111,4 @@ def refutation(lower: dict, upper: dict, delta: float, threat: str = "device") -
     if mu_claim is not None and lower["mu_lb"] > mu_claim:
         by.append("mu")
     alpha = lower["alpha"] * (1 if lower["method"] == "bonferroni" else 2)
-    return {"refuted": bool(by), "refuted_by": by, "claimed_mu": mu_claim,
-            "decision_confidence": 1 - alpha}
+    return {"refuted": bool(by), "refuted_by": by, "claimed_mu": mu_claim, "decision_confidence": 1 - alpha}

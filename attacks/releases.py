@@ -5,6 +5,7 @@ Each record's contribution is a vector of ``release.dim`` numbers clipped to L2 
 clips, privzv.training.zo); ``aggregate="mean"`` releases the clipped batch mean plus N(0, sigma^2) per
 coordinate, ``"per-sample"`` releases each clipped contribution plus its own noise.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -16,6 +16,7 @@ MixMatch (Berthelot et al., NeurIPS 2019), the semi-supervised method Fu et al. 
 Scored on the records whose labels the attacker does not know, against the prior and against
 ``model_completion``'s supervised classifier on the same bottom model's outputs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,9 @@ def sharpen(p: torch.Tensor, temperature: float = T) -> torch.Tensor:
     return q / q.sum(dim=1, keepdim=True)
 
 
-def semi_supervised_completion(bottom: nn.Module, x: torch.Tensor, labels, per_class: int = 10,
-                               seed: int = 0, steps: int = STEPS) -> dict:
+def semi_supervised_completion(
+    bottom: nn.Module, x: torch.Tensor, labels, per_class: int = 10, seed: int = 0, steps: int = STEPS
+) -> dict:
     """Accuracy of the fine-tuned bottom model + head on the records with unknown labels.
 
     ``bottom``: the attacker's trained bottom model (copied, not changed); ``x``: its features
@@ -58,9 +60,9 @@ def semi_supervised_completion(bottom: nn.Module, x: torch.Tensor, labels, per_c
     x = x.float()
     net = _network(bottom, x, classes)
     scale = NOISE * x[rest].std(dim=0, keepdim=True)
-    onehot = torch.eye(classes)[torch.as_tensor(y)]     # read at known records only
+    onehot = torch.eye(classes)[torch.as_tensor(y)]  # read at known records only
     opt = torch.optim.Adam(net.parameters(), lr=LR)
-    augment = lambda v: v + scale * torch.randn(v.shape, generator=gen)   # noqa: E731
+    augment = lambda v: v + scale * torch.randn(v.shape, generator=gen)  # noqa: E731
     for step in range(steps):
         lab = torch.as_tensor(known)[torch.randint(len(known), (BATCH,), generator=gen)]
         unl = torch.as_tensor(rest)[torch.randint(len(rest), (BATCH,), generator=gen)]

@@ -10,6 +10,7 @@ copied into ``HPARAMS_SUM`` by hand.
 
     python -m attacks.study_sweep --dataset digits --workers 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,34 +44,37 @@ def run_one(dataset: str, method: str, clip: float, lr_device: float) -> dict:
     torch.set_num_threads(1)
     cfg = StudyConfig(dataset=dataset)
     classes = data.load(dataset, 4, seed=SEED).num_classes
-    tcfg = dataclasses.replace(train_config(cfg, method, EPSILON, SEED, classes, clip=clip,
-                                            lr_device=lr_device, lr_server=None), transcripts=False)
+    tcfg = dataclasses.replace(
+        train_config(cfg, method, EPSILON, SEED, classes, clip=clip, lr_device=lr_device, lr_server=None),
+        transcripts=False,
+    )
     row = {"method": method, "clip": clip, "lr_device": lr_device, "config": tcfg.to_dict()}
     with tempfile.TemporaryDirectory(prefix="study-sweep-") as tmp:
         try:
             summary = run.train(tcfg, Path(tmp))
-        except Diverged as exc:           # a run that diverged is a result of the sweep: no pick
+        except Diverged as exc:  # a run that diverged is a result of the sweep: no pick
             return {**row, "sigma": None, "test_accuracy": None, "diverged": str(exc)}
     return {**row, "sigma": summary["sigma"], "test_accuracy": summary["test_accuracy"]}
 
 
 def best(rows: list[dict]) -> dict:
     """The most accurate run that did not diverge; ties: the smaller C, then the smaller rate."""
-    ordered = sorted((r for r in rows if r["test_accuracy"] is not None),
-                     key=lambda r: (r["clip"], r["lr_device"]))
+    ordered = sorted(
+        (r for r in rows if r["test_accuracy"] is not None), key=lambda r: (r["clip"], r["lr_device"])
+    )
     return max(ordered, key=lambda r: r["test_accuracy"])
 
 
 def sweep(dataset: str, methods: list[str], workers: int) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+
         def stage(cells):
             return list(pool.map(run_one, *zip(*cells)))
 
         rows = stage([(dataset, m, c, default_lr_device(m)) for m in methods for c in CLIPS])
         picks = {m: best([r for r in rows if r["method"] == m])["clip"] for m in methods}
-        rows += stage([(dataset, m, picks[m], default_lr_device(m) * k)
-                       for m in methods for k in LR_SCALES])
+        rows += stage([(dataset, m, picks[m], default_lr_device(m) * k) for m in methods for k in LR_SCALES])
     return rows
 
 
@@ -85,12 +89,30 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     start = time.perf_counter()
     rows = sweep(args.dataset, args.methods, args.workers)
-    picks = {m: {"clip": (b := best([r for r in rows if r["method"] == m]))["clip"],
-                 "lr_device": b["lr_device"], "test_accuracy": b["test_accuracy"]}
-             for m in args.methods}
-    print(json.dumps({"dataset": args.dataset, "seed": SEED, "epsilon": EPSILON, "clips": CLIPS,
-                      "lr_scales": LR_SCALES, "picks": picks, "runs": rows, "versions": versions(),
-                      "wall_seconds": time.perf_counter() - start}, indent=1))
+    picks = {
+        m: {
+            "clip": (b := best([r for r in rows if r["method"] == m]))["clip"],
+            "lr_device": b["lr_device"],
+            "test_accuracy": b["test_accuracy"],
+        }
+        for m in args.methods
+    }
+    print(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "seed": SEED,
+                "epsilon": EPSILON,
+                "clips": CLIPS,
+                "lr_scales": LR_SCALES,
+                "picks": picks,
+                "runs": rows,
+                "versions": versions(),
+                "wall_seconds": time.perf_counter() - start,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

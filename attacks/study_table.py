@@ -5,21 +5,30 @@ its baseline (``privzv.attacks.study.headline``) for each method, "-" where it d
 
     python -m attacks.study_table docs/figures/study-digits/results.json --attacks direct-label
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-DEFAULT = ("direct-label", "model-completion", "model-completion-semi", "model-completion-active",
-           "feature-server", "optimal-lr", "probe-saturating")
+DEFAULT = (
+    "direct-label",
+    "model-completion",
+    "model-completion-semi",
+    "model-completion-active",
+    "feature-server",
+    "optimal-lr",
+    "probe-saturating",
+)
 
 
 def markdown(results: dict, attacks=DEFAULT) -> str:
     methods = list(results["methods"])
     cells = {(t["attack"], t["method"], t["epsilon"]): t for t in results["table"]}
-    epsilons = sorted({t["epsilon"] for t in results["table"]},
-                      key=lambda e: float("inf") if e is None else e)
+    epsilons = sorted(
+        {t["epsilon"] for t in results["table"]}, key=lambda e: float("inf") if e is None else e
+    )
     slash = " / ".join(methods)
     head = [f"test acc. (%) {slash}"] + [f"{a} {slash}" for a in attacks]
     lines = ["| epsilon | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
@@ -30,8 +39,12 @@ def markdown(results: dict, attacks=DEFAULT) -> str:
             accs.append(f"{100 * found[0]['test_accuracy']['mean']:.1f}" if found else "-")
         row = [" / ".join(accs)]
         for a in attacks:
-            row.append(" / ".join(f"{cells[(a, m, eps)]['success']['mean']:.3f}"
-                                  if (a, m, eps) in cells else "-" for m in methods))
+            row.append(
+                " / ".join(
+                    f"{cells[(a, m, eps)]['success']['mean']:.3f}" if (a, m, eps) in cells else "-"
+                    for m in methods
+                )
+            )
         lines.append(f"| {'inf' if eps is None else f'{eps:g}'} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

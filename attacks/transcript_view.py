@@ -7,6 +7,7 @@ batch's scalar repeated for DPZV and ZOO-VFL, one value per direction for VFL-CZ
 ``records`` are the record ids the observer knows (sent on the wire with the embeddings); a
 simulated observer without them has ``None``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ import numpy as np
 from privzv.errors import PrivzvError
 
 FEEDBACK_KINDS = ("gradient", "scalar")
-LIMIT = 1e30   # |values| are clipped here, so that squares and sums stay finite in float64
+LIMIT = 1e30  # |values| are clipped here, so that squares and sums stay finite in float64
 
 
 def _sanitised(values) -> tuple[np.ndarray, int]:
@@ -35,18 +36,19 @@ class View:
     """Aligned message rows seen by ``party`` (see the module docstring)."""
 
     party: str
-    steps: np.ndarray                       # (n,) step of each row
-    feedback: np.ndarray                    # (n, k) downlink row: gradient (k = e) or scalar (k = 1)
-    feedback_kind: str                      # "gradient" | "scalar"
-    embeddings: np.ndarray | None = None    # (n, e) the record's (unperturbed) embedding
-    directions: np.ndarray | None = None    # (n, k, e) ZO output differences, see gradient_rows
-    records: np.ndarray | None = None       # (n,) record ids, None when the observer lacks them
+    steps: np.ndarray  # (n,) step of each row
+    feedback: np.ndarray  # (n, k) downlink row: gradient (k = e) or scalar (k = 1)
+    feedback_kind: str  # "gradient" | "scalar"
+    embeddings: np.ndarray | None = None  # (n, e) the record's (unperturbed) embedding
+    directions: np.ndarray | None = None  # (n, k, e) ZO output differences, see gradient_rows
+    records: np.ndarray | None = None  # (n,) record ids, None when the observer lacks them
     nonfinite: int = dataclasses.field(default=0, init=False)  # values sanitised (_sanitised)
 
     def __post_init__(self):
         if self.feedback_kind not in FEEDBACK_KINDS:
-            raise PrivzvError(f"feedback_kind {self.feedback_kind!r}: allowed are "
-                              f"{', '.join(FEEDBACK_KINDS)}")
+            raise PrivzvError(
+                f"feedback_kind {self.feedback_kind!r}: allowed are {', '.join(FEEDBACK_KINDS)}"
+            )
         steps = np.asarray(self.steps)
         object.__setattr__(self, "steps", steps)
         bad = 0
@@ -66,7 +68,7 @@ class View:
         if n == 0:
             raise PrivzvError(f"view of {self.party!r}: no message rows (an empty transcript)")
 
-    def without_downlink(self) -> "View":
+    def without_downlink(self) -> View:
         """The control: the same view with every downlink value replaced by 1.
 
         An attack's score on this view is what the party gets from its own uplinks alone (e.g.
@@ -87,8 +89,10 @@ class View:
         if self.feedback_kind == "gradient":
             return self.feedback
         if self.directions is None or self.directions.shape[1] != self.feedback.shape[1]:
-            raise PrivzvError(f"view of {self.party!r}: scalar feedback without one output "
-                              "difference per scalar gives no per-sample gradient estimate")
+            raise PrivzvError(
+                f"view of {self.party!r}: scalar feedback without one output "
+                "difference per scalar gives no per-sample gradient estimate"
+            )
         return np.einsum("nk,nke->ne", self.feedback, self.directions)
 
     def last_per_record(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +102,6 @@ class View:
         order = np.lexsort((np.arange(len(self.steps)), self.steps))[::-1]
         ids, first = np.unique(np.asarray(self.records)[order], return_index=True)
         return ids.astype(np.int64), np.asarray(rows)[order[first]]
-
 
     def sum_per_record(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(record_ids, rows)`` with each record's rows summed over every step it appears in."""
@@ -134,8 +137,7 @@ def _uplink(fields: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         return ids, h, (other - h[:, None]) if batch_first else (other - h[None]).transpose(1, 0, 2)
     rows = [k for k, v in fields.items() if k != "ids" and np.ndim(v) == 2 and len(v) == len(ids)]
     if len(rows) != 1:
-        raise PrivzvError(f"uplink fields {sorted(fields)}: expected one embedding [B, e] "
-                          "beside 'ids'")
+        raise PrivzvError(f"uplink fields {sorted(fields)}: expected one embedding [B, e] beside 'ids'")
     return ids, np.asarray(fields[rows[0]], float), None
 
 
@@ -175,14 +177,17 @@ def wire_view(transcript, device: int | None = None, party: str | None = None) -
             continue
         sender = me if e.direction == "sent" else e.peer
         pairs.setdefault((e.round, end), [None, None])[0 if sender != SERVER else 1] = e.fields
-    complete = [(key, up, down) for key, (up, down) in sorted(pairs.items())
-                if up is not None and down is not None]
+    complete = [
+        (key, up, down) for key, (up, down) in sorted(pairs.items()) if up is not None and down is not None
+    ]
     if not complete:
-        raise PrivzvError(f"transcript of {me!r}: no uplink/downlink pair"
-                          + (f" with device{device}" if device is not None else ""))
+        raise PrivzvError(
+            f"transcript of {me!r}: no uplink/downlink pair"
+            + (f" with device{device}" if device is not None else "")
+        )
     steps, ids, emb, dirs, feedback, kinds = [], [], [], [], [], set()
     for (round_, _), up, down in complete:
-        with np.errstate(invalid="ignore", over="ignore"):   # a diverged run: View sanitises
+        with np.errstate(invalid="ignore", over="ignore"):  # a diverged run: View sanitises
             rec, h, d = _uplink(up)
         fb, kind = _downlink(down, len(rec), None if d is None else d.shape[1])
         steps.append(np.full(len(rec), round_))
@@ -193,10 +198,15 @@ def wire_view(transcript, device: int | None = None, party: str | None = None) -
         kinds.add(kind)
     if len(kinds) != 1:
         raise PrivzvError(f"transcript of {me!r}: mixed message formats across rounds")
-    return View(party or me, np.concatenate(steps), np.concatenate(feedback), kinds.pop(),
-                embeddings=np.concatenate(emb),
-                directions=None if dirs[0] is None else np.concatenate(dirs),
-                records=np.concatenate(ids))
+    return View(
+        party or me,
+        np.concatenate(steps),
+        np.concatenate(feedback),
+        kinds.pop(),
+        embeddings=np.concatenate(emb),
+        directions=None if dirs[0] is None else np.concatenate(dirs),
+        records=np.concatenate(ids),
+    )
 
 
 def record_embeddings(view: View) -> tuple[np.ndarray, np.ndarray]:

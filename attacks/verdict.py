@@ -13,6 +13,7 @@ The verdict is "leaks" when the whole interval lies above 0 (the attack beats it
 95% confidence, records taken as independent draws); otherwise "no leak detected at this sample
 size" -- which is not a proof of privacy, only of what this many records could show.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,10 +26,10 @@ from privzv.errors import PrivzvError
 class Measure:
     """Where a headline metric, its baseline and its interval are in an attack's metrics."""
 
-    metric: str                  # key of the attack's value
-    baseline: str | float        # key of the baseline's value, or the constant baseline
-    interval: str                # key of the interval: of the metric, or (``of_gain``) of the gain
-    method: str                  # the interval, in words
+    metric: str  # key of the attack's value
+    baseline: str | float  # key of the baseline's value, or the constant baseline
+    interval: str  # key of the interval: of the metric, or (``of_gain``) of the gain
+    method: str  # the interval, in words
     lower_is_better: bool = False
     of_gain: bool = False
 
@@ -46,9 +47,14 @@ class Measure:
 MEASURES = {
     "accuracy": Measure("accuracy", "prior", "accuracy_ci", "Clopper-Pearson over records"),
     "auc": Measure("auc", 0.5, "auc_ci", f"bootstrap over records, {BOOTSTRAP} resamples"),
-    "mse": Measure("mse", "baseline_mse", "mse_gain_ci",
-                   f"paired bootstrap over records, {BOOTSTRAP} resamples", lower_is_better=True,
-                   of_gain=True),
+    "mse": Measure(
+        "mse",
+        "baseline_mse",
+        "mse_gain_ci",
+        f"paired bootstrap over records, {BOOTSTRAP} resamples",
+        lower_is_better=True,
+        of_gain=True,
+    ),
 }
 
 
@@ -92,5 +98,4 @@ def judge(name: str, metrics: dict, baseline_name: str) -> Verdict:
     """The verdict of measure ``name`` on an attack's ``metrics``."""
     m = measure(name)
     value, base, gain, low, high = m.read(metrics)
-    return Verdict(m.metric, value, baseline_name, base, gain, low, high, m.method,
-                   CONFIDENCE)
+    return Verdict(m.metric, value, baseline_name, base, gain, low, high, m.method, CONFIDENCE)

@@ -16,6 +16,7 @@ Prints one JSON object (means and 95% t-intervals over seeds where there are see
 
     python benchmarks/bench_attack_checks.py
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,19 @@ SEEDS = (0, 1, 2)
 
 
 def run_attacks(method: str, seed: int) -> dict:
-    cfg = TrainConfig(dataset="digits", method=method, epsilon=1.0, server_kind="sum",
-                      embed_dim=10, epochs=3, batch_size=32, clip=CLIPS[method], evals=1,
-                      seed=seed, secret_seed=10_000 + seed)
+    cfg = TrainConfig(
+        dataset="digits",
+        method=method,
+        epsilon=1.0,
+        server_kind="sum",
+        embed_dim=10,
+        epochs=3,
+        batch_size=32,
+        clip=CLIPS[method],
+        evals=1,
+        seed=seed,
+        secret_seed=10_000 + seed,
+    )
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
         summary = train(cfg, run)
@@ -51,15 +62,22 @@ def run_attacks(method: str, seed: int) -> dict:
         feat = registry.run_attack("feature-server", run, seed).metrics
         inv = registry.run_attack("feature-inversion", run, seed).metrics
         mia = registry.run_attack("membership", run, seed).metrics
-        (run / CHECKPOINT).rename(run / "away.pt")      # the device's transcript alone
+        (run / CHECKPOINT).rename(run / "away.pt")  # the device's transcript alone
         uplink = registry.run_attack("model-completion", run, seed).metrics
-    out.update(completion_bottom_model=clean["accuracy"], completion_uplink=uplink["accuracy"],
-               completion_prior=clean["prior"], completion_raw_features=clean["raw_accuracy"],
-               feature_server_r2=feat["r2"], labels_only_r2=feat["baseline_r2"],
-               feature_server_gain=feat["r2"] - feat["baseline_r2"],
-               inversion_mse=inv["mse"], inversion_r2=inv["r2"],
-               labels_only_mse=inv["baseline_mse"], membership_auc=mia["auc"],
-               membership_tpr_at_1e2=mia["tpr@fpr=0.01"])
+    out.update(
+        completion_bottom_model=clean["accuracy"],
+        completion_uplink=uplink["accuracy"],
+        completion_prior=clean["prior"],
+        completion_raw_features=clean["raw_accuracy"],
+        feature_server_r2=feat["r2"],
+        labels_only_r2=feat["baseline_r2"],
+        feature_server_gain=feat["r2"] - feat["baseline_r2"],
+        inversion_mse=inv["mse"],
+        inversion_r2=inv["r2"],
+        labels_only_mse=inv["baseline_mse"],
+        membership_auc=mia["auc"],
+        membership_tpr_at_1e2=mia["tpr@fpr=0.01"],
+    )
     return out
 
 
@@ -67,18 +85,22 @@ def probes() -> dict:
     y = load_digits().target
     out = {}
     for protocol in probe.PROTOCOLS:
-        r = probe.label_inference(y, 10, variant="curious", protocol=protocol, batch_size=64,
-                                  targets=len(y))
+        r = probe.label_inference(y, 10, variant="curious", protocol=protocol, batch_size=64, targets=len(y))
         out[f"curious-{protocol}"] = {"accuracy": r["accuracy"], "prior": r["prior"]}
     release = Release(clip=10.0, batch_size=32)
     schedule = Schedule(steps=900, dataset_size=len(data.load("digits", 4).y_train), devices=4)
     for eps in (10.0, 1.0):
         sigma = accounting.calibrate(eps, 1e-5, release, schedule).sigma
         for variant in ("malicious", "saturating", "duplicate-id"):
-            r = probe.label_inference(y, 10, variant=variant, repeats=100, targets=100,
-                                      sigma=sigma, clip=10.0, batch_size=32)
-            out[f"{variant}-eps{eps:g}"] = {"sigma": sigma, "accuracy": r["accuracy"],
-                                            "prior": r["prior"], "refused": r["refused"]}
+            r = probe.label_inference(
+                y, 10, variant=variant, repeats=100, targets=100, sigma=sigma, clip=10.0, batch_size=32
+            )
+            out[f"{variant}-eps{eps:g}"] = {
+                "sigma": sigma,
+                "accuracy": r["accuracy"],
+                "prior": r["prior"],
+                "refused": r["refused"],
+            }
     return out
 
 
@@ -87,13 +109,20 @@ def main() -> None:
     start = time.perf_counter()
     trained = {m: [run_attacks(m, s) for s in SEEDS] for m in CLIPS}
     one_run = canary_audit.eps_lower_bound(np.ones(400), np.ones(400, int), delta=1e-5)
-    print(json.dumps({
-        "benchmark": "attack_checks", "versions": versions(), "seeds": list(SEEDS),
-        "trained": {m: {**metrics.summarize(rows), "per_seed": rows} for m, rows in trained.items()},
-        "probes": probes(),
-        "one_run_400_of_400": {k: one_run[k] for k in ("eps_lb", "mu_lb", "fdp_eps_lb")},
-        "wall_seconds": time.perf_counter() - start,
-    }, allow_nan=False))
+    print(
+        json.dumps(
+            {
+                "benchmark": "attack_checks",
+                "versions": versions(),
+                "seeds": list(SEEDS),
+                "trained": {m: {**metrics.summarize(rows), "per_seed": rows} for m, rows in trained.items()},
+                "probes": probes(),
+                "one_run_400_of_400": {k: one_run[k] for k in ("eps_lb", "mu_lb", "fdp_eps_lb")},
+                "wall_seconds": time.perf_counter() - start,
+            },
+            allow_nan=False,
+        )
+    )
 
 
 if __name__ == "__main__":

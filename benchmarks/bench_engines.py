@@ -27,6 +27,7 @@ per round): a before/after comparison on the same machine at the same load.
 Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]
 [--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,19 +50,29 @@ SECRET = 5
 
 def _row(summary: dict, total: float) -> dict:
     loop = summary["wall_seconds"]
-    return {"rounds": summary["rounds"], "loop_seconds": loop, "total_seconds": total,
-            "rounds_per_second": summary["rounds"] / loop, "bytes_up": summary["bytes_up"],
-            "bytes_down": summary["bytes_down"], "test_accuracy": summary["test_accuracy"],
-            "epsilon_spent": summary["epsilon_spent"], "load_average": os.getloadavg()[0]}
+    return {
+        "rounds": summary["rounds"],
+        "loop_seconds": loop,
+        "total_seconds": total,
+        "rounds_per_second": summary["rounds"] / loop,
+        "bytes_up": summary["bytes_up"],
+        "bytes_down": summary["bytes_down"],
+        "test_accuracy": summary["test_accuracy"],
+        "epsilon_spent": summary["epsilon_spent"],
+        "load_average": os.getloadavg()[0],
+    }
 
 
-BASELINE = """import json, sys
+BASELINE = (
+    """import json, sys
 from pathlib import Path
 from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import launcher
 assert Path(launcher.__file__).is_relative_to(Path(sys.argv[3])), launcher.__file__
 print(json.dumps(launcher.run(TrainConfig.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), secret_seed=%d,
-                              timeout=1200)))""" % SECRET
+                              timeout=1200)))"""
+    % SECRET
+)
 
 
 def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
@@ -72,51 +83,95 @@ def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
     for sub in ("training", "attacks"):
         (farm / "privzv" / sub).symlink_to((tree / sub).resolve())
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", BASELINE, json.dumps(config.to_dict()), str(tmp / "baseline"),
-                           str(farm.resolve())], capture_output=True, text=True,
-                          cwd=tmp, env={**os.environ, "PYTHONPATH": str(farm)})   # not a cwd with privzv/
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BASELINE,
+            json.dumps(config.to_dict()),
+            str(tmp / "baseline"),
+            str(farm.resolve()),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        env={**os.environ, "PYTHONPATH": str(farm)},
+    )  # not a cwd with privzv/
     if done.returncode != 0:
         raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"], "tree": str(tree)}
+    return {
+        **_row(result["summary"], time.perf_counter() - start),
+        "wire_bytes": result["wire"],
+        "tree": str(tree),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--method", default="dpzv")
-    ap.add_argument("--modes", nargs="+", choices=launcher.MODES, default=["deployment"],
-                    help="Flower runs to time (launcher.MODES; default deployment): simulation = Ray "
-                         "(privzv[flower-sim])")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=launcher.MODES,
+        default=["deployment"],
+        help="Flower runs to time (launcher.MODES; default deployment): simulation = Ray "
+        "(privzv[flower-sim])",
+    )
     ap.add_argument("--baseline", type=Path, help="a checkout of another commit: its Flower row too")
     args = ap.parse_args()
-    config = TrainConfig(dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90,
-                         evals=1, epsilon=8.0)
+    config = TrainConfig(
+        dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90, evals=1, epsilon=8.0
+    )
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        inproc = _row(run.train(config, Path(tmp) / "inprocess", secret_seed=SECRET),
-                      time.perf_counter() - start)
+        inproc = _row(
+            run.train(config, Path(tmp) / "inprocess", secret_seed=SECRET), time.perf_counter() - start
+        )
         rows = {"inprocess": inproc}
         for mode in args.modes:
             name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
             start = time.perf_counter()
             result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, mode=mode)
-            rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
+            rows[name] = {
+                **_row(result["summary"], time.perf_counter() - start),
+                "wire_bytes": result["wire"],
+            }
         if args.baseline is not None:
             rows["flower_baseline"] = _baseline(args.baseline, config, Path(tmp))
     per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
-    print(json.dumps({
-        "setting": {"dataset": "digits", "method": args.method, "devices": 2, "batch_size": 32,
-                    "rounds": args.rounds, "epsilon": 8.0},
-        **rows,
-        "overhead_seconds_per_round": {name: per_round[name] - per_round["inprocess"]
-                                       for name in rows if name != "inprocess"},
-        **({"speedup_vs_baseline": per_round["flower_baseline"] / per_round["flower"]}
-           if "flower_baseline" in rows and "flower" in rows else {}),
-        "same_metrics": all((inproc["test_accuracy"], inproc["epsilon_spent"])
-                            == (row["test_accuracy"], row["epsilon_spent"]) for row in rows.values()),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version()}, indent=1))
+    print(
+        json.dumps(
+            {
+                "setting": {
+                    "dataset": "digits",
+                    "method": args.method,
+                    "devices": 2,
+                    "batch_size": 32,
+                    "rounds": args.rounds,
+                    "epsilon": 8.0,
+                },
+                **rows,
+                "overhead_seconds_per_round": {
+                    name: per_round[name] - per_round["inprocess"] for name in rows if name != "inprocess"
+                },
+                **(
+                    {"speedup_vs_baseline": per_round["flower_baseline"] / per_round["flower"]}
+                    if "flower_baseline" in rows and "flower" in rows
+                    else {}
+                ),
+                "same_metrics": all(
+                    (inproc["test_accuracy"], inproc["epsilon_spent"])
+                    == (row["test_accuracy"], row["epsilon_spent"])
+                    for row in rows.values()
+                ),
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

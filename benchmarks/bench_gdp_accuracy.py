@@ -6,6 +6,7 @@ Prints one JSON object with the largest relative error of each conversion (the t
 
     python benchmarks/bench_gdp_accuracy.py
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,7 @@ def random_points() -> tuple[np.ndarray, np.ndarray]:
     mu = 10 ** rng.uniform(-6, 3, 160)
     mu2 = 10 ** rng.uniform(-6, 0.5, 80)
     t2 = np.concatenate([rng.uniform(-0.5, 0.5, 40), rng.uniform(9, 11, 40)])
-    return (np.concatenate([eps, np.maximum((t2 + mu2 / 2) * mu2, 0.0)]),
-            np.concatenate([mu, mu2]))
+    return (np.concatenate([eps, np.maximum((t2 + mu2 / 2) * mu2, 0.0)]), np.concatenate([mu, mu2]))
 
 
 def inverse_points(seed: int, zeros: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +90,9 @@ def measure() -> dict:
     ref = np.array([float(ref_delta(e, m)) for e, m in zip(eps, mu)])
     keep = ref >= 1e-300
     ours = gdp.delta_from_epsilon(eps, mu)
-    dpa = np.array([plm.GaussianPrivacyLoss(1.0 / m).get_delta_for_epsilon(e)
-                    for e, m in zip(eps[keep], mu[keep])])
+    dpa = np.array(
+        [plm.GaussianPrivacyLoss(1.0 / m).get_delta_for_epsilon(e) for e, m in zip(eps[keep], mu[keep])]
+    )
     dpa_rel = np.abs(dpa / ref[keep] - 1)
     worst = int(np.argmax(dpa_rel))
     tiny = ~keep
@@ -105,21 +106,24 @@ def measure() -> dict:
     mu_t = gdp.mu_from_epsilon(eps_t, delta_t)
     mu_err = [mu_rel_error(m, e, d) for m, e, d in zip(mu_t, eps_t, delta_t)]
     return {
-        "points": {"grid": f"{len(EPS_GRID)} eps x {len(MU_GRID)} mu (eps 0 and 1e-8..1e4, "
-                           "mu 1e-6..1e3)", "random": len(random_points()[0]),
-                   "delta_at_least_1e-300": int(keep.sum()), "delta_below_1e-300": int(tiny.sum()),
-                   "inverses": 200},
+        "points": {
+            "grid": f"{len(EPS_GRID)} eps x {len(MU_GRID)} mu (eps 0 and 1e-8..1e4, mu 1e-6..1e3)",
+            "random": len(random_points()[0]),
+            "delta_at_least_1e-300": int(keep.sum()),
+            "delta_below_1e-300": int(tiny.sum()),
+            "inverses": 200,
+        },
         "delta_from_epsilon_max_rel_error": float(np.max(np.abs(ours[keep] / ref[keep] - 1))),
-        "log_delta_below_1e-300_max_rel_error": float(np.max(np.abs(log_ours - ref_log)
-                                                             / np.abs(ref_log))),
+        "log_delta_below_1e-300_max_rel_error": float(np.max(np.abs(log_ours - ref_log) / np.abs(ref_log))),
         "epsilon_from_delta_max_rel_error": max(eps_err),
         "mu_from_epsilon_max_rel_error": max(mu_err),
         "dp_accounting_delta_max_rel_error": float(dpa_rel[worst]),
-        "dp_accounting_worst_point": {"epsilon": float(eps[keep][worst]),
-                                      "mu": float(mu[keep][worst]),
-                                      "delta": float(ref[keep][worst]),
-                                      "privzv_rel_error": float(abs(ours[keep][worst]
-                                                                    / ref[keep][worst] - 1))},
+        "dp_accounting_worst_point": {
+            "epsilon": float(eps[keep][worst]),
+            "mu": float(mu[keep][worst]),
+            "delta": float(ref[keep][worst]),
+            "privzv_rel_error": float(abs(ours[keep][worst] / ref[keep][worst] - 1)),
+        },
     }
 
 

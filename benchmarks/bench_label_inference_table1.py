@@ -24,6 +24,7 @@ Prints one JSON object: config, versions, the paper's numbers and ours side by s
 
     python benchmarks/bench_label_inference_table1.py [--trials 5] [--epochs 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,8 @@ import numpy as np
 
 from privzv.attacks import metrics, probe, registry
 from privzv.training import data, methods, transcript
-from privzv.training.methods import czofo
 from privzv.training.config import TrainConfig
+from privzv.training.methods import czofo
 from privzv.training.run import train, versions
 
 PAPER = {  # arXiv:2306.16077, Table I (mean +- std over 5 trials, percent)
@@ -48,8 +49,11 @@ PAPER = {  # arXiv:2306.16077, Table I (mean +- std over 5 trials, percent)
 FIRST_ORDER = ("fo-vector", "vafl")
 ZEROTH_ORDER = ("dpzv", "zoo-vfl", "czofo-1", "czofo")
 PROBES = ("probe-per-sample", "probe-dpzv")
-ROLES = {"curious_client": "direct-label", "curious_client_summed": "direct-label-summed",
-         "eavesdropper": "direct-label-eavesdropper"}
+ROLES = {
+    "curious_client": "direct-label",
+    "curious_client_summed": "direct-label-summed",
+    "eavesdropper": "direct-label-eavesdropper",
+}
 PROTOCOLS = {
     "fo-vector": "first order: per-sample gradients",
     "vafl": "first order: per-sample gradients",
@@ -69,15 +73,25 @@ def trial(method: str, seed: int, epochs: float, dataset) -> dict:
     patched for the run: the method reads it at every step).
     """
     name, directions = ("czofo", 1) if method == "czofo-1" else (method, czofo.PERTURBATIONS)
-    config = TrainConfig(dataset="mnist-5k", method=name, devices=2, epochs=epochs,
-                         batch_size=64, server_kind="sum", embed_dim=10, evals=1,
-                         seed=seed)
-    with tempfile.TemporaryDirectory() as folder, \
-            mock.patch.object(czofo, "PERTURBATIONS", directions):
+    config = TrainConfig(
+        dataset="mnist-5k",
+        method=name,
+        devices=2,
+        epochs=epochs,
+        batch_size=64,
+        server_kind="sum",
+        embed_dim=10,
+        evals=1,
+        seed=seed,
+    )
+    with tempfile.TemporaryDirectory() as folder, mock.patch.object(czofo, "PERTURBATIONS", directions):
         summary = train(config, Path(folder))
-        results = {role: registry.attack_transcripts(
-            name, lambda party: transcript.load(folder, party), dataset, seed).metrics
-            for role, name in ROLES.items()}
+        results = {
+            role: registry.attack_transcripts(
+                name, lambda party: transcript.load(folder, party), dataset, seed
+            ).metrics
+            for role, name in ROLES.items()
+        }
     out = {role: 100 * r["accuracy"] for role, r in results.items()}
     out["prior"] = 100 * results["curious_client"]["prior"]
     out["test_accuracy"] = 100 * summary["test_accuracy"]
@@ -108,8 +122,9 @@ def measure(names: tuple[str, ...], trials: int, epochs: float) -> dict:
 def probe_trial(dataset, seed: int, protocol: str) -> dict:
     """The paper's dummy-query curious client (attacks.probe) against ``protocol``, percent."""
     y = dataset.y_train.numpy()
-    r = probe.label_inference(y, 10, variant="curious", head="sum", batch_size=64,
-                              targets=len(y), protocol=protocol, seed=seed)
+    r = probe.label_inference(
+        y, 10, variant="curious", head="sum", batch_size=64, targets=len(y), protocol=protocol, seed=seed
+    )
     return {"curious_client": 100 * r["accuracy"], "prior": 100 * r["prior"]}
 
 
@@ -122,10 +137,17 @@ def side_by_side(measured: dict) -> list[dict]:
                 if role in measured[name]:
                     res = measured[name][role]
                     paper = PAPER[family].get(role)
-                    rows.append({"family": family, "role": role, "method": name,
-                                 "protocol": PROTOCOLS[name],
-                                 "paper": None if paper is None else paper[0],
-                                 "measured": res["mean"], "ci95": [res["low"], res["high"]]})
+                    rows.append(
+                        {
+                            "family": family,
+                            "role": role,
+                            "method": name,
+                            "protocol": PROTOCOLS[name],
+                            "paper": None if paper is None else paper[0],
+                            "measured": res["mean"],
+                            "ci95": [res["low"], res["high"]],
+                        }
+                    )
     return rows
 
 
@@ -138,19 +160,33 @@ def main() -> None:
         parser.error("--trials must be >= 2 (an interval over trials needs two)")
     start = time.perf_counter()
     measured = measure(FIRST_ORDER + ZEROTH_ORDER, args.trials, args.epochs)
-    print(json.dumps({
-        "benchmark": "label_inference_table1",
-        "config": {"dataset": "mnist-5k", "devices": 2, "batch_size": 64, "server_kind": "sum",
-                   "embed_dim": 10, "epochs": args.epochs, "trials": args.trials,
-                   "seeds": list(range(args.trials)), "epsilon": None,
-                   "metric": "attack accuracy over attacked rows, percent"},
-        "versions": versions(),
-        "paper": PAPER,
-        "protocols": PROTOCOLS,
-        "side_by_side": side_by_side(measured),
-        "measured": measured,
-        "wall_seconds": time.perf_counter() - start,
-    }, allow_nan=False, default=lambda v: v.item() if isinstance(v, np.generic) else str(v)))
+    print(
+        json.dumps(
+            {
+                "benchmark": "label_inference_table1",
+                "config": {
+                    "dataset": "mnist-5k",
+                    "devices": 2,
+                    "batch_size": 64,
+                    "server_kind": "sum",
+                    "embed_dim": 10,
+                    "epochs": args.epochs,
+                    "trials": args.trials,
+                    "seeds": list(range(args.trials)),
+                    "epsilon": None,
+                    "metric": "attack accuracy over attacked rows, percent",
+                },
+                "versions": versions(),
+                "paper": PAPER,
+                "protocols": PROTOCOLS,
+                "side_by_side": side_by_side(measured),
+                "measured": measured,
+                "wall_seconds": time.perf_counter() - start,
+            },
+            allow_nan=False,
+            default=lambda v: v.item() if isinstance(v, np.generic) else str(v),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ by side with mpmath's exact mass. docs/accounting.md quotes its default run.
 
     python benchmarks/bench_pmf_masses.py [--sigma 0.5] [--q 0.01] [--step 1e-4] [--checks 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ def exact_mass(sd: float, q: float, kind: str, disc: float, grid_loss) -> mpmath
     a, q, step = mpmath.mpf(1) / sd, mpmath.mpf(q), mpmath.mpf(disc)
 
     def mix(x):
-        return mpmath.log(1 - q + q * mpmath.e ** x)
+        return mpmath.log(1 - q + q * mpmath.e**x)
 
     def loss(u):
         remove, add = mix(-a * u - a * a / 2), mix(a * u - a * a / 2)
@@ -43,13 +44,13 @@ def exact_mass(sd: float, q: float, kind: str, disc: float, grid_loss) -> mpmath
 
     pair = gaussian_pmf._Pair(float(a), float(q), kind)
     total = mpmath.mpf(0)
-    for low, high, share_up in ((grid_loss - step, grid_loss, True),
-                                (grid_loss, grid_loss + step, False)):
+    for low, high, share_up in ((grid_loss - step, grid_loss, True), (grid_loss, grid_loss + step, False)):
         cuts = []
         for target, beyond in ((high, -mpmath.inf), (low, mpmath.inf)):
             # outside L's range (near q's asymptotes) the bucket runs to infinity
             inside = (kind != "remove" or target > mpmath.log(1 - q)) and (
-                kind != "add" or target < -mpmath.log(1 - q))
+                kind != "add" or target < -mpmath.log(1 - q)
+            )
             if not inside:
                 cuts.append(beyond)
                 continue
@@ -59,37 +60,48 @@ def exact_mass(sd: float, q: float, kind: str, disc: float, grid_loss) -> mpmath
         def share(u):
             down = mpmath.expm1(high - loss(u)) / mpmath.expm1(step)
             return 1 - down if share_up else down
+
         total += mpmath.quad(lambda u: density(u) * share(u), cuts)
     return total
 
 
 def compare(sigma: float, q: float, step: float, checks: int, seed: int = 0) -> dict:
-    theirs = pld.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=step,
-                                         use_connect_dots=True)._pmf_add
-    ours = gaussian_pmf.release_pmf(sigma, sampling_prob=q, kind="add", discretization=step,
-                                    log_truncation=LOG_TRUNCATION)
+    theirs = pld.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=step, use_connect_dots=True
+    )._pmf_add
+    ours = gaussian_pmf.release_pmf(
+        sigma, sampling_prob=q, kind="add", discretization=step, log_truncation=LOG_TRUNCATION
+    )
     offset = theirs._lower_loss - ours.lower
     n = min(len(theirs._probs), len(ours.probs) - offset)
-    a, b = np.asarray(theirs._probs[:n]), ours.probs[offset:offset + n]
+    a, b = np.asarray(theirs._probs[:n]), ours.probs[offset : offset + n]
     heavy = np.flatnonzero(b > 1e-12)
     rel = np.abs(a[heavy] - b[heavy]) / b[heavy]
     points = [int(heavy[np.argmax(rel)])]
     points += np.random.default_rng(seed).choice(heavy, size=checks, replace=False).tolist()
     rows = []
     for i in points:
-        exact = float(exact_mass(sigma, q, "add", step,
-                                 mpmath.mpf(ours.lower + offset + i) * mpmath.mpf(step)))
-        rows.append({"grid_index": ours.lower + offset + i, "mpmath": exact,
-                     "privzv": float(b[i]), "dp_accounting": float(a[i]),
-                     "privzv_rel_error": abs(b[i] / exact - 1),
-                     "dp_accounting_rel_error": abs(a[i] / exact - 1)})
-    return {"setting": {"sigma": sigma, "sensitivity": 1.0, "sampling_rate": q, "step": step,
-                        "side": "add"},
-            "masses_above_1e-12": int(len(heavy)),
-            "dp_accounting_more_than_0.1%_off": int((rel > 1e-3).sum()),
-            "dp_accounting_max_rel_difference": float(rel.max()),
-            "points": rows,
-            "privzv_max_rel_error_vs_mpmath": max(r["privzv_rel_error"] for r in rows)}
+        exact = float(
+            exact_mass(sigma, q, "add", step, mpmath.mpf(ours.lower + offset + i) * mpmath.mpf(step))
+        )
+        rows.append(
+            {
+                "grid_index": ours.lower + offset + i,
+                "mpmath": exact,
+                "privzv": float(b[i]),
+                "dp_accounting": float(a[i]),
+                "privzv_rel_error": abs(b[i] / exact - 1),
+                "dp_accounting_rel_error": abs(a[i] / exact - 1),
+            }
+        )
+    return {
+        "setting": {"sigma": sigma, "sensitivity": 1.0, "sampling_rate": q, "step": step, "side": "add"},
+        "masses_above_1e-12": int(len(heavy)),
+        "dp_accounting_more_than_0.1%_off": int((rel > 1e-3).sum()),
+        "dp_accounting_max_rel_difference": float(rel.max()),
+        "points": rows,
+        "privzv_max_rel_error_vs_mpmath": max(r["privzv_rel_error"] for r in rows),
+    }
 
 
 def main() -> None:

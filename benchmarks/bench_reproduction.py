@@ -29,6 +29,7 @@ object on stdout; ``--plot DIR`` writes accuracy-vs-epsilon figures (PNG and SVG
     python benchmarks/bench_reproduction.py --phase grid --workers 2 --plot docs/figures
     python benchmarks/bench_reproduction.py --phase report --plot docs/figures --markdown tables.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,10 +82,10 @@ class Cell:
     seed: int
     clip: float
     lr_device: float
-    lr_server: float | None   # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
+    lr_server: float | None  # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
     freeze: str | None = None
-    head_clip: float | None = None    # None: the config's default C_h
-    head_share: float | None = None   # None: the config's default; 1: the whole budget on the head
+    head_clip: float | None = None  # None: the config's default C_h
+    head_share: float | None = None  # None: the config's default; 1: the whole budget on the head
 
     @property
     def variant(self) -> str:
@@ -100,25 +101,44 @@ class Cell:
     def key(self) -> str:
         eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:g}"
         lr_s = "default" if self.lr_server is None else f"{self.lr_server:g}"
-        head = "".join(f"|{k}={v:g}" for k, v in (("Ch", self.head_clip), ("share", self.head_share))
-                       if v is not None)
-        return (f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
-                f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}{head}")
+        head = "".join(
+            f"|{k}={v:g}" for k, v in (("Ch", self.head_clip), ("share", self.head_share)) if v is not None
+        )
+        return (
+            f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
+            f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}{head}"
+        )
 
     def config(self):
         from privzv.training.config import TrainConfig
 
         s = SETTINGS[self.dataset]
-        head = {k: v for k, v in (("head_clip", self.head_clip), ("head_share", self.head_share))
-                if v is not None}
-        return TrainConfig(**head, dataset=self.dataset, method=self.method, devices=s["devices"],
-                           epochs=s["epochs"], batch_size=s["batch_size"], epsilon=self.epsilon,
-                           delta=DELTA, threat="device", accountant=self.accountant, clip=self.clip,
-                           lr_device=self.lr_device, lr_server=self.lr_server, freeze=self.freeze,
-                           # the grid was swept and measured without ZO device momentum (0.9
-                           # became the trainer's default later, issue 10)
-                           device_momentum=0.0,
-                           evals=10, transcripts=False, threads=1, seed=self.seed)
+        head = {
+            k: v for k, v in (("head_clip", self.head_clip), ("head_share", self.head_share)) if v is not None
+        }
+        return TrainConfig(
+            **head,
+            dataset=self.dataset,
+            method=self.method,
+            devices=s["devices"],
+            epochs=s["epochs"],
+            batch_size=s["batch_size"],
+            epsilon=self.epsilon,
+            delta=DELTA,
+            threat="device",
+            accountant=self.accountant,
+            clip=self.clip,
+            lr_device=self.lr_device,
+            lr_server=self.lr_server,
+            freeze=self.freeze,
+            # the grid was swept and measured without ZO device momentum (0.9
+            # became the trainer's default later, issue 10)
+            device_momentum=0.0,
+            evals=10,
+            transcripts=False,
+            threads=1,
+            seed=self.seed,
+        )
 
 
 def hparams(dataset: str, method: str) -> dict:
@@ -137,8 +157,19 @@ def grid_cells(datasets, methods, seeds=SEEDS, epsilons=EPSILONS) -> list[Cell]:
                 cells += [_grid_cell(ds, "dpzv", e, seed, freeze="devices") for e in epsilons]
             if "fo-vector" in methods:
                 lr_d, lr_s = default_lr("fo-vector")
-                cells.append(Cell("reference", ds, "fo-vector", "pld", math.inf, seed,
-                                  hparams(ds, "fo-vector")["clip"], lr_d, lr_s))
+                cells.append(
+                    Cell(
+                        "reference",
+                        ds,
+                        "fo-vector",
+                        "pld",
+                        math.inf,
+                        seed,
+                        hparams(ds, "fo-vector")["clip"],
+                        lr_d,
+                        lr_s,
+                    )
+                )
     return cells
 
 
@@ -149,11 +180,20 @@ def _grid_cell(ds: str, method: str, epsilon: float, seed: int, freeze: str | No
     h = dict(hparams(ds, method))
     private = math.isfinite(epsilon)
     head_clip = h.pop("head_clip", None)
-    if private and method != "vafl":   # vafl's head is not a DP mechanism: its tuned rate stays
+    if private and method != "vafl":  # vafl's head is not a DP mechanism: its tuned rate stays
         h["lr_server"] = None
-    return Cell("grid", ds, method, "pld", epsilon, seed, **h, freeze=freeze,
-                head_clip=head_clip if private else None,
-                head_share=1.0 if private and freeze == "devices" else None)
+    return Cell(
+        "grid",
+        ds,
+        method,
+        "pld",
+        epsilon,
+        seed,
+        **h,
+        freeze=freeze,
+        head_clip=head_clip if private else None,
+        head_share=1.0 if private and freeze == "devices" else None,
+    )
 
 
 def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
@@ -163,21 +203,36 @@ def sweep_cells(datasets, methods, done: list[dict]) -> list[Cell]:
     for ds in datasets:
         for m in methods:
             lr_d, lr_s = default_lr(m)
-            stage1 = [Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, c, lr_d, lr_s) for c in SWEEP_CLIPS]
+            stage1 = [
+                Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, c, lr_d, lr_s) for c in SWEEP_CLIPS
+            ]
             cells += stage1
             rows = [r for r in done if r["key"] in {c.key for c in stage1}]
             if len(rows) < len(stage1):
                 continue
             best = _best(rows)["cell"]["clip"]
-            stage2 = [Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, best, lr_d * k, lr_s * k)
-                      for k in SWEEP_LR_SCALES]
+            stage2 = [
+                Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, best, lr_d * k, lr_s * k)
+                for k in SWEEP_LR_SCALES
+            ]
             cells += stage2
             rows2 = [r for r in done if r["key"] in {c.key for c in stage2}]
             if len(rows2) == len(stage2):
                 top = _best(rows + rows2)["cell"]
-                if top["lr_server"] != lr_s:   # stage 3: the best device rate with the default server rate
-                    cells.append(Cell("sweep", ds, m, "pld", SWEEP_EPSILON, SWEEP_SEED, top["clip"],
-                                      top["lr_device"], lr_s))
+                if top["lr_server"] != lr_s:  # stage 3: the best device rate with the default server rate
+                    cells.append(
+                        Cell(
+                            "sweep",
+                            ds,
+                            m,
+                            "pld",
+                            SWEEP_EPSILON,
+                            SWEEP_SEED,
+                            top["clip"],
+                            top["lr_device"],
+                            lr_s,
+                        )
+                    )
     return cells
 
 
@@ -203,27 +258,45 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
         start = time.perf_counter()
         try:
             summary = run.train(config, out, secret_seed=secret)
-        except divergence.Diverged as e:   # a result, not a crash: the row says so, no accuracy
-            return {"key": cell.key, "cell": dataclasses.asdict(cell), "variant": cell.variant,
-                    "seed": cell.seed, "diverged": str(e), "test_accuracy": None,
-                    "wall_seconds": time.perf_counter() - start}
+        except divergence.Diverged as e:  # a result, not a crash: the row says so, no accuracy
+            return {
+                "key": cell.key,
+                "cell": dataclasses.asdict(cell),
+                "variant": cell.variant,
+                "seed": cell.seed,
+                "diverged": str(e),
+                "test_accuracy": None,
+                "wall_seconds": time.perf_counter() - start,
+            }
         wall = time.perf_counter() - start
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
         saved = json.loads((out / "config.json").read_text())
-    row = {"key": cell.key, "cell": dataclasses.asdict(cell), "variant": cell.variant,
-           "config": saved["config"], "seed": cell.seed, "versions": saved["versions"],
-           "test_accuracy": summary["test_accuracy"], "sigma": summary["sigma"],
-           "epsilon_spent": summary["epsilon_spent"], "rounds": summary["rounds"],
-           "bytes_up": summary["bytes_up"], "bytes_down": summary["bytes_down"],
-           "stopped": summary["stopped"], "wall_seconds": wall, "mechanisms": summary.get("mechanisms"),
-           "curve": {k: [r[k] for r in metrics] for k in ("round", "test_accuracy", "bytes_up", "bytes_down")}}
+    row = {
+        "key": cell.key,
+        "cell": dataclasses.asdict(cell),
+        "variant": cell.variant,
+        "config": saved["config"],
+        "seed": cell.seed,
+        "versions": saved["versions"],
+        "test_accuracy": summary["test_accuracy"],
+        "sigma": summary["sigma"],
+        "epsilon_spent": summary["epsilon_spent"],
+        "rounds": summary["rounds"],
+        "bytes_up": summary["bytes_up"],
+        "bytes_down": summary["bytes_down"],
+        "stopped": summary["stopped"],
+        "wall_seconds": wall,
+        "mechanisms": summary.get("mechanisms"),
+        "curve": {k: [r[k] for r in metrics] for k in ("round", "test_accuracy", "bytes_up", "bytes_down")},
+    }
     if cell.accountant == "seed" and summary["sigma"] > 0:
         # What the seed's sigma really gives against the receiving device (rigorous, pld).
         from privzv.release import Schedule
 
         release = methods.get(cell.method).release(config).with_sigma(summary["sigma"])
-        schedule = Schedule(steps=saved["rounds"], dataset_size=_records(config),
-                            devices=config.devices, threat="device")
+        schedule = Schedule(
+            steps=saved["rounds"], dataset_size=_records(config), devices=config.devices, threat="device"
+        )
         row["epsilon_device_pld"] = accounting.account(release, schedule, DELTA, accountant="pld").epsilon
     return row
 
@@ -256,8 +329,11 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
             fh.write(json.dumps(strict_json(row), allow_nan=False) + "\n")
             fh.flush()
             bar.update(1)
-            print(f"{futures[fut].key}: acc {row['test_accuracy']} ({row['wall_seconds']:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{futures[fut].key}: acc {row['test_accuracy']} ({row['wall_seconds']:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     bar.close()
 
 
@@ -294,8 +370,11 @@ def _stats(values: list[float]) -> dict:
     finite = [v for v in values if math.isfinite(v)]
     if len(finite) < len(values):
         return {"mean": None, "std": None, "n": len(values), "reached": len(finite)}
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values)}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "n": len(values),
+    }
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -304,24 +383,44 @@ def summarize(rows: list[dict]) -> dict:
     cells: dict[tuple, list[dict]] = {}
     for r in grid:
         eps = _eps(r["cell"])
-        cells.setdefault((r["cell"]["dataset"], r["variant"], "inf" if math.isinf(eps) else eps), []).append(r)
+        cells.setdefault((r["cell"]["dataset"], r["variant"], "inf" if math.isinf(eps) else eps), []).append(
+            r
+        )
     table = []
-    for (ds, variant, eps), all_rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+    for (ds, variant, eps), all_rs in sorted(
+        cells.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))
+    ):
         rs = [r for r in all_rs if not r.get("diverged")]
         if not rs:
-            table.append({"dataset": ds, "variant": variant, "epsilon": eps, "seeds": [],
-                          "diverged_seeds": sorted(r["seed"] for r in all_rs)})
+            table.append(
+                {
+                    "dataset": ds,
+                    "variant": variant,
+                    "epsilon": eps,
+                    "seeds": [],
+                    "diverged_seeds": sorted(r["seed"] for r in all_rs),
+                }
+            )
             continue
-        entry = {"dataset": ds, "variant": variant, "epsilon": eps, "seeds": sorted(r["seed"] for r in rs),
-                 "test_accuracy": _stats([r["test_accuracy"] for r in rs]),
-                 "sigma": statistics.fmean(r["sigma"] for r in rs),
-                 "epsilon_spent": (statistics.fmean(r["epsilon_spent"] for r in rs)
-                                   if rs[0]["epsilon_spent"] is not None else None),
-                 "bytes_total": statistics.fmean(r["bytes_up"] + r["bytes_down"] for r in rs),
-                 f"bytes_to_{SETTINGS[ds]['target']:g}": _stats([bytes_to_target(r, SETTINGS[ds]["target"])
-                                                                 for r in rs]),
-                 "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs),
-                 "diverged_seeds": sorted(r["seed"] for r in all_rs if r.get("diverged"))}
+        entry = {
+            "dataset": ds,
+            "variant": variant,
+            "epsilon": eps,
+            "seeds": sorted(r["seed"] for r in rs),
+            "test_accuracy": _stats([r["test_accuracy"] for r in rs]),
+            "sigma": statistics.fmean(r["sigma"] for r in rs),
+            "epsilon_spent": (
+                statistics.fmean(r["epsilon_spent"] for r in rs)
+                if rs[0]["epsilon_spent"] is not None
+                else None
+            ),
+            "bytes_total": statistics.fmean(r["bytes_up"] + r["bytes_down"] for r in rs),
+            f"bytes_to_{SETTINGS[ds]['target']:g}": _stats(
+                [bytes_to_target(r, SETTINGS[ds]["target"]) for r in rs]
+            ),
+            "wall_seconds": statistics.fmean(r["wall_seconds"] for r in rs),
+            "diverged_seeds": sorted(r["seed"] for r in all_rs if r.get("diverged")),
+        }
         if "epsilon_device_pld" in rs[0]:
             entry["epsilon_device_pld"] = statistics.fmean(r["epsilon_device_pld"] for r in rs)
         table.append(entry)
@@ -331,19 +430,33 @@ def summarize(rows: list[dict]) -> dict:
         best.setdefault(f"{r['cell']['dataset']}/{r['cell']['method']}", []).append(r)
     best = {k: _sweep_row(_best(rs)) for k, rs in best.items()}
     versions = next((r["versions"] for r in rows if "versions" in r), {})
-    return {"benchmark": "reproduction", "settings": SETTINGS, "delta": DELTA, "threat": "device",
-            "seeds": list(SEEDS), "sweep": {"seed": SWEEP_SEED, "epsilon": SWEEP_EPSILON, "runs": sweep_rows,
-                      "best": best},
-            "hparams": {f"{d}/{m}": h for (d, m), h in HPARAMS.items()}, "cells": table,
-            "grid_runs": len(grid), "grid_run_seconds_total": sum(r["wall_seconds"] for r in grid),
-            "diverged_runs": [r["key"] for r in grid if r.get("diverged")],
-            "versions": versions}
+    return {
+        "benchmark": "reproduction",
+        "settings": SETTINGS,
+        "delta": DELTA,
+        "threat": "device",
+        "seeds": list(SEEDS),
+        "sweep": {"seed": SWEEP_SEED, "epsilon": SWEEP_EPSILON, "runs": sweep_rows, "best": best},
+        "hparams": {f"{d}/{m}": h for (d, m), h in HPARAMS.items()},
+        "cells": table,
+        "grid_runs": len(grid),
+        "grid_run_seconds_total": sum(r["wall_seconds"] for r in grid),
+        "diverged_runs": [r["key"] for r in grid if r.get("diverged")],
+        "versions": versions,
+    }
 
 
 def _sweep_row(r: dict) -> dict:
     c = r["cell"]
-    return {"dataset": c["dataset"], "method": c["method"], "clip": c["clip"], "lr_device": c["lr_device"],
-            "lr_server": c["lr_server"], "sigma": r["sigma"], "test_accuracy": r["test_accuracy"]}
+    return {
+        "dataset": c["dataset"],
+        "method": c["method"],
+        "clip": c["clip"],
+        "lr_device": c["lr_device"],
+        "lr_server": c["lr_server"],
+        "sigma": r["sigma"],
+        "test_accuracy": r["test_accuracy"],
+    }
 
 
 def plot(summary: dict, folder: Path) -> list[Path]:
@@ -361,8 +474,11 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(9.0, 4.2))
         rows = [c for c in summary["cells"] if c["dataset"] == ds and "test_accuracy" in c]
         for variant in [v for v in ORDER if any(c["variant"] == v for c in rows)]:
-            pts = sorted((x_inf if c["epsilon"] == "inf" else c["epsilon"], c["test_accuracy"])
-                         for c in rows if c["variant"] == variant)
+            pts = sorted(
+                (x_inf if c["epsilon"] == "inf" else c["epsilon"], c["test_accuracy"])
+                for c in rows
+                if c["variant"] == variant
+            )
             xs = [p[0] for p in pts]
             ys = [100 * p[1]["mean"] for p in pts]
             err = [100 * p[1]["std"] for p in pts]
@@ -371,13 +487,22 @@ def plot(summary: dict, folder: Path) -> list[Path]:
                 ax.axhline(ys[0], color="black", ls=":", label=REFERENCE + "\n(default learning rates)")
                 continue
             if variant == "frozen devices":
-                ax.errorbar(xs, ys, yerr=err, ls=":", marker="s", color="grey", capsize=3,
-                            label="frozen devices (DP head alone)")
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err,
+                    ls=":",
+                    marker="s",
+                    color="grey",
+                    capsize=3,
+                    label="frozen devices (DP head alone)",
+                )
                 continue
             style = "--" if "seed" in variant else "-"
-            label = {"dpzv (seed acct.)": "dpzv (seed accountant, NOT rigorous)",
-                     "vafl": "vafl (forward noise: protects features\nagainst the server, a different secret)"
-                     }.get(variant, variant)
+            label = {
+                "dpzv (seed acct.)": "dpzv (seed accountant, NOT rigorous)",
+                "vafl": "vafl (forward noise: protects features\nagainst the server, a different secret)",
+            }.get(variant, variant)
             ax.errorbar(xs, ys, yerr=err, ls=style, marker="o", capsize=3, label=label)
         ax.set_xscale("log")
         ax.set_xticks(finite + [x_inf], [f"{e:g}" for e in finite] + ["inf\n(no noise)"])
@@ -417,9 +542,14 @@ def markdown(summary: dict) -> str:
     eps_cols = [e if math.isfinite(e) else "inf" for e in EPSILONS]
     for ds in sorted({c["dataset"] for c in cells}):
         at = {(c["variant"], c["epsilon"]): c for c in cells if c["dataset"] == ds}
-        out += [f"**{ds}**: test accuracy, mean +- std over seeds {summary['seeds']}", "",
-                "| method | " + " | ".join(f"eps={e:g}" if e != "inf" else "eps=inf" for e in eps_cols)
-                + " | what the noise protects (observer) |", "|---" * (len(eps_cols) + 2) + "|"]
+        out += [
+            f"**{ds}**: test accuracy, mean +- std over seeds {summary['seeds']}",
+            "",
+            "| method | "
+            + " | ".join(f"eps={e:g}" if e != "inf" else "eps=inf" for e in eps_cols)
+            + " | what the noise protects (observer) |",
+            "|---" * (len(eps_cols) + 2) + "|",
+        ]
         for v in ORDER:
             vals = []
             for e in eps_cols:
@@ -429,20 +559,30 @@ def markdown(summary: dict) -> str:
         out.append("")
         seed = [(e, at.get(("dpzv (seed acct.)", e)), at.get(("dpzv", e))) for e in eps_cols if e != "inf"]
         if any(s for _, s, _ in seed):
-            out += [f"**{ds}**: DPZV's sigma from the seed's formula vs pld (device threat), and the epsilon"
-                    " the seed's sigma really gives against the receiving device", "",
-                    "| target eps | seed sigma | pld sigma | pld / seed | epsilon of the seed sigma (pld, device)"
-                    " | accuracy seed / pld |", "|---|---|---|---|---|---|"]
+            out += [
+                f"**{ds}**: DPZV's sigma from the seed's formula vs pld (device threat), and the epsilon"
+                " the seed's sigma really gives against the receiving device",
+                "",
+                "| target eps | seed sigma | pld sigma | pld / seed | epsilon of the seed sigma (pld, device)"
+                " | accuracy seed / pld |",
+                "|---|---|---|---|---|---|",
+            ]
             for e, s, r in seed:
                 if s and r:
-                    out.append(f"| {e:g} | {s['sigma']:.4g} | {r['sigma']:.4g} | {r['sigma'] / s['sigma']:.1f}x"
-                               f" | {s['epsilon_device_pld']:.4g} | {s['test_accuracy']['mean']:.3f} /"
-                               f" {r['test_accuracy']['mean']:.3f} |")
+                    out.append(
+                        f"| {e:g} | {s['sigma']:.4g} | {r['sigma']:.4g} | {r['sigma'] / s['sigma']:.1f}x"
+                        f" | {s['epsilon_device_pld']:.4g} | {s['test_accuracy']['mean']:.3f} /"
+                        f" {r['test_accuracy']['mean']:.3f} |"
+                    )
             out.append("")
     present = [v for v in ORDER if any(c["variant"] == v for c in cells)]
-    out += ["Bytes (up + down, eq. (23), MB) to reach the target test accuracy, mean +- std over seeds;"
-            " inf = not reached by every seed (k/3 = seeds that reached it)", "",
-            "| dataset (target) | eps | " + " | ".join(present) + " |", "|---" * (len(present) + 2) + "|"]
+    out += [
+        "Bytes (up + down, eq. (23), MB) to reach the target test accuracy, mean +- std over seeds;"
+        " inf = not reached by every seed (k/3 = seeds that reached it)",
+        "",
+        "| dataset (target) | eps | " + " | ".join(present) + " |",
+        "|---" * (len(present) + 2) + "|",
+    ]
     for ds in sorted({c["dataset"] for c in cells}):
         tgt = SETTINGS[ds]["target"]
         at = {(c["variant"], c["epsilon"]): c for c in cells if c["dataset"] == ds}
@@ -450,18 +590,31 @@ def markdown(summary: dict) -> str:
             vals = []
             for v in present:
                 b = (c := _lookup(at, v, e)) and c.get(f"bytes_to_{tgt:g}")
-                vals.append("-" if not b else f"{b['mean'] / 1e6:.2f} +- {b['std'] / 1e6:.2f}" if b["mean"] is not None
-                            else f"inf ({b['reached']}/{b['n']})")
+                vals.append(
+                    "-"
+                    if not b
+                    else f"{b['mean'] / 1e6:.2f} +- {b['std'] / 1e6:.2f}"
+                    if b["mean"] is not None
+                    else f"inf ({b['reached']}/{b['n']})"
+                )
             out.append(f"| {ds} ({tgt:.0%}) | {e if e == 'inf' else f'{e:g}'} | " + " | ".join(vals) + " |")
     out.append("")
     sweep = summary["sweep"]["runs"]
     if sweep:
-        out += [f"Sweep (seed {summary['sweep']['seed']}, eps={summary['sweep']['epsilon']:g}, device/pld):"
-                " test accuracy", "", "| dataset | method | C | lr device | lr server | sigma | accuracy |",
-                "|---|---|---|---|---|---|---|"]
-        for r in sorted(sweep, key=lambda r: (r["dataset"], ORDER.index(r["method"]), r["clip"], r["lr_device"])):
-            out.append(f"| {r['dataset']} | {r['method']} | {r['clip']:g} | {r['lr_device']:.3g} |"
-                       f" {r['lr_server']:.3g} | {r['sigma']:.4g} | {r['test_accuracy']:.3f} |")
+        out += [
+            f"Sweep (seed {summary['sweep']['seed']}, eps={summary['sweep']['epsilon']:g}, device/pld):"
+            " test accuracy",
+            "",
+            "| dataset | method | C | lr device | lr server | sigma | accuracy |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in sorted(
+            sweep, key=lambda r: (r["dataset"], ORDER.index(r["method"]), r["clip"], r["lr_device"])
+        ):
+            out.append(
+                f"| {r['dataset']} | {r['method']} | {r['clip']:g} | {r['lr_device']:.3g} |"
+                f" {r['lr_server']:.3g} | {r['sigma']:.4g} | {r['test_accuracy']:.3f} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -492,23 +645,36 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--out", default="docs/figures/reproduction_pooled.jsonl", help="JSON lines, appended")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="grid seeds")
-    p.add_argument("--epsilons", nargs="+", type=float, default=list(EPSILONS),
-                   help="grid epsilons (inf for no noise)")
+    p.add_argument(
+        "--epsilons", nargs="+", type=float, default=list(EPSILONS), help="grid epsilons (inf for no noise)"
+    )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--plot", metavar="DIR", help="write accuracy-vs-epsilon figures here")
     p.add_argument("--markdown", metavar="FILE", help="write the tables of docs/results.md here")
-    p.add_argument("--secret-seed", type=int, help="root of the runs' secret noise seeds, for an "
-                   "exact rerun (never written to --out; default: the OS's entropy)")
+    p.add_argument(
+        "--secret-seed",
+        type=int,
+        help="root of the runs' secret noise seeds, for an "
+        "exact rerun (never written to --out; default: the OS's entropy)",
+    )
     args = p.parse_args(argv)
     path = Path(args.out)
     start = time.perf_counter()
     if args.phase == "sweep":
-        for _ in range(3):   # stage k+1 cells exist once stage k is done
-            execute(sweep_cells(args.datasets, args.methods, read_rows(path)), path, args.workers,
-                    args.secret_seed)
+        for _ in range(3):  # stage k+1 cells exist once stage k is done
+            execute(
+                sweep_cells(args.datasets, args.methods, read_rows(path)),
+                path,
+                args.workers,
+                args.secret_seed,
+            )
     elif args.phase == "grid":
-        execute(grid_cells(args.datasets, args.methods, args.seeds, args.epsilons), path,
-                args.workers, args.secret_seed)
+        execute(
+            grid_cells(args.datasets, args.methods, args.seeds, args.epsilons),
+            path,
+            args.workers,
+            args.secret_seed,
+        )
     summary = summarize(read_rows(path))
     summary["this_invocation_wall_seconds"] = time.perf_counter() - start
     if args.plot:

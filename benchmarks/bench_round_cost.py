@@ -9,6 +9,7 @@ devices in the same epoch of the shared walk (a run's start) and with device 0 o
 transcripts off and with transcripts streamed to a folder (``Recorder.stream_to``; the bytes they
 take per round are reported). Run: ``nice python benchmarks/bench_round_cost.py``.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,17 +34,26 @@ def synthetic(records: int, devices: int = 2, features: int = 3, classes: int = 
     gen = torch.Generator().manual_seed(0)
     y = torch.randint(0, classes, (records,), generator=gen)
     xs = [torch.randn(records, features, generator=gen) + y[:, None].float() for _ in range(devices)]
-    return VerticalDataset("breast-cancer", xs, y, [x[:32] for x in xs], y[:32], classes,
-                           partition="synthetic")
+    return VerticalDataset(
+        "breast-cancer", xs, y, [x[:32] for x in xs], y[:32], classes, partition="synthetic"
+    )
 
 
 def per_round(records: int, apart: int, transcripts: bool, folder: Path | None) -> float:
     """Thread CPU seconds per round, device 0 ``apart`` epochs ahead of device 1."""
-    config = TrainConfig(dataset="breast-cancer", devices=2, batch_size=32, embed_dim=4, epochs=1,
-                         epsilon=1e6, transcripts=transcripts).validate()
+    config = TrainConfig(
+        dataset="breast-cancer",
+        devices=2,
+        batch_size=32,
+        embed_dim=4,
+        epochs=1,
+        epsilon=1e6,
+        transcripts=transcripts,
+    ).validate()
     p = privacy.plan(config, methods.get("dpzv"), records, ROUNDS + WARMUP)
-    sched = run.build(config, synthetic(records), ledger=privacy.ledger(config, p), release=p.release,
-                      secret_seed=0)
+    sched = run.build(
+        config, synthetic(records), ledger=privacy.ledger(config, p), release=p.release, secret_seed=0
+    )
     sched.devices[0].step = apart * sched.sampler.per_epoch
     if folder is not None:
         sched.recorder.stream_to(folder)
@@ -64,13 +74,23 @@ def main() -> dict:
                 with tempfile.TemporaryDirectory() as tmp:
                     ms = 1e3 * per_round(records, apart, transcripts, Path(tmp) if transcripts else None)
                     on_disk = sum(f.stat().st_size for f in Path(tmp).iterdir())
-                rows.append({"records": records, "epochs_apart": apart, "transcripts": transcripts,
-                             "ms_per_round": ms,
-                             "transcript_bytes_per_round": on_disk / (ROUNDS + WARMUP) if transcripts else None})
-    return {"benchmark": "private DPZV round cost vs training records (thread CPU time)",
-            "rounds": ROUNDS, "warmup": WARMUP, "rows": rows,
-            "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
-            "versions": {"torch": torch.__version__, "python": platform.python_version()}}
+                rows.append(
+                    {
+                        "records": records,
+                        "epochs_apart": apart,
+                        "transcripts": transcripts,
+                        "ms_per_round": ms,
+                        "transcript_bytes_per_round": on_disk / (ROUNDS + WARMUP) if transcripts else None,
+                    }
+                )
+    return {
+        "benchmark": "private DPZV round cost vs training records (thread CPU time)",
+        "rounds": ROUNDS,
+        "warmup": WARMUP,
+        "rows": rows,
+        "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ median over the repeats; ``ratio`` is each source's over ``seeded``'s. Run:
 ``python benchmarks/bench_secure_noise.py`` (``opendp`` needs the ``secure`` extra; left out
 without it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,11 +41,16 @@ def ms_per_round(config: TrainConfig, dataset, source: str) -> float:
     rounds = run.rounds_for(config, records)
     plan = privacy.plan(config, method_registry.get(config.method), records, rounds)
     default = noise.source
-    if source == "seeded":   # the old default: a Mersenne Twister per party
+    if source == "seeded":  # the old default: a Mersenne Twister per party
         noise.source = lambda cfg, root, *names: noise.SeededNoise(root, *names)
     try:
-        sched = run.build(dataclasses.replace(config, secure_noise=source == "opendp"), dataset,
-                          ledger=privacy.ledger(config, plan), release=plan.release, secret_seed=1)
+        sched = run.build(
+            dataclasses.replace(config, secure_noise=source == "opendp"),
+            dataset,
+            ledger=privacy.ledger(config, plan),
+            release=plan.release,
+            secret_seed=1,
+        )
     finally:
         noise.source = default
     cpu = time.thread_time()
@@ -55,13 +61,24 @@ def ms_per_round(config: TrainConfig, dataset, source: str) -> float:
 def main() -> dict:
     torch.set_num_threads(1)
     dataset = data.load("digits", 4)
-    out = {"setting": f"digits demo: 4 devices, batch 32, epsilon {DEMO_EPSILON:g}, delta "
-                      f"{DEMO_DELTA:g}, device threat, DP head, 1 epoch (180 rounds), CPU ms per round",
-           "python": platform.python_version(), "torch": torch.__version__, "repeats": REPEATS}
+    out = {
+        "setting": f"digits demo: 4 devices, batch 32, epsilon {DEMO_EPSILON:g}, delta "
+        f"{DEMO_DELTA:g}, device threat, DP head, 1 epoch (180 rounds), CPU ms per round",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "repeats": REPEATS,
+    }
     for method in METHODS:
-        config = TrainConfig(dataset="digits", method=method, devices=4, epochs=1, epsilon=DEMO_EPSILON,
-                             delta=DEMO_DELTA, clip=DIGITS_CLIP if method == "dpzv" else None,
-                             transcripts=False).validate()
+        config = TrainConfig(
+            dataset="digits",
+            method=method,
+            devices=4,
+            epochs=1,
+            epsilon=DEMO_EPSILON,
+            delta=DEMO_DELTA,
+            clip=DIGITS_CLIP if method == "dpzv" else None,
+            transcripts=False,
+        ).validate()
         times = {name: [] for name in SOURCES}
         for _ in range(REPEATS):
             for name in SOURCES:

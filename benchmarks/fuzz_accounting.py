@@ -16,6 +16,7 @@ the CPU seconds (largest, and how many took over 2 s, listed), and the one-sided
 
     python benchmarks/fuzz_accounting.py [--n 300] [--seed 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,22 +43,23 @@ def exact_sampled_delta(eps: float, q: float, z: float) -> float:
         thr = (mp.log((mp.expm1(e) + q) / q) + a * a / 2) / a
         out = (1 - q) * mp.ncdf(-thr) + q * mp.ncdf(a - thr) - mp.exp(e) * mp.ncdf(-thr)
         c = -mp.expm1(-e)
-        if q > c:   # add: P = N(0) against Q = (1-q) N(0) + q N(a); loss > eps below thr
+        if q > c:  # add: P = N(0) against Q = (1-q) N(0) + q N(a); loss > eps below thr
             thr = (mp.log((q - c) / q) + a * a / 2) / a
-            out = max(out, mp.ncdf(thr) - mp.exp(e) * ((1 - q) * mp.ncdf(thr)
-                                                       + q * mp.ncdf(thr - a)))
+            out = max(out, mp.ncdf(thr) - mp.exp(e) * ((1 - q) * mp.ncdf(thr) + q * mp.ncdf(thr - a)))
         return float(out)
 
 
 def draw(rng: np.random.Generator) -> dict:
     tiny = rng.random() < 1 / 3
-    return {"epsilon": float(10 ** rng.uniform(-4, 4)),
-            "delta": float(10 ** (rng.uniform(-300, -12) if tiny else rng.uniform(-12, -1))),
-            "steps": int(10 ** rng.uniform(0, 8)),
-            "sample_rate": 1.0 if rng.random() < 0.25 else float(10 ** rng.uniform(-8, 0)),
-            "neighbors": str(rng.choice(["add-remove", "replace-one"])),
-            "accountant": str(rng.choice(["best", "pld", "rdp"])),
-            "threat": "eavesdropper"}   # a sample_rate is an eavesdropper's (privzv.api)
+    return {
+        "epsilon": float(10 ** rng.uniform(-4, 4)),
+        "delta": float(10 ** (rng.uniform(-300, -12) if tiny else rng.uniform(-12, -1))),
+        "steps": int(10 ** rng.uniform(0, 8)),
+        "sample_rate": 1.0 if rng.random() < 0.25 else float(10 ** rng.uniform(-8, 0)),
+        "neighbors": str(rng.choice(["add-remove", "replace-one"])),
+        "accountant": str(rng.choice(["best", "pld", "rdp"])),
+        "threat": "eavesdropper",
+    }  # a sample_rate is an eavesdropper's (privzv.api)
 
 
 def check(case: dict) -> dict:
@@ -66,23 +68,42 @@ def check(case: dict) -> dict:
         found = privzv.noise_multiplier(**case)
     except PrivzvError as exc:
         return {"outcome": "refused", "reason": str(exc), "cpu": time.process_time() - start}
-    except Exception as exc:   # a crash: reported, not raised
-        return {"outcome": "crash", "reason": f"{type(exc).__name__}: {exc}",
-                "cpu": time.process_time() - start}
+    except Exception as exc:  # a crash: reported, not raised
+        return {
+            "outcome": "crash",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "cpu": time.process_time() - start,
+        }
     cpu = time.process_time() - start
-    z, eps, delta, q, k = (found.noise_multiplier, case["epsilon"], case["delta"],
-                           case["sample_rate"], found.compositions)
-    out = {"outcome": "answered", "cpu": cpu, "z": z, "answered_by": found.accountant,
-           "finite": math.isfinite(z) and math.isfinite(found.epsilon),
-           "within_target": found.epsilon <= eps}
-    back = privzv.epsilon(noise_multiplier=z, delta=delta, sample_rate=q, steps=case["steps"],
-                          threat="eavesdropper", neighbors=case["neighbors"],
-                          accountant=case["accountant"])
+    z, eps, delta, q, k = (
+        found.noise_multiplier,
+        case["epsilon"],
+        case["delta"],
+        case["sample_rate"],
+        found.compositions,
+    )
+    out = {
+        "outcome": "answered",
+        "cpu": cpu,
+        "z": z,
+        "answered_by": found.accountant,
+        "finite": math.isfinite(z) and math.isfinite(found.epsilon),
+        "within_target": found.epsilon <= eps,
+    }
+    back = privzv.epsilon(
+        noise_multiplier=z,
+        delta=delta,
+        sample_rate=q,
+        steps=case["steps"],
+        threat="eavesdropper",
+        neighbors=case["neighbors"],
+        accountant=case["accountant"],
+    )
     out["epsilon_agrees"] = back.epsilon == found.epsilon
     out["epsilon_back"], out["epsilon_found"] = back.epsilon, found.epsilon
     out["fallback"] = found.fallback
     if q == 1.0:
-        exact = gdp.epsilon_from_delta(math.sqrt(k) / z, delta)   # z: per sensitivity
+        exact = gdp.epsilon_from_delta(math.sqrt(k) / z, delta)  # z: per sensitivity
         out["exact"] = exact
         out["one_sided"] = back.epsilon >= exact * (1 - 1e-12)
     elif case["steps"] == 1 and case["neighbors"] == "add-remove":
@@ -103,25 +124,60 @@ def main() -> None:
         rows.append({**case, **check(case)})
     answered = [r for r in rows if r["outcome"] == "answered"]
     checked = [r for r in answered if "one_sided" in r]
-    print(json.dumps({
-        "n": args.n, "seed": args.seed,
-        "answered": len(answered),
-        "refused": [{k: r[k] for k in ("epsilon", "delta", "steps", "sample_rate", "neighbors",
-                                       "accountant", "reason")}
-                    for r in rows if r["outcome"] == "refused"],
-        "crashes": [r for r in rows if r["outcome"] == "crash"],
-        "not_finite_or_above_target": [r for r in answered
-                                       if not (r["finite"] and r["within_target"])],
-        "epsilon_disagrees": [r for r in answered if not r["epsilon_agrees"]],
-        "one_sided_checked": len(checked),
-        "one_sided_failures": [r for r in checked if not r["one_sided"]],
-        "max_cpu_seconds": max(r["cpu"] for r in rows),
-        "over_2_cpu_seconds": sorted(({k: r[k] for k in ("epsilon", "delta", "steps",
-                                                          "sample_rate", "neighbors",
-                                                          "accountant", "answered_by", "cpu")}
-                                      for r in rows if r["cpu"] > 2.0),
-                                     key=lambda r: -r["cpu"]),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "n": args.n,
+                "seed": args.seed,
+                "answered": len(answered),
+                "refused": [
+                    {
+                        k: r[k]
+                        for k in (
+                            "epsilon",
+                            "delta",
+                            "steps",
+                            "sample_rate",
+                            "neighbors",
+                            "accountant",
+                            "reason",
+                        )
+                    }
+                    for r in rows
+                    if r["outcome"] == "refused"
+                ],
+                "crashes": [r for r in rows if r["outcome"] == "crash"],
+                "not_finite_or_above_target": [
+                    r for r in answered if not (r["finite"] and r["within_target"])
+                ],
+                "epsilon_disagrees": [r for r in answered if not r["epsilon_agrees"]],
+                "one_sided_checked": len(checked),
+                "one_sided_failures": [r for r in checked if not r["one_sided"]],
+                "max_cpu_seconds": max(r["cpu"] for r in rows),
+                "over_2_cpu_seconds": sorted(
+                    (
+                        {
+                            k: r[k]
+                            for k in (
+                                "epsilon",
+                                "delta",
+                                "steps",
+                                "sample_rate",
+                                "neighbors",
+                                "accountant",
+                                "answered_by",
+                                "cpu",
+                            )
+                        }
+                        for r in rows
+                        if r["cpu"] > 2.0
+                    ),
+                    key=lambda r: -r["cpu"],
+                ),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

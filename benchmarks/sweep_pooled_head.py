@@ -7,6 +7,7 @@
 The parties' noise comes from secret seed 100 (as in the reported runs). Prints one JSON line per setting: the overrides, the test accuracy (or why the run stopped) and
 the wall seconds. The settings that docs/results.md reports are ``SWEEP`` (the default argument).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,15 @@ import sys
 import tempfile
 import time
 
-SETTINGS = {"digits": dict(devices=4, epochs=10.0, batch_size=32),
-            "mnist-5k": dict(devices=7, epochs=2.0, batch_size=64)}
+SETTINGS = {
+    "digits": dict(devices=4, epochs=10.0, batch_size=32),
+    "mnist-5k": dict(devices=7, epochs=2.0, batch_size=64),
+}
 SWEEP = [
-    {"head_window": 4}, {"head_window": 4, "head_share": 0.8},
-    {"head_window": 8, "head_share": 0.8}, {"head_window": 4, "head_share": 0.8, "lr_device": 0.003},
+    {"head_window": 4},
+    {"head_window": 4, "head_share": 0.8},
+    {"head_window": 8, "head_share": 0.8},
+    {"head_window": 4, "head_share": 0.8, "lr_device": 0.003},
     {"head_window": 4, "head_share": 0.8, "head_clip": 1.0},
     {"head_window": 4, "head_share": 0.8, "head_clip": 3.0},
     {"head_window": 4, "head_share": 0.5, "head_clip": 1.0},
@@ -37,12 +42,22 @@ def main(argv: list[str]) -> int:
     from privzv.training.config import TrainConfig
     from privzv.training.tuned import HPARAMS
 
-    for v in (json.loads(argv[0]) if argv else SWEEP):
+    for v in json.loads(argv[0]) if argv else SWEEP:
         v = dict(v)
         ds, method = v.pop("dataset", "digits"), v.pop("method", "dpzv")
         h = HPARAMS[(ds, method)]
-        cfg = dict(dataset=ds, method=method, epsilon=1.0, delta=1e-5, clip=h["clip"],
-                   lr_device=h["lr_device"], evals=1, transcripts=False, seed=100, **SETTINGS[ds])
+        cfg = dict(
+            dataset=ds,
+            method=method,
+            epsilon=1.0,
+            delta=1e-5,
+            clip=h["clip"],
+            lr_device=h["lr_device"],
+            evals=1,
+            transcripts=False,
+            seed=100,
+            **SETTINGS[ds],
+        )
         cfg.update(v)
         start = time.time()
         with tempfile.TemporaryDirectory() as d:
@@ -50,8 +65,18 @@ def main(argv: list[str]) -> int:
                 acc = run.train(TrainConfig(**cfg), d + "/r", secret_seed=100).get("test_accuracy")
             except divergence.Diverged as e:
                 acc = f"diverged: {e}"
-        print(json.dumps({"dataset": ds, "method": method, **v, "accuracy": acc,
-                          "seconds": round(time.time() - start, 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "dataset": ds,
+                    "method": method,
+                    **v,
+                    "accuracy": acc,
+                    "seconds": round(time.time() - start, 1),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -16,6 +16,7 @@ One JSON line per setting: the overrides, z_h, T, (round, test accuracy, test lo
 and the weights' norms at the end. ``noise_step`` is lr sigma_h sqrt(P), the norm by which a
 step's noise moves the head (``methods.head.NOISE_STEP`` is the default's).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ import sys
 import torch
 
 SEED = 100
-SETTINGS = {"mnist1d": dict(dataset="mnist1d", records=100_000, batch_size=500, epochs=20),
-            "digits": dict(dataset="digits", batch_size=32, epochs=10)}
+SETTINGS = {
+    "mnist1d": dict(dataset="mnist1d", records=100_000, batch_size=500, epochs=20),
+    "digits": dict(dataset="digits", batch_size=32, epochs=10),
+}
 
 
 def replay(setting: str, epsilon: float, settings: list[dict]):
@@ -36,8 +39,9 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
     from privzv.training.methods.head import linear_clipped_sum
 
     s = SETTINGS[setting]
-    config = TrainConfig(**s, devices=4, epsilon=epsilon, freeze="devices", transcripts=False,
-                         seed=SEED).validate()
+    config = TrainConfig(
+        **s, devices=4, epsilon=epsilon, freeze="devices", transcripts=False, seed=SEED
+    ).validate()
     ds = data.load(s["dataset"], 4, records=s.get("records"))
     d, b = len(ds.y_train), s["batch_size"]
     rounds = run.rounds_for(config, d)
@@ -59,8 +63,12 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
         curve = []
         for r in range(1, rounds + 1):
             ids = torch.nonzero(torch.rand(d, generator=gen) < b / d).reshape(-1)
-            flat = linear_clipped_sum(module, [x[ids] for x in train], ds.y_train[ids], v["clip"],
-                                      torch.ones(len(ids))) / b
+            flat = (
+                linear_clipped_sum(
+                    module, [x[ids] for x in train], ds.y_train[ids], v["clip"], torch.ones(len(ids))
+                )
+                / b
+            )
             flat = flat + sigma * torch.randn(flat.shape, generator=gen)
             for p, g in zip(params, flat.split([p.numel() for p in params])):
                 p.grad = g.view_as(p)
@@ -68,11 +76,24 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
             if r % (rounds // 4) == 0:
                 with torch.no_grad():
                     logits = module(test)
-                    curve.append((r, round(float((logits.argmax(1) == ds.y_test).float().mean()), 3),
-                                  round(float(torch.nn.functional.cross_entropy(logits, ds.y_test)), 2)))
-        yield {"setting": setting, "epsilon": epsilon, "seed": SEED, **v, "z_h": z_h, "T": rounds,
-               "noise_step": v["lr"] * sigma * math.sqrt(size), "curve": curve,
-               "weight_norms": [round(float(p.detach().norm()), 2) for p in params]}
+                    curve.append(
+                        (
+                            r,
+                            round(float((logits.argmax(1) == ds.y_test).float().mean()), 3),
+                            round(float(torch.nn.functional.cross_entropy(logits, ds.y_test)), 2),
+                        )
+                    )
+        yield {
+            "setting": setting,
+            "epsilon": epsilon,
+            "seed": SEED,
+            **v,
+            "z_h": z_h,
+            "T": rounds,
+            "noise_step": v["lr"] * sigma * math.sqrt(size),
+            "curve": curve,
+            "weight_norms": [round(float(p.detach().norm()), 2) for p in params],
+        }
 
 
 def main(argv: list[str]) -> int:

@@ -4,14 +4,14 @@
 use (type checkers see them through the ``TYPE_CHECKING`` imports). Accounting never imports
 dp-accounting (about 2 s to import); only the DpEvent export does.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from privzv.accounting import Result, releases_per_record
-    from privzv.api import (account, account_all, calibrate, calibrate_all, epsilon,
-                            noise_multiplier)
+    from privzv.api import account, account_all, calibrate, calibrate_all, epsilon, noise_multiplier
     from privzv.defaults import DEFAULTS
     from privzv.dpevent import to_dp_event
     from privzv.errors import PrivzvError
@@ -53,7 +53,7 @@ def _version() -> str:
 
     try:
         return metadata.version("privzv")
-    except metadata.PackageNotFoundError:   # run from a source tree that is not installed
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
         return "0+unknown"
 
 

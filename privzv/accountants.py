@@ -45,6 +45,7 @@ The non-dp-accounting accountants work in Gaussian DP:
   without sampling the composition of k Gaussians is exactly sqrt(k)/z-GDP (Dong, Roth & Su
   2022, Cor. 3.3).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,7 +55,6 @@ import numpy as np
 
 from privzv import gdp
 from privzv.threats import Exposure
-
 
 
 def __getattr__(name: str) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
     k, q = exposure.compositions, exposure.sampling_rate
     if q is None:
         return math.sqrt(k) / mu
-    log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)      # x = mu^2 / (q^2 k)
+    log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)  # x = mu^2 / (q^2 k)
     return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
 
 
@@ -162,8 +162,10 @@ def release_span(z: float, exposure: Exposure, delta: float) -> float:
 
     q = 1.0 if exposure.sampling_rate is None else exposure.sampling_rate
     cut = _log_truncation(delta, exposure.compositions)
-    return max(gaussian_pmf.loss_span(zk, sampling_prob=q, kind=kind, log_truncation=cut)
-               for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace")))
+    return max(
+        gaussian_pmf.loss_span(zk, sampling_prob=q, kind=kind, log_truncation=cut)
+        for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace"))
+    )
 
 
 def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: float) -> float:
@@ -175,8 +177,10 @@ def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: fl
     span = release_span(z, exposure, delta)
     step = min(discretization, span / 20.0)
     if not span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS:
-        raise CannotAnswer(f"one release's privacy-loss grid would need about "
-                           f"{span / step:.3g} points at discretisation {step:.3g}")
+        raise CannotAnswer(
+            f"one release's privacy-loss grid would need about "
+            f"{span / step:.3g} points at discretisation {step:.3g}"
+        )
     return float(max(step, span / PLD_MAX_POINTS))
 
 
@@ -193,7 +197,7 @@ def sampled_at_all(exposure: Exposure) -> float:
     q = exposure.sampling_rate
     assert q is not None
     chance = -math.expm1(exposure.compositions * math.log1p(-q))
-    return min(1.0, chance * (1.0 + 1e-12))   # rounded up: its round-off is a few ulps
+    return min(1.0, chance * (1.0 + 1e-12))  # rounded up: its round-off is a few ulps
 
 
 def any_noise_suffices(exposure: Exposure, delta: float) -> bool:
@@ -209,8 +213,7 @@ def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
     return gdp_epsilon(math.sqrt(exposure.compositions) / z, delta)
 
 
-def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
-                discretization: float) -> float:
+def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float, discretization: float) -> float:
     """Pessimistic PLD epsilon of the exposure.
 
     Without sampling the privacy-loss distribution of k Gaussian releases is itself Gaussian
@@ -231,12 +234,19 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float,
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
     if delta < PLD_MIN_DELTA:
-        raise CannotAnswer(f"delta {delta:g} is below {PLD_MIN_DELTA:g}, the smallest delta "
-                           "pld was measured at")
+        raise CannotAnswer(
+            f"delta {delta:g} is below {PLD_MIN_DELTA:g}, the smallest delta pld was measured at"
+        )
     try:
-        return _pld_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                            float(delta), pld_grid_step(z, exposure, delta, discretization),
-                            fit=True)
+        return _pld_epsilon(
+            float(z),
+            exposure.compositions,
+            exposure.sampling_rate,
+            neighbors,
+            float(delta),
+            pld_grid_step(z, exposure, delta, discretization),
+            fit=True,
+        )
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
 
@@ -246,14 +256,17 @@ def _tilted_release(z, k, q, kind, delta, discretization):
     from privzv import gaussian_pmf, tilted_pld
 
     try:
-        pmf = gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z, sampling_prob=q,
-                                       kind=kind, discretization=discretization,
-                                       log_truncation=_log_truncation(delta, k))
+        pmf = gaussian_pmf.release_pmf(
+            2.0 * z if kind == "replace" else z,
+            sampling_prob=q,
+            kind=kind,
+            discretization=discretization,
+            log_truncation=_log_truncation(delta, k),
+        )
     except gaussian_pmf.TooManyPieces as exc:
         raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
     grid = (pmf.discretization, pmf.lower, pmf.probs)
-    return pmf.loss_shift, tilted_pld.tilt(*grid, pmf.infinity_mass,
-                                           tilted_pld.saddle_tilt(*grid, k, delta))
+    return pmf.loss_shift, tilted_pld.tilt(*grid, pmf.infinity_mass, tilted_pld.saddle_tilt(*grid, k, delta))
 
 
 def _tail(delta: float) -> float:
@@ -283,14 +296,17 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
             shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
             ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if ratio > 2.0:
-            raise CannotAnswer(f"the composed privacy-loss grid would need {ratio:.3g} times "
-                               f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
-                               f"{discretization:.3g}")
+            raise CannotAnswer(
+                f"the composed privacy-loss grid would need {ratio:.3g} times "
+                f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
+                f"{discretization:.3g}"
+            )
         try:
             composed = tilted_pld.self_compose(tilted, k, _tail(delta), PLD_MAX_COMPOSED_POINTS)
         except tilted_pld.GridTooLarge as exc:
-            raise CannotAnswer(f"the composed privacy-loss grid would need {exc} at "
-                               f"discretisation {discretization:.3g}") from None
+            raise CannotAnswer(
+                f"the composed privacy-loss grid would need {exc} at discretisation {discretization:.3g}"
+            ) from None
         eps = max(eps, tilted_pld.epsilon(composed, delta) + k * shift)
     if not math.isfinite(eps):
         raise CannotAnswer("the PLD gave no finite epsilon at this delta")
@@ -301,8 +317,7 @@ def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> f
     """RDP epsilon (:mod:`privzv.rdp`, dp-accounting's formulas and default orders); see module
     docs for replace-one."""
     try:
-        eps = _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors,
-                           float(delta))
+        eps = _rdp_epsilon(float(z), exposure.compositions, exposure.sampling_rate, neighbors, float(delta))
     except (OverflowError, FloatingPointError, ValueError, ZeroDivisionError) as exc:
         raise CannotAnswer(f"RDP failed ({type(exc).__name__})") from None
     if not math.isfinite(eps):
@@ -314,8 +329,8 @@ def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> f
 def _rdp_epsilon(z, k, q, neighbors, delta):
     from privzv import rdp
 
-    if q is None and not float(k).is_integer():   # an effective count (a pooled DP head):
-        z, k = z / math.sqrt(k), 1                  # k Gaussians at z = one at z / sqrt(k)
+    if q is None and not float(k).is_integer():  # an effective count (a pooled DP head):
+        z, k = z / math.sqrt(k), 1  # k Gaussians at z = one at z / sqrt(k)
     orders = rdp.DEFAULT_ORDERS
     with np.errstate(all="ignore"):
         if q is None or neighbors == "add-remove":

@@ -6,6 +6,7 @@
 is a rigorous upper bound. Threats: :mod:`privzv.threats`; accountants: registered in
 :mod:`privzv.registry`, their math in :mod:`privzv.accountants`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,9 +20,20 @@ from privzv.registry import Bound, Question
 from privzv.release import THREATS, Release, Schedule
 from privzv.threats import Exposure, check_objects, exposure, releases_per_record
 
-__all__ = ["Result", "Unanswered", "Bound", "account", "calibrate", "account_all",
-           "calibrate_all", "account_exposure", "calibrate_exposure", "evaluate",
-           "checked_exposure", "releases_per_record"]
+__all__ = [
+    "Result",
+    "Unanswered",
+    "Bound",
+    "account",
+    "calibrate",
+    "account_all",
+    "calibrate_all",
+    "account_exposure",
+    "calibrate_exposure",
+    "evaluate",
+    "checked_exposure",
+    "releases_per_record",
+]
 
 # Calibration under pld: a cheap first solve at this many times the final discretisation.
 COARSE_FACTOR = 10.0
@@ -94,106 +106,129 @@ def _threat_text(release: Release, schedule: Schedule, exp: Exposure) -> str:
     k, q = exp.compositions, exp.sampling_rate
     amp = "no amplification" if q is None else f"Poisson amplification q={q:.6g}"
     text = {
-        "device": f"device threat: the device chose its batch; record in {k} of its releases, "
-                  f"{amp}",
+        "device": f"device threat: the device chose its batch; record in {k} of its releases, {amp}",
         "eavesdropper": f"eavesdropper threat: all {k} releases, {amp}",
         "secret-subsampling": f"secret-subsampling threat: record in {k} super-batches, "
-                              f"server keeps it with {amp}",
+        f"server keeps it with {amp}",
     }[schedule.threat]
-    if exp.head_steps is not None and release.head is not None:   # a sampled head (mixture)
-        down = ("no downlink (withheld)" if release.withholds else text)
-        return (f"{down}; composed with {exp.head_steps} head steps, each on a secret Poisson "
-                f"sample of the table at q_h={release.head.sampling_rate:.6g} (amplified against "
-                "every party)")
-    if release.head is not None and release.head.window:   # privzv.threats: a pooled head
-        return (f"device threat: record in one pooled head window (q={release.head.window}) per "
-                f"epoch, in c of its batches; effective count K = sum (1-w) c + w c^2 = {k:g} "
-                f"(head share w={release.head_weight:g}), no amplification")
+    if exp.head_steps is not None and release.head is not None:  # a sampled head (mixture)
+        down = "no downlink (withheld)" if release.withholds else text
+        return (
+            f"{down}; composed with {exp.head_steps} head steps, each on a secret Poisson "
+            f"sample of the table at q_h={release.head.sampling_rate:.6g} (amplified against "
+            "every party)"
+        )
+    if release.head is not None and release.head.window:  # privzv.threats: a pooled head
+        return (
+            f"device threat: record in one pooled head window (q={release.head.window}) per "
+            f"epoch, in c of its batches; effective count K = sum (1-w) c + w c^2 = {k:g} "
+            f"(head share w={release.head_weight:g}), no amplification"
+        )
     if release.head is not None:
-        text += (f"; each round is the downlink release and the DP head update "
-                 f"(head share {release.head_share:g} of 1/z^2), composed as one Gaussian")
+        text += (
+            f"; each round is the downlink release and the DP head update "
+            f"(head share {release.head_share:g} of 1/z^2), composed as one Gaussian"
+        )
     return text
 
 
-def evaluate(z: float, release: Release, schedule: Schedule, exp: Exposure, delta: float,
-             accountant: str, coarseness: float = 1.0) -> Bound:
+def evaluate(
+    z: float,
+    release: Release,
+    schedule: Schedule,
+    exp: Exposure,
+    delta: float,
+    accountant: str,
+    coarseness: float = 1.0,
+) -> Bound:
     """The Bound of noise multiplier z for an exposure: the registered accountant's
     (:mod:`privzv.registry`). ``best`` evaluates pld and rdp (each where it answers) and keeps
     the smaller; ``pld`` falls back to rdp, ``rdp`` to pld, and both to the unamplified closed
     form (:func:`privzv.accountants.unamplified_epsilon`), naming which answered. pld
     discretises at ``coarseness`` times :func:`privzv.accountants.pld_discretization` of the rdp
     estimate of the answer (> 1 only for calibration's cheap first solve)."""
-    return registry.get(accountant).epsilon(z, Question(release, schedule, exp, delta),
-                                            coarseness)
+    return registry.get(accountant).epsilon(z, Question(release, schedule, exp, delta), coarseness)
 
 
-def epsilon_for_exposure(z: float, release: Release, schedule: Schedule, exp: Exposure,
-                         delta: float, accountant: str) -> tuple[float, float | None]:
+def epsilon_for_exposure(
+    z: float, release: Release, schedule: Schedule, exp: Exposure, delta: float, accountant: str
+) -> tuple[float, float | None]:
     """(epsilon, mu or None) of noise multiplier z for an exposure (:func:`evaluate`)."""
     bound = evaluate(z, release, schedule, exp, delta, accountant)
     return bound.epsilon, bound.mu
 
 
-def _result(z: float, bound: Bound, release: Release, schedule: Schedule, exp: Exposure,
-            delta: float, accountant: str) -> Result:
+def _result(
+    z: float, bound: Bound, release: Release, schedule: Schedule, exp: Exposure, delta: float, accountant: str
+) -> Result:
     question = Question(release, schedule, exp, delta)
-    rigorous, note = registry.get(accountant).note(bound, question,
-                                                   _threat_text(release, schedule, exp),
-                                                   accountant)
+    rigorous, note = registry.get(accountant).note(
+        bound, question, _threat_text(release, schedule, exp), accountant
+    )
     k, q = bound.shown or (exp.compositions, exp.sampling_rate)
     noised = release.with_noise_multiplier(z)
     head = release.head
     assert noised.sigma is not None
-    return Result(sigma=noised.sigma, head_sigma=None if noised.head is None else noised.head.sigma,
-                  noise_multiplier=z, epsilon=bound.epsilon, delta=delta,
-                  accountant=bound.accountant, threat=schedule.threat,
-                  neighbors=release.neighbors, rigorous=rigorous, compositions=k,
-                  sampling_rate=q, mu=bound.mu, note=note, requested=accountant,
-                  fallback=bound.fallback, head_steps=exp.head_steps,
-                  head_sampling_rate=None if exp.head_steps is None or head is None
-                  else head.sampling_rate)
+    return Result(
+        sigma=noised.sigma,
+        head_sigma=None if noised.head is None else noised.head.sigma,
+        noise_multiplier=z,
+        epsilon=bound.epsilon,
+        delta=delta,
+        accountant=bound.accountant,
+        threat=schedule.threat,
+        neighbors=release.neighbors,
+        rigorous=rigorous,
+        compositions=k,
+        sampling_rate=q,
+        mu=bound.mu,
+        note=note,
+        requested=accountant,
+        fallback=bound.fallback,
+        head_steps=exp.head_steps,
+        head_sampling_rate=None if exp.head_steps is None or head is None else head.sampling_rate,
+    )
 
 
-def checked_exposure(release: Release, schedule: Schedule, delta: float,
-                     accountant: str) -> Exposure:
+def checked_exposure(release: Release, schedule: Schedule, delta: float, accountant: str) -> Exposure:
     """The record's Exposure, after the checks of :func:`account` (PrivzvError on bad input)."""
     _check(delta, accountant)
     check_objects(release, schedule)
     if release.sigma is None or not release.sigma > 0:
-        raise PrivzvError(f"sigma={release.sigma!r}: must be a number > 0 (sigma 0 gives no "
-                          "privacy)")
+        raise PrivzvError(f"sigma={release.sigma!r}: must be a number > 0 (sigma 0 gives no privacy)")
     return exposure(release, schedule)
 
 
 def _finite(result: Result, what: str) -> Result:
     if not math.isfinite(result.epsilon):
-        raise PrivzvError(f"{what}: epsilon exceeds the floating-point range (no meaningful "
-                          "privacy); give more noise")
+        raise PrivzvError(
+            f"{what}: epsilon exceeds the floating-point range (no meaningful privacy); give more noise"
+        )
     return result
 
 
-def account(release: Release, schedule: Schedule, delta: float,
-            accountant: str = ACCOUNTANT) -> Result:
+def account(release: Release, schedule: Schedule, delta: float, accountant: str = ACCOUNTANT) -> Result:
     """The epsilon at ``delta`` that ``release.sigma`` gives under the schedule's threat.
 
     PrivzvError if that epsilon exceeds the floating-point range."""
-    return account_exposure(release, schedule,
-                            checked_exposure(release, schedule, delta, accountant), delta,
-                            accountant)
+    return account_exposure(
+        release, schedule, checked_exposure(release, schedule, delta, accountant), delta, accountant
+    )
 
 
-def account_exposure(release: Release, schedule: Schedule, exp: Exposure, delta: float,
-                     accountant: str) -> Result:
+def account_exposure(
+    release: Release, schedule: Schedule, exp: Exposure, delta: float, accountant: str
+) -> Result:
     """:func:`account` for a given Exposure (``release`` must carry its sigma)."""
     delta = _check(delta, accountant)
     z = release.noise_multiplier
     bound = evaluate(z, release, schedule, exp, delta, accountant)
-    return _finite(_result(z, bound, release, schedule, exp, delta, accountant),
-                   f"sigma={release.sigma!r}")
+    return _finite(_result(z, bound, release, schedule, exp, delta, accountant), f"sigma={release.sigma!r}")
 
 
-def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule,
-              accountant: str = ACCOUNTANT) -> Result:
+def calibrate(
+    epsilon: float, delta: float, release: Release, schedule: Schedule, accountant: str = ACCOUNTANT
+) -> Result:
     """The smallest sigma with epsilon(sigma) <= ``epsilon`` at ``delta`` (release.sigma ignored).
 
     One-sided: the returned Result's epsilon is the accountant's value at the returned sigma,
@@ -203,21 +238,22 @@ def calibrate(epsilon: float, delta: float, release: Release, schedule: Schedule
     COARSE_FACTOR times the discretisation of :func:`evaluate` first).
     """
     _check(delta, accountant)
-    return calibrate_exposure(epsilon, delta, release, schedule, exposure(release, schedule),
-                              accountant)
+    return calibrate_exposure(epsilon, delta, release, schedule, exposure(release, schedule), accountant)
 
 
-def calibrate_exposure(epsilon: float, delta: float, release: Release, schedule: Schedule,
-                       exp: Exposure, accountant: str) -> Result:
+def calibrate_exposure(
+    epsilon: float, delta: float, release: Release, schedule: Schedule, exp: Exposure, accountant: str
+) -> Result:
     """:func:`calibrate` for a given Exposure (``schedule`` names the threat; the seed reads
     it)."""
     return dataclasses.replace(
-        _calibrate_exposure(epsilon, delta, release, schedule, exp, accountant),
-        answer="noise_multiplier")
+        _calibrate_exposure(epsilon, delta, release, schedule, exp, accountant), answer="noise_multiplier"
+    )
 
 
-def _calibrate_exposure(epsilon: float, delta: float, release: Release, schedule: Schedule,
-                        exp: Exposure, accountant: str) -> Result:
+def _calibrate_exposure(
+    epsilon: float, delta: float, release: Release, schedule: Schedule, exp: Exposure, accountant: str
+) -> Result:
     delta, epsilon = _check(delta, accountant), _check_epsilon(epsilon)
     acc = registry.get(accountant)
 
@@ -225,20 +261,19 @@ def _calibrate_exposure(epsilon: float, delta: float, release: Release, schedule
         return evaluate(z, release, schedule, exp, delta, accountant, coarseness)
 
     z0 = acc.solve(gdp.mu_from_epsilon(epsilon, delta), Question(release, schedule, exp, delta))
-    if z0 is not None:   # a closed form; it can land a rounding error above the target
+    if z0 is not None:  # a closed form; it can land a rounding error above the target
         z = z0
         for _ in range(MAX_NUDGES):
             found = bound(z)
             if found.epsilon <= epsilon:
                 return _result(z, found, release, schedule, exp, delta, accountant)
-            z *= 1.0 + 1e-12 * 2 ** _
-        raise PrivzvError(f"epsilon={epsilon!r}: the closed form could not be brought below "
-                          "the target")
+            z *= 1.0 + 1e-12 * 2**_
+        raise PrivzvError(f"epsilon={epsilon!r}: the closed form could not be brought below the target")
     if exp.head_steps is not None:
         return _calibrate_mixture(epsilon, delta, release, schedule, exp, accountant, bound)
 
     if accountants.any_noise_suffices(exp, delta):
-        z = Z_RANGE[0]     # any noise meets the target: the bottom of the search range
+        z = Z_RANGE[0]  # any noise meets the target: the bottom of the search range
         return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
     def model_mu(z):
@@ -250,18 +285,19 @@ def _calibrate_exposure(epsilon: float, delta: float, release: Release, schedule
     start = slope = None
     try:
         if acc.coarse_start:
-            start, slope = _coarse_start(epsilon, delta, release, exp, bound, model_mu,
-                                         model_inverse)
-        z, _ = smallest_feasible(lambda z: bound(z).epsilon, epsilon, delta, model_mu,
-                                 model_inverse, start=start, slope=slope)
+            start, slope = _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse)
+        z, _ = smallest_feasible(
+            lambda z: bound(z).epsilon, epsilon, delta, model_mu, model_inverse, start=start, slope=slope
+        )
     except PrivzvError as exc:
         if acc.fallback is None:
             raise
         # rdp's finite orders (or pld's grids) floor its epsilon: the fallback (the smallest
         # rigorous bound) answers, and says why
         other = calibrate_exposure(epsilon, delta, release, schedule, exp, acc.fallback)
-        answered = Bound(other.epsilon, other.accountant, other.mu,
-                         f"{accountant}: {exc}; {other.accountant} answered")
+        answered = Bound(
+            other.epsilon, other.accountant, other.mu, f"{accountant}: {exc}; {other.accountant} answered"
+        )
         return _result(other.noise_multiplier, answered, release, schedule, exp, delta, accountant)
     return _result(z, bound(z), release, schedule, exp, delta, accountant)
 
@@ -270,10 +306,11 @@ def _calibrate_mixture(epsilon, delta, release, schedule, exp, accountant, bound
     """The smallest round-level z (the fixed split, :meth:`privzv.release.Release.split`) whose
     mixture epsilon is <= the target: :func:`privzv.calibration.smallest_feasible` from the
     mixture's GDP model (:func:`privzv.mixture.clt_mu`)."""
+
     def model_mu(z):
         return mixture.clt_mu(registry.mixture_at(z, release, exp))
 
-    def model_inverse(mu):   # model_mu decreases in z: bisection on log z
+    def model_inverse(mu):  # model_mu decreases in z: bisection on log z
         lo, hi = Z_RANGE
         while hi / lo > 1.0 + 1e-9:
             mid = math.sqrt(lo * hi)
@@ -292,7 +329,7 @@ def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
     seen = {}
 
     def coarse(z):
-        try:   # on at most COARSE_POINTS points per release: a start, not an answer
+        try:  # on at most COARSE_POINTS points per release: a start, not an answer
             step = max(disc, accountants.release_span(z, exp, delta) / COARSE_POINTS)
             seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, step)
         except accountants.CannotAnswer:
@@ -323,46 +360,45 @@ class Unanswered:
         return {**dataclasses.asdict(self), "accountant": None, "answered": False}
 
 
-def _side_by_side(release: Release, schedule: Schedule, delta: float,
-                  run) -> list[Result | Unanswered]:
+def _side_by_side(release: Release, schedule: Schedule, delta: float, run) -> list[Result | Unanswered]:
     """``run(release, schedule, accountant)`` once for each accountant of the ``--all`` table
     that ignores the threat (the seed), then every threat x the others (secret-subsampling only when the schedule has a super_batch). A row whose
     accountant has no finite answer becomes an :class:`Unanswered` saying why (the callers
     check the input first, so bad input still raises PrivzvError)."""
     table = [a for a in registry.REGISTRY.values() if a.table]
     rows = [(a.name, schedule) for a in table if a.threats is None] + [
-        (a.name, dataclasses.replace(schedule, threat=threat)) for threat in THREATS
+        (a.name, dataclasses.replace(schedule, threat=threat))
+        for threat in THREATS
         if threat != "secret-subsampling" or schedule.super_batch is not None
-        for a in table if a.threats is not None and threat in a.threats]
+        for a in table
+        if a.threats is not None and threat in a.threats
+    ]
     results = []
     for name, sched in rows:
         try:
             result = run(release, sched, name)
-            if not all(math.isfinite(v) for v in (result.sigma, result.noise_multiplier,
-                                                   result.epsilon)):
+            if not all(math.isfinite(v) for v in (result.sigma, result.noise_multiplier, result.epsilon)):
                 raise PrivzvError("epsilon or sigma exceeds the floating-point range")
         except PrivzvError as exc:
             kind = "rigorous answer" if registry.get(name).rigorous else "answer"
-            result = Unanswered(sched.threat, name, release.neighbors, delta,
-                                f"no {kind}: {exc}")
+            result = Unanswered(sched.threat, name, release.neighbors, delta, f"no {kind}: {exc}")
         results.append(result)
     return results
 
 
-def account_all(release: Release, schedule: Schedule,
-                delta: float) -> list[Result | Unanswered]:
+def account_all(release: Release, schedule: Schedule, delta: float) -> list[Result | Unanswered]:
     """:func:`account` for the seed and for every threat x accountant, side by side; a row
     without a finite answer is an :class:`Unanswered`."""
-    checked_exposure(release, schedule, delta, ACCOUNTANT)   # bad input fails here, not per row
+    checked_exposure(release, schedule, delta, ACCOUNTANT)  # bad input fails here, not per row
     return _side_by_side(release, schedule, delta, lambda r, s, a: account(r, s, delta, a))
 
 
-def calibrate_all(epsilon: float, delta: float, release: Release,
-                  schedule: Schedule) -> list[Result | Unanswered]:
+def calibrate_all(
+    epsilon: float, delta: float, release: Release, schedule: Schedule
+) -> list[Result | Unanswered]:
     """:func:`calibrate` for the seed and for every threat x accountant, side by side; a row
     without a finite answer is an :class:`Unanswered`."""
-    _check(delta, ACCOUNTANT)   # bad input fails here, not per row
+    _check(delta, ACCOUNTANT)  # bad input fails here, not per row
     _check_epsilon(epsilon)
     exposure(release, schedule)
-    return _side_by_side(release, schedule, delta,
-                         lambda r, s, a: calibrate(epsilon, delta, r, s, a))
+    return _side_by_side(release, schedule, delta, lambda r, s, a: calibrate(epsilon, delta, r, s, a))

@@ -15,10 +15,11 @@ fewer steps than the epochs make). A ``sample_rate`` under the default threat ``
 refused: a device knows its batch, so Poisson sampling hides nothing from it; give
 ``dataset_size`` and ``batch_size`` (privzv's threats and devices) instead.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from privzv import accounting, checks
 from privzv.accounting import Result, Unanswered
@@ -27,11 +28,9 @@ from privzv.errors import PrivzvError
 from privzv.release import THREATS, HeadUpdate, Release, Schedule
 from privzv.threats import Exposure
 
-__all__ = ["noise_multiplier", "epsilon", "calibrate", "account", "calibrate_all",
-           "account_all"]
+__all__ = ["noise_multiplier", "epsilon", "calibrate", "account", "calibrate_all", "account_all"]
 
-_NOT_WITH_SAMPLE_RATE = ("dataset_size", "batch_size", "device_steps", "super_batch",
-                         "head_clip")
+_NOT_WITH_SAMPLE_RATE = ("dataset_size", "batch_size", "device_steps", "super_batch", "head_clip")
 
 
 def _steps(steps: object, epochs: object, rate: float) -> int:
@@ -43,20 +42,29 @@ def _steps(steps: object, epochs: object, rate: float) -> int:
         return checks.integer("steps", steps, lo=1, cap=checks.MAX_STEPS)
     x = checks.number("epochs", epochs, lo=0, lo_open=True) / rate
     if not x <= checks.MAX_STEPS:
-        raise PrivzvError(f"epochs={epochs!r}: {x:.3g} steps, above the cap "
-                          f"{checks.MAX_STEPS:.0e}")
+        raise PrivzvError(f"epochs={epochs!r}: {x:.3g} steps, above the cap {checks.MAX_STEPS:.0e}")
     near = round(x)
     return max(1, near if abs(x - near) <= 1e-9 * x else math.ceil(x))
 
 
-def describe(*, steps: int | None = None, epochs: float | None = None,
-             sample_rate: float | None = None, threat: str = THREAT,
-             neighbors: str = NEIGHBORS, dataset_size: int | None = None,
-             batch_size: int | None = None, devices: int = 1,
-             device_steps: Sequence[int] | None = None, super_batch: int | None = None,
-             clip: float | None = None, head_clip: float | None = None,
-             head_share: float = 0.5, head_window: int = 0,
-             head_sampling: str = "batch") -> tuple[Release, Schedule, Exposure]:
+def describe(
+    *,
+    steps: int | None = None,
+    epochs: float | None = None,
+    sample_rate: float | None = None,
+    threat: str = THREAT,
+    neighbors: str = NEIGHBORS,
+    dataset_size: int | None = None,
+    batch_size: int | None = None,
+    devices: int = 1,
+    device_steps: Sequence[int] | None = None,
+    super_batch: int | None = None,
+    clip: float | None = None,
+    head_clip: float | None = None,
+    head_share: float = 0.5,
+    head_window: int = 0,
+    head_sampling: str = "batch",
+) -> tuple[Release, Schedule, Exposure]:
     """(release, schedule, exposure) of a question (clip 1 when not given: a noise multiplier
     does not depend on it). ``head_window`` and ``head_sampling`` ("batch" or "table") describe
     the DP head as ``privzv calibrate --head-window / --head-sampling`` do."""
@@ -65,17 +73,25 @@ def describe(*, steps: int | None = None, epochs: float | None = None,
     devices = checks.integer("devices", devices, lo=1, cap=checks.MAX_DEVICES)
     clip = 1.0 if clip is None else clip
     if sample_rate is not None:
-        given = [n for n, v in zip(_NOT_WITH_SAMPLE_RATE, (dataset_size, batch_size,
-                                                           device_steps, super_batch, head_clip))
-                 if v is not None] + (["devices"] if devices != 1 else [])
+        given = [
+            n
+            for n, v in zip(
+                _NOT_WITH_SAMPLE_RATE, (dataset_size, batch_size, device_steps, super_batch, head_clip)
+            )
+            if v is not None
+        ] + (["devices"] if devices != 1 else [])
         if given:
-            raise PrivzvError(f"sample_rate with {', '.join(given)}: give sample_rate (an "
-                              "eavesdropper's Poisson rate), or dataset_size and batch_size")
+            raise PrivzvError(
+                f"sample_rate with {', '.join(given)}: give sample_rate (an "
+                "eavesdropper's Poisson rate), or dataset_size and batch_size"
+            )
         if threat != "eavesdropper":
-            raise PrivzvError(f"sample_rate={sample_rate!r} with threat={threat!r}: Poisson "
-                              "sampling hides nothing from a device that chose its batch; pass "
-                              "threat=\"eavesdropper\" (what Opacus assumes, with "
-                              "neighbors=\"add-remove\"), or dataset_size and batch_size")
+            raise PrivzvError(
+                f"sample_rate={sample_rate!r} with threat={threat!r}: Poisson "
+                "sampling hides nothing from a device that chose its batch; pass "
+                'threat="eavesdropper" (what Opacus assumes, with '
+                'neighbors="add-remove"), or dataset_size and batch_size'
+            )
         q = checks.number("sample_rate", sample_rate, lo=0, hi=1, lo_open=True)
         t = _steps(steps, epochs, q)
         release = Release(clip=clip, batch_size=1, neighbors=neighbors)
@@ -86,25 +102,49 @@ def describe(*, steps: int | None = None, epochs: float | None = None,
     b = checks.integer("batch_size", batch_size, lo=1, cap=checks.MAX_DATASET)
     d = checks.integer("dataset_size", dataset_size, lo=1, cap=checks.MAX_DATASET)
     window = checks.integer("head_window", head_window, lo=0, cap=checks.MAX_STEPS)
-    head = None if head_clip is None else HeadUpdate(
-        clip=head_clip, batch_size=b * (window * devices if window else 1), neighbors=neighbors,
-        window=window, sampling_rate=b / d if head_sampling == "table" else None)
-    release = Release(clip=clip, batch_size=b, neighbors=neighbors, head=head,
-                      head_share=head_share)
-    schedule = Schedule(steps=_steps(steps, epochs, b / d), dataset_size=d, devices=devices,
-                        threat=threat, super_batch=super_batch, device_steps=device_steps)
+    head = (
+        None
+        if head_clip is None
+        else HeadUpdate(
+            clip=head_clip,
+            batch_size=b * (window * devices if window else 1),
+            neighbors=neighbors,
+            window=window,
+            sampling_rate=b / d if head_sampling == "table" else None,
+        )
+    )
+    release = Release(clip=clip, batch_size=b, neighbors=neighbors, head=head, head_share=head_share)
+    schedule = Schedule(
+        steps=_steps(steps, epochs, b / d),
+        dataset_size=d,
+        devices=devices,
+        threat=threat,
+        super_batch=super_batch,
+        device_steps=device_steps,
+    )
     return release, schedule, accounting.exposure(release, schedule)
 
 
-def noise_multiplier(*, epsilon: float | None = None, delta: float | None = None,
-                     target_epsilon: float | None = None, target_delta: float | None = None,
-                     steps: int | None = None, epochs: float | None = None,
-                     sample_rate: float | None = None, threat: str = THREAT,
-                     neighbors: str = NEIGHBORS, accountant: str = ACCOUNTANT,
-                     dataset_size: int | None = None, batch_size: int | None = None,
-                     devices: int = 1, device_steps: Sequence[int] | None = None,
-                     super_batch: int | None = None, head_clip: float | None = None,
-                     head_share: float = 0.5) -> Result:
+def noise_multiplier(
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    target_epsilon: float | None = None,
+    target_delta: float | None = None,
+    steps: int | None = None,
+    epochs: float | None = None,
+    sample_rate: float | None = None,
+    threat: str = THREAT,
+    neighbors: str = NEIGHBORS,
+    accountant: str = ACCOUNTANT,
+    dataset_size: int | None = None,
+    batch_size: int | None = None,
+    devices: int = 1,
+    device_steps: Sequence[int] | None = None,
+    super_batch: int | None = None,
+    head_clip: float | None = None,
+    head_share: float = 0.5,
+) -> Result:
     """The smallest noise multiplier (noise std / sensitivity of one record; with a DP head the
     round's combined one) whose epsilon at ``delta`` is at most ``epsilon``;
     ``float(result)`` is that noise multiplier.
@@ -118,20 +158,40 @@ def noise_multiplier(*, epsilon: float | None = None, delta: float | None = None
     """
     target, d = _target(epsilon, target_epsilon, delta, target_delta)
     release, schedule, exp = describe(
-        steps=steps, epochs=epochs, sample_rate=sample_rate, threat=threat, neighbors=neighbors,
-        dataset_size=dataset_size, batch_size=batch_size, devices=devices,
-        device_steps=device_steps, super_batch=super_batch, head_clip=head_clip,
-        head_share=head_share)
+        steps=steps,
+        epochs=epochs,
+        sample_rate=sample_rate,
+        threat=threat,
+        neighbors=neighbors,
+        dataset_size=dataset_size,
+        batch_size=batch_size,
+        devices=devices,
+        device_steps=device_steps,
+        super_batch=super_batch,
+        head_clip=head_clip,
+        head_share=head_share,
+    )
     return accounting.calibrate_exposure(target, d, release, schedule, exp, accountant)
 
 
-def epsilon(*, noise_multiplier: float | None = None, delta: float | None = None,
-            steps: int | None = None, epochs: float | None = None,
-            sample_rate: float | None = None, threat: str = THREAT, neighbors: str = NEIGHBORS,
-            accountant: str = ACCOUNTANT, dataset_size: int | None = None,
-            batch_size: int | None = None, devices: int = 1,
-            device_steps: Sequence[int] | None = None, super_batch: int | None = None,
-            head_clip: float | None = None, head_share: float = 0.5) -> Result:
+def epsilon(
+    *,
+    noise_multiplier: float | None = None,
+    delta: float | None = None,
+    steps: int | None = None,
+    epochs: float | None = None,
+    sample_rate: float | None = None,
+    threat: str = THREAT,
+    neighbors: str = NEIGHBORS,
+    accountant: str = ACCOUNTANT,
+    dataset_size: int | None = None,
+    batch_size: int | None = None,
+    devices: int = 1,
+    device_steps: Sequence[int] | None = None,
+    super_batch: int | None = None,
+    head_clip: float | None = None,
+    head_share: float = 0.5,
+) -> Result:
     """The epsilon at ``delta`` of a noise multiplier (arguments as :func:`noise_multiplier`);
     ``float(result)`` is that epsilon.
 
@@ -145,16 +205,25 @@ def epsilon(*, noise_multiplier: float | None = None, delta: float | None = None
         raise PrivzvError("give noise_multiplier and delta")
     z = checks.number("noise_multiplier", noise_multiplier, lo=0, lo_open=True)
     release, schedule, exp = describe(
-        steps=steps, epochs=epochs, sample_rate=sample_rate, threat=threat, neighbors=neighbors,
-        dataset_size=dataset_size, batch_size=batch_size, devices=devices,
-        device_steps=device_steps, super_batch=super_batch, head_clip=head_clip,
-        head_share=head_share)
-    return accounting.account_exposure(release.with_noise_multiplier(z), schedule, exp, delta,
-                                       accountant)
+        steps=steps,
+        epochs=epochs,
+        sample_rate=sample_rate,
+        threat=threat,
+        neighbors=neighbors,
+        dataset_size=dataset_size,
+        batch_size=batch_size,
+        devices=devices,
+        device_steps=device_steps,
+        super_batch=super_batch,
+        head_clip=head_clip,
+        head_share=head_share,
+    )
+    return accounting.account_exposure(release.with_noise_multiplier(z), schedule, exp, delta, accountant)
 
 
-def _target(epsilon: float | None, target_epsilon: float | None, delta: float | None,
-            target_delta: float | None) -> tuple[float, float]:
+def _target(
+    epsilon: float | None, target_epsilon: float | None, delta: float | None, target_delta: float | None
+) -> tuple[float, float]:
     """(epsilon, delta) from privzv's or Opacus's names (one of each)."""
     e = checks.one_of(("epsilon", "target_epsilon"), (epsilon, target_epsilon))
     d = checks.one_of(("delta", "target_delta"), (delta, target_delta))
@@ -163,9 +232,16 @@ def _target(epsilon: float | None, target_epsilon: float | None, delta: float | 
     return e, d
 
 
-def calibrate(*, release: Release, schedule: Schedule, epsilon: float | None = None,
-              delta: float | None = None, target_epsilon: float | None = None,
-              target_delta: float | None = None, accountant: str = ACCOUNTANT) -> Result:
+def calibrate(
+    *,
+    release: Release,
+    schedule: Schedule,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    target_epsilon: float | None = None,
+    target_delta: float | None = None,
+    accountant: str = ACCOUNTANT,
+) -> Result:
     """The smallest sigma for ``release`` whose epsilon under ``schedule`` is at most
     ``epsilon`` (:func:`privzv.accounting.calibrate`); ``float(result)`` is the noise
     multiplier, ``result.sigma`` the noise std."""
@@ -173,24 +249,28 @@ def calibrate(*, release: Release, schedule: Schedule, epsilon: float | None = N
     return accounting.calibrate(e, d, release, schedule, accountant)
 
 
-def account(*, release: Release, schedule: Schedule, delta: float,
-            accountant: str = ACCOUNTANT) -> Result:
+def account(*, release: Release, schedule: Schedule, delta: float, accountant: str = ACCOUNTANT) -> Result:
     """The epsilon at ``delta`` of ``release`` (with its sigma) under ``schedule``
     (:func:`privzv.accounting.account`); ``float(result)`` is that epsilon."""
     return accounting.account(release, schedule, delta, accountant)
 
 
-def calibrate_all(*, release: Release, schedule: Schedule, epsilon: float | None = None,
-                  delta: float | None = None, target_epsilon: float | None = None,
-                  target_delta: float | None = None) -> list[Result | Unanswered]:
+def calibrate_all(
+    *,
+    release: Release,
+    schedule: Schedule,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    target_epsilon: float | None = None,
+    target_delta: float | None = None,
+) -> list[Result | Unanswered]:
     """:func:`calibrate` for every accountant and threat, side by side
     (:func:`privzv.accounting.calibrate_all`)."""
     e, d = _target(epsilon, target_epsilon, delta, target_delta)
     return accounting.calibrate_all(e, d, release, schedule)
 
 
-def account_all(*, release: Release, schedule: Schedule,
-                delta: float) -> list[Result | Unanswered]:
+def account_all(*, release: Release, schedule: Schedule, delta: float) -> list[Result | Unanswered]:
     """:func:`account` for every accountant and threat, side by side
     (:func:`privzv.accounting.account_all`)."""
     return accounting.account_all(release, schedule, delta)

@@ -8,10 +8,11 @@ curve passes through (epsilon(z), delta)) to the model's, which changes slowly w
 that, secant steps in (log z, log epsilon) aimed just below the target, kept inside the bracket
 (geometric bisection when a step would leave it).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from privzv import gdp
 from privzv.errors import PrivzvError
@@ -23,11 +24,18 @@ MAX_EVALUATIONS = 60
 Z_RANGE = (1e-4, 1e15)
 
 
-def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: float,
-                      model_mu: Callable[[float], float],
-                      model_inverse: Callable[[float], float], *, start: float | None = None,
-                      slope: float | None = None, eps_rtol: float = 2e-4,
-                      z_rtol: float = 1e-4) -> tuple[float, float]:
+def smallest_feasible(
+    epsilon: Callable[[float], float],
+    target: float,
+    delta: float,
+    model_mu: Callable[[float], float],
+    model_inverse: Callable[[float], float],
+    *,
+    start: float | None = None,
+    slope: float | None = None,
+    eps_rtol: float = 2e-4,
+    z_rtol: float = 1e-4,
+) -> tuple[float, float]:
     """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
     or z within z_rtol (relative) of an infeasible z.
 
@@ -39,8 +47,8 @@ def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: f
     aim = target * (1.0 - 0.5 * eps_rtol)
     mu_aim = gdp.mu_from_epsilon(aim, delta)
     z = start if start is not None else model_inverse(mu_aim)
-    lo: tuple[float, float] | None = None   # largest z seen with epsilon > target
-    hi: tuple[float, float] | None = None   # smallest z seen with epsilon <= target
+    lo: tuple[float, float] | None = None  # largest z seen with epsilon > target
+    hi: tuple[float, float] | None = None  # smallest z seen with epsilon <= target
     last: tuple[float, float] | None = None
     for _ in range(MAX_EVALUATIONS):
         z = min(max(z, Z_RANGE[0]), Z_RANGE[1])
@@ -49,12 +57,17 @@ def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: f
             hi = (z, e) if hi is None or z < hi[0] else hi
         else:
             lo = (z, e) if lo is None or z > lo[0] else lo
-        if hi is not None and (target - hi[1] <= eps_rtol * target or hi[0] <= Z_RANGE[0]
-                               or (lo is not None and hi[0] - lo[0] <= z_rtol * hi[0])):
+        if hi is not None and (
+            target - hi[1] <= eps_rtol * target
+            or hi[0] <= Z_RANGE[0]
+            or (lo is not None and hi[0] - lo[0] <= z_rtol * hi[0])
+        ):
             return hi
         if hi is None and z >= Z_RANGE[1]:
-            raise PrivzvError(f"epsilon {target:g}: unreachable (even noise multiplier "
-                              f"{Z_RANGE[1]:g} gives epsilon {e:.4g})")
+            raise PrivzvError(
+                f"epsilon {target:g}: unreachable (even noise multiplier "
+                f"{Z_RANGE[1]:g} gives epsilon {e:.4g})"
+            )
         if lo is not None and lo[0] >= Z_RANGE[1]:
             break
         if last is not None:
@@ -66,13 +79,17 @@ def smallest_feasible(epsilon: Callable[[float], float], target: float, delta: f
         low = lo[0] if lo is not None else 0.0
         high = hi[0] if hi is not None else math.inf
         if not (low < z_next < high):
-            z_next = math.sqrt(low * high) if lo is not None and hi is not None else (
-                z * 4.0 if hi is None else z / 4.0)
+            z_next = (
+                math.sqrt(low * high)
+                if lo is not None and hi is not None
+                else (z * 4.0 if hi is None else z / 4.0)
+            )
         last = (z, e)
         z = z_next
     if hi is None:
-        raise PrivzvError(f"epsilon {target:g}: unreachable (no noise multiplier up to "
-                          f"{Z_RANGE[1]:g} reaches it)")
+        raise PrivzvError(
+            f"epsilon {target:g}: unreachable (no noise multiplier up to {Z_RANGE[1]:g} reaches it)"
+        )
     return hi
 
 
@@ -92,7 +109,7 @@ def _secant(p0, p1, aim) -> float:
     if not (math.isfinite(e0) and math.isfinite(e1) and e0 > 0 and e1 > 0):
         return math.nan
     x0, x1, y0, y1 = math.log(z0), math.log(z1), math.log(e0), math.log(e1)
-    if y0 == y1 or x0 == x1:      # epsilons an ulp apart can have equal logs
+    if y0 == y1 or x0 == x1:  # epsilons an ulp apart can have equal logs
         return math.nan
     step = x1 + (math.log(aim) - y1) * (x1 - x0) / (y1 - y0)
-    return math.exp(step) if abs(step) < 700 else math.nan   # nan: the caller bisects
+    return math.exp(step) if abs(step) < 700 else math.nan  # nan: the caller bisects

@@ -7,20 +7,22 @@ beyond the float range, NaN and (unless allowed) inf are refused; a size beyond 
 (memory or time) is refused with the cap named; a derived quantity (a sensitivity, a noise
 multiplier) that under- or overflows is refused by the value that caused it.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from privzv.errors import PrivzvError
 
 # Caps on sizes: beyond them a question would exhaust memory or time, not answer.
-MAX_DEVICES = 100_000              # tuples of per-device counts are built
-MAX_STEPS = 10 ** 15               # T; epochs of a pooled head are walked one by one (below)
-MAX_DATASET = 10 ** 15             # D in a closed-form question
-MAX_LEDGER_CELLS = 10 ** 8         # a PrivacyLedger keeps devices x records counts (8 bytes each)
-MAX_POOLED_EPOCHS = 10 ** 6        # a pooled DP head's K sums one term per epoch
+MAX_DEVICES = 100_000  # tuples of per-device counts are built
+MAX_STEPS = 10**15  # T; epochs of a pooled head are walked one by one (below)
+MAX_DATASET = 10**15  # D in a closed-form question
+MAX_LEDGER_CELLS = 10**8  # a PrivacyLedger keeps devices x records counts (8 bytes each)
+MAX_POOLED_EPOCHS = 10**6  # a pooled DP head's K sums one term per epoch
 
 
 def _is_number(value: Any) -> bool:
@@ -29,7 +31,8 @@ def _is_number(value: Any) -> bool:
 
 def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
     parts = ([] if lo is None else [f"{'>' if lo_open else '>='} {lo:g}"]) + (
-        [] if hi is None else [f"{'<' if hi_open else '<='} {hi:g}"])
+        [] if hi is None else [f"{'<' if hi_open else '<='} {hi:g}"]
+    )
     return " and ".join(parts)
 
 
@@ -39,9 +42,17 @@ def _label(name: str, value: Any, shown: str | None) -> str:
     return f"{name}{shown}" if shown is not None else f"{name}={short(value)}"
 
 
-def number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False, hi_open: bool = False, allow_inf: bool = False,
-           shown: str | None = None) -> float:
+def number(
+    name: str,
+    value: Any,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    allow_inf: bool = False,
+    shown: str | None = None,
+) -> float:
     """``value`` as a float, or PrivzvError naming ``name`` (and ``shown``, :func:`_label`): an
     int (not a bool), a float or a numpy scalar, not NaN, finite unless ``allow_inf``, inside
     [lo, hi] (open ends as asked)."""
@@ -61,8 +72,15 @@ def number(name: str, value: Any, *, lo: float | None = None, hi: float | None =
     return x
 
 
-def integer(name: str, value: Any, *, lo: int | None = None, cap: int | None = None,
-            why: str = "", shown: str | None = None) -> int:
+def integer(
+    name: str,
+    value: Any,
+    *,
+    lo: int | None = None,
+    cap: int | None = None,
+    why: str = "",
+    shown: str | None = None,
+) -> int:
     """``value`` as an int, or PrivzvError naming ``name`` (and ``shown``): an int or numpy
     integer (not a bool, not a float), >= ``lo``; above ``cap`` it is refused with the cap (and
     ``why``) named."""
@@ -94,8 +112,10 @@ def representable(name: str, given: Any, derived: float, what: str) -> float:
     is not 0 (a noise multiplier is squared and inverted), else PrivzvError: ``given`` makes
     ``what`` under- or overflow."""
     if not (0.0 < derived < math.inf and derived * derived > 0.0):
-        raise PrivzvError(f"{name}={given!r}: {what} = {derived:g} is outside the floating-point "
-                          "range (too small or too large)")
+        raise PrivzvError(
+            f"{name}={given!r}: {what} = {derived:g} is outside the floating-point "
+            "range (too small or too large)"
+        )
     return derived
 
 
@@ -104,8 +124,7 @@ def one_of(names: Sequence[str], values: Sequence[Any]) -> Any:
     None when none is; PrivzvError when several are."""
     given = [(n, v) for n, v in zip(names, values) if v is not None]
     if len(given) > 1:
-        raise PrivzvError(f"{' and '.join(n for n, _ in given)}: give one of "
-                          f"{', '.join(names)}, not several")
+        raise PrivzvError(f"{' and '.join(n for n, _ in given)}: give one of {', '.join(names)}, not several")
     return given[0][1] if given else None
 
 

@@ -1,11 +1,12 @@
 """The ``privzv`` command: privacy subcommands here; ``train``, ``attack`` and ``demo`` are
 dispatched lazily to the layers above (privzv itself never imports training or attacks)."""
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from privzv import cliutil
 

@@ -1,19 +1,20 @@
 """Shared CLI conventions: one-line errors with exit code 2 (bad input) or 1 (a run that failed),
 strict JSON output (no NaN/Infinity tokens), progress, atomic outputs."""
+
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
 import math
-import re
 import os
+import re
 import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from privzv import checks
 from privzv.errors import PrivzvError
@@ -38,8 +39,12 @@ class Parser(argparse.ArgumentParser):
     def one_line_usage(self, more: Sequence[str] = ()) -> PrivzvError:
         """The error for a command given no arguments: its usage and subcommands (with ``more``)
         on one line."""
-        commands = [name for action in self._actions if isinstance(action, argparse._SubParsersAction)
-                    for name in action.choices] + list(more)
+        commands = [
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        ] + list(more)
         listed = f"; commands: {', '.join(commands)}" if commands else ""
         return PrivzvError(" ".join(self.format_usage().split()) + f"{listed} (see {self.prog} --help)")
 
@@ -54,7 +59,7 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     try:
         _check_process()
         code = main(argv)
-        _flush_stdout()   # a full device fails here, not at exit
+        _flush_stdout()  # a full device fails here, not at exit
         return code
     except PrivzvError as exc:
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
@@ -62,19 +67,19 @@ def run(main: Callable[[Sequence[str]], int], argv: Sequence[str], prog: str = "
     except Failed as exc:
         print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
         return 1
-    except ModuleNotFoundError as exc:   # an optional package, e.g. torch in a core install
+    except ModuleNotFoundError as exc:  # an optional package, e.g. torch in a core install
         if (error := missing_extra(exc)) is None:
             raise
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:   # Ctrl-C, or privzv.training.stopping.Stop (its signal's code)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or privzv.training.stopping.Stop (its signal's code)
         print(f"{prog}: {getattr(exc, 'reason', 'interrupted')}", file=sys.stderr)
         return getattr(exc, "exit_code", 130)
     except BrokenPipeError:  # e.g. `privzv calibrate ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except StdoutFailed as exc:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
         return 1
 
@@ -89,8 +94,9 @@ def _check_process() -> None:
     try:
         os.getcwd()
     except FileNotFoundError:
-        raise PrivzvError("the working directory no longer exists (it was deleted); cd to a folder "
-                          "that exists") from None
+        raise PrivzvError(
+            "the working directory no longer exists (it was deleted); cd to a folder that exists"
+        ) from None
     if sys.stdout is None:
         raise PrivzvError("stdout is closed; redirect it to a file or /dev/null instead") from None
 
@@ -99,9 +105,16 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def number(name: str, *, low: float | None = None, high: float | None = None,
-           low_open: bool = False, high_open: bool = False, integer: bool = False,
-           allow_inf: bool = False) -> Callable[[str], float]:
+def number(
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+    allow_inf: bool = False,
+) -> Callable[[str], float]:
     """An argparse ``type`` that reads a number and checks it with :mod:`privzv.checks` (the
     Python API's rules), naming the flag and its text in its error. An integer flag's ``high``
     is a cap (memory or time) and is named as one."""
@@ -111,14 +124,26 @@ def number(name: str, *, low: float | None = None, high: float | None = None,
         try:
             value = int(text) if integer else float(text)
         except ValueError:
-            raise BadValue(f"{name}{shown}: must be {'an integer' if integer else 'a number'}"
-                           ) from None
+            raise BadValue(f"{name}{shown}: must be {'an integer' if integer else 'a number'}") from None
         try:
             if integer:
-                return checks.integer(name, value, lo=None if low is None else int(low),
-                                      cap=None if high is None else int(high), shown=shown)
-            return checks.number(name, value, lo=low, hi=high, lo_open=low_open,
-                                 hi_open=high_open, allow_inf=allow_inf, shown=shown)
+                return checks.integer(
+                    name,
+                    value,
+                    lo=None if low is None else int(low),
+                    cap=None if high is None else int(high),
+                    shown=shown,
+                )
+            return checks.number(
+                name,
+                value,
+                lo=low,
+                hi=high,
+                lo_open=low_open,
+                hi_open=high_open,
+                allow_inf=allow_inf,
+                shown=shown,
+            )
         except PrivzvError as exc:
             raise BadValue(str(exc)) from None
 
@@ -207,8 +232,9 @@ def _no_constant(token: str):
     raise ValueError(f"{token} is not a JSON number (use null for an infinite epsilon)")
 
 
-def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
-             quiet: bool = False):
+def progress(
+    iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", quiet: bool = False
+):
     """A tqdm bar on a terminal; silent under --json (``quiet``) or when stderr is piped."""
     from tqdm.auto import tqdm
 
@@ -217,8 +243,9 @@ def progress(iterable: Iterable | None = None, *, total: int | None = None, desc
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike, *, resume: bool = False,
-                      replaces: str | None = None) -> Iterator[Path]:
+def atomic_output_dir(
+    path: str | os.PathLike, *, resume: bool = False, replaces: str | None = None
+) -> Iterator[Path]:
     """Write a results folder atomically: build it beside ``path``, rename it into place on success.
 
     On any error the partial folder is removed, so nothing half-written is left. With ``resume``

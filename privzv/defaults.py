@@ -4,6 +4,7 @@
 attack audit``. The threat is the device's (no amplification: DPZV's devices choose their
 batches), the relation replace-one (the paper's 2C/B), the accountant the smallest rigorous
 bound."""
+
 from __future__ import annotations
 
 DEFAULTS = {"threat": "device", "neighbors": "replace-one", "accountant": "best"}

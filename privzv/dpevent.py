@@ -20,6 +20,7 @@ is ``ComposedDpEvent([downlink, SelfComposedDpEvent(PoissonSampledDpEvent(q_h,
 GaussianDpEvent(z'_head)), T_h)])`` with the downlink's event as above (omitted when withheld),
 under REPLACE_ONE (all Gaussians at 2z) for replace-one, since the head is always sampled.
 """
+
 from __future__ import annotations
 
 from privzv.extras import missing_extra
@@ -49,15 +50,15 @@ def to_dp_event(release: Release, schedule: Schedule, *, combined: bool = False)
     sampled = exp.sampling_rate is not None
     replace = sampled and release.neighbors == "replace-one"
     scale = 2.0 if replace else 1.0
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    relation = dpa.NeighboringRelation.REPLACE_ONE if replace else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
     if release.head is None or combined:
         round_event = dpa.GaussianDpEvent(scale * z)
     else:
         z_down, z_head = release.split(z)
         assert z_head is not None
-        round_event = dpa.ComposedDpEvent([dpa.GaussianDpEvent(scale * z_down),
-                                           dpa.GaussianDpEvent(scale * z_head)])
+        round_event = dpa.ComposedDpEvent(
+            [dpa.GaussianDpEvent(scale * z_down), dpa.GaussianDpEvent(scale * z_head)]
+        )
     if sampled:
         round_event = dpa.PoissonSampledDpEvent(exp.sampling_rate, round_event)
     return dpa.SelfComposedDpEvent(round_event, exp.compositions), relation
@@ -67,12 +68,15 @@ def _mixture_event(dpa, release: Release, exp, z: float):
     """The sampled head's (DpEvent, NeighboringRelation) (module docstring)."""
     replace = release.neighbors == "replace-one"
     scale = 2.0 if replace else 1.0
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    relation = dpa.NeighboringRelation.REPLACE_ONE if replace else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
     z_down, z_head = release.split(z)
     assert z_head is not None and release.head is not None
-    events = [dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
-        release.head.sampling_rate, dpa.GaussianDpEvent(scale * z_head)), exp.head_steps)]
+    events = [
+        dpa.SelfComposedDpEvent(
+            dpa.PoissonSampledDpEvent(release.head.sampling_rate, dpa.GaussianDpEvent(scale * z_head)),
+            exp.head_steps,
+        )
+    ]
     if not release.withholds and exp.compositions:
         down = dpa.GaussianDpEvent(scale * z_down)
         if exp.sampling_rate is not None:

@@ -4,6 +4,7 @@
 OpenDP noise, the MNIST datasets and the dp-accounting export are extras (pyproject.toml). A
 command that reaches a missing one stops with one line naming the extra to add.
 """
+
 from __future__ import annotations
 
 from privzv.errors import PrivzvError
@@ -29,5 +30,7 @@ def missing_extra(exc: ModuleNotFoundError) -> PrivzvError | None:
     extra = EXTRA_OF.get(module)
     if extra is None:
         return None
-    return PrivzvError(f"the optional package {module!r} is not installed; add the extra "
-                       f"{extra!r}: pip install 'privzv[{extra}]'")
+    return PrivzvError(
+        f"the optional package {module!r} is not installed; add the extra "
+        f"{extra!r}: pip install 'privzv[{extra}]'"
+    )

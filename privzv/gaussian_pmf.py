@@ -42,6 +42,7 @@ k ``loss_shift`` (added by the caller; 1e-9 of epsilon or less at T = 1e8). Tail
 to infinity, as dp-accounting does; the mass above U_hi is rounded up to the grid point above
 L(U_hi).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -80,7 +81,7 @@ class _Pair:
 
     a: float
     q: float
-    kind: str   # "remove", "add" or "replace"
+    kind: str  # "remove", "add" or "replace"
 
     @property
     def components(self) -> tuple[np.ndarray, np.ndarray]:
@@ -103,21 +104,21 @@ class _Pair:
         """u with L(u) = loss (loss inside L's range)."""
         a, q = self.a, self.q
         if self.kind == "replace":
-            if q == 1.0:   # L = -2 a u
+            if q == 1.0:  # L = -2 a u
                 return -loss / (2.0 * a)
             # e^L = R(u) / S(u), solved as dp-accounting's _inverse_privacy_loss_replace does:
             # u = (asinh(-sinh(L/2) alpha) - L/2) / a, alpha = e^{a^2/2} (1-q)/q
             log_alpha = 0.5 * a * a + math.log1p(-q) - math.log(q)
             half = np.abs(loss) / 2.0
-            with np.errstate(divide="ignore"):   # loss 0: log sinh 0 = -inf, u = 0 below
+            with np.errstate(divide="ignore"):  # loss 0: log sinh 0 = -inf, u = 0 below
                 log_sinh = half + np.log1p(-np.exp(-2.0 * half)) - math.log(2.0)
             log_term = log_alpha + log_sinh
-            asinh = -np.sign(loss) * np.logaddexp(0.5 * np.logaddexp(0.0, 2.0 * log_term),
-                                                  log_term)
+            asinh = -np.sign(loss) * np.logaddexp(0.5 * np.logaddexp(0.0, 2.0 * log_term), log_term)
             return np.where(loss == 0.0, 0.0, (asinh - loss / 2.0) / a)
-        if self.kind == "remove":   # l0 = -a u - a^2/2 = log(1 + expm1(L) / q)
+        if self.kind == "remove":  # l0 = -a u - a^2/2 = log(1 + expm1(L) / q)
             return (-_log1p_ratio(loss, q) - 0.5 * a * a) / a
         return (_log1p_ratio(-loss, q) + 0.5 * a * a) / a
+
 
 def _log1p_mix(q: float, x: np.ndarray) -> np.ndarray:
     """log((1-q) + q e^x) = log1p(q expm1(x)), by log-sum-exp where e^x would overflow."""
@@ -125,8 +126,7 @@ def _log1p_mix(q: float, x: np.ndarray) -> np.ndarray:
     big = x > 30.0
     out = np.log1p(q * np.expm1(np.minimum(x, 30.0)))
     if np.any(big):
-        out = np.where(big, np.logaddexp(math.log1p(-q) if q < 1.0 else -math.inf,
-                                         math.log(q) + x), out)
+        out = np.where(big, np.logaddexp(math.log1p(-q) if q < 1.0 else -math.inf, math.log(q) + x), out)
     return out
 
 
@@ -137,7 +137,7 @@ def _log1p_ratio(loss: np.ndarray, q: float) -> np.ndarray:
         return loss
     big = loss > 30.0
     out = np.log1p(np.expm1(np.minimum(loss, 30.0)) / q)
-    if np.any(big):   # log((e^L - (1-q)) / q) = L + log1p(-(1-q) e^{-L}) - log q
+    if np.any(big):  # log((e^L - (1-q)) / q) = L + log1p(-(1-q) e^{-L}) - log q
         out = np.where(big, loss + np.log1p(-(1.0 - q) * np.exp(-loss)) - math.log(q), out)
     return out
 
@@ -156,16 +156,15 @@ def _support(pair: _Pair, log_truncation: float) -> tuple[float, float, float, f
     return u_lo, u_hi, l_bottom, l_top
 
 
-def loss_span(noise_multiplier: float, *, sampling_prob: float, kind: str,
-              log_truncation: float) -> float:
+def loss_span(noise_multiplier: float, *, sampling_prob: float, kind: str, log_truncation: float) -> float:
     """The range of losses :func:`release_pmf` puts on its grid (its points: this / step)."""
-    _, _, l_bottom, l_top = _support(_Pair(1.0 / noise_multiplier, sampling_prob, kind),
-                                     log_truncation)
+    _, _, l_bottom, l_top = _support(_Pair(1.0 / noise_multiplier, sampling_prob, kind), log_truncation)
     return l_top - l_bottom
 
 
-def release_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str,
-                discretization: float, log_truncation: float) -> ReleasePmf:
+def release_pmf(
+    noise_multiplier: float, *, sampling_prob: float, kind: str, discretization: float, log_truncation: float
+) -> ReleasePmf:
     """The connect-the-dots PMF (upper bounds, module docstring) of one direction ``kind``
     ("remove", "add", "replace") of a Gaussian release of noise ``noise_multiplier`` x its
     sensitivity (dp-accounting's ``standard_deviation`` at sensitivity 1), sampled with
@@ -184,23 +183,25 @@ def release_pmf(noise_multiplier: float, *, sampling_prob: float, kind: str,
     if pieces > MAX_PIECES:
         raise TooManyPieces(f"{pieces:.3g} quadrature pieces")
     inner = np.arange(lower + 1, upper) * d
-    cuts = np.clip(pair.inverse(inner), u_lo, u_hi)[::-1]          # ascending u
+    cuts = np.clip(pair.inverse(inner), u_lo, u_hi)[::-1]  # ascending u
     points = np.unique(np.concatenate((cuts, np.linspace(u_lo, u_hi, pieces - (n - 2) + 1))))
     mid, half = 0.5 * (points[1:] + points[:-1]), 0.5 * np.diff(points)
     bucket = len(cuts) - np.searchsorted(cuts, mid, side="right")  # L(mid) in [l_j, l_j+1]
     u = mid[:, None] + half[:, None] * _NODES
     weights, means = pair.components
     density = sum(w * np.exp(-0.5 * (u - m) ** 2) for w, m in zip(weights, means))
-    mass = (density * (half[:, None] * _WEIGHTS / math.sqrt(2.0 * math.pi)))
+    mass = density * (half[:, None] * _WEIGHTS / math.sqrt(2.0 * math.pi))
     top = ((lower + bucket + 1) * d)[:, None]
     down = np.clip(np.expm1(top - pair.loss(u)) / math.expm1(d), 0.0, 1.0)
     index = np.broadcast_to(bucket[:, None], u.shape).ravel()
-    probs = (np.bincount(index, (mass * down).ravel(), minlength=n)
-             + np.bincount(index + 1, (mass * (1.0 - down)).ravel(), minlength=n))
+    probs = np.bincount(index, (mass * down).ravel(), minlength=n) + np.bincount(
+        index + 1, (mass * (1.0 - down)).ravel(), minlength=n
+    )
     probs[math.ceil(l_bottom / d) - lower] += float(np.sum(weights * special.ndtr(means - u_hi)))
     infinity = float(np.sum(weights * special.ndtr(u_lo - means)))
     r = QUADRATURE_ERROR + _UNIT * (64.0 + (reach + 1.0) ** 2)
     # a node's loss: a few ulps of its exponent's size, a (|u| + a); a cut point's: measured
-    shift = (float(np.max(np.abs(pair.loss(cuts[::-1]) - inner), initial=0.0))
-             + 32.0 * _UNIT * (a * reach + a * a + max(abs(l_bottom), abs(l_top))))
+    shift = float(np.max(np.abs(pair.loss(cuts[::-1]) - inner), initial=0.0)) + 32.0 * _UNIT * (
+        a * reach + a * a + max(abs(l_bottom), abs(l_top))
+    )
     return ReleasePmf(d, lower, probs * (1.0 + r), infinity * (1.0 + r), shift)

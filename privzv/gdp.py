@@ -18,6 +18,7 @@ that loses little; where it would cancel (mu small against the scale of t), D is
 the integral of the inverse Mills ratio minus s, -h'(s) = phi(s)/(1 - Phi(s)) - s, over
 [t, t + mu] by Gauss-Legendre quadrature, with Laplace's continued fraction for large s.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,13 @@ from scipy import special
 from privzv.errors import PrivzvError
 
 __all__ = [
-    "delta_from_epsilon", "log_delta_from_epsilon", "epsilon_from_delta", "mu_from_epsilon",
-    "compose", "gaussian_mu", "tradeoff",
+    "delta_from_epsilon",
+    "log_delta_from_epsilon",
+    "epsilon_from_delta",
+    "mu_from_epsilon",
+    "compose",
+    "gaussian_mu",
+    "tradeoff",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -38,19 +44,20 @@ _SQRT_PI_2 = math.sqrt(0.5 * math.pi)
 _SQRT_HALF = math.sqrt(0.5)
 _HALF_SQRT_HALF = 0.5 * _SQRT_HALF
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(3)
-_CF_FROM = 10.0      # inverse-Mills-ratio integrand: continued fraction for s >= this
-_CF_TERMS = 14       # enough for 1e-16 relative error at s >= 10 (checked against mpmath)
-_CANCEL = 1e-3       # direct D only when D >= _CANCEL * (1 + |h(t)| + |h(t+mu)|)
-_RTOL = 1e-13        # root finding: stop when the bracket is this narrow (relative)
-_LAST_STEP = 1e-4    # root finding: a Halley step this small (relative) is the last one
+_CF_FROM = 10.0  # inverse-Mills-ratio integrand: continued fraction for s >= this
+_CF_TERMS = 14  # enough for 1e-16 relative error at s >= 10 (checked against mpmath)
+_CANCEL = 1e-3  # direct D only when D >= _CANCEL * (1 + |h(t)| + |h(t+mu)|)
+_RTOL = 1e-13  # root finding: stop when the bracket is this narrow (relative)
+_LAST_STEP = 1e-4  # root finding: a Halley step this small (relative) is the last one
 _MAX_ITER = 100
-_CHUNK = 1 << 16     # elements per vectorised pass
-_EPS_FLOOR = 1e-12   # epsilon_from_delta: absolute slack (in epsilon) of the stopping rule
+_CHUNK = 1 << 16  # elements per vectorised pass
+_EPS_FLOOR = 1e-12  # epsilon_from_delta: absolute slack (in epsilon) of the stopping rule
 
 
 # ---------------------------------------------------------------- input handling
-def _array(name: str, value, *, low: float, low_open: bool, high: float = math.inf,
-           high_open: bool = True) -> np.ndarray:
+def _array(
+    name: str, value, *, low: float, low_open: bool, high: float = math.inf, high_open: bool = True
+) -> np.ndarray:
     """``value`` as a float array, every element finite and in the given range, else PrivzvError."""
     try:
         arr = np.asarray(value, dtype=float)
@@ -78,8 +85,7 @@ def _pair(name_a, a, name_b, b, range_a, range_b):
     xa = _array(name_a, a, **range_a)
     xb = _array(name_b, b, **range_b)
     shape = np.broadcast_shapes(xa.shape, xb.shape)
-    return (np.broadcast_to(xa, shape).ravel().copy(), np.broadcast_to(xb, shape).ravel().copy(),
-            shape)
+    return (np.broadcast_to(xa, shape).ravel().copy(), np.broadcast_to(xb, shape).ravel().copy(), shape)
 
 
 _MU = dict(low=0.0, low_open=True)
@@ -117,12 +123,12 @@ def _log_mills_pos(s: np.ndarray) -> np.ndarray:
 
 def _log_delta_parts(epsilon: np.ndarray, mu: np.ndarray):
     """(log delta, D, h(t), h(t + mu)) for valid 1-D arrays of equal length (module docstring)."""
-    centre = epsilon / mu                      # t + mu/2, the midpoint of [t, t + mu]
+    centre = epsilon / mu  # t + mu/2, the midpoint of [t, t + mu]
     t = centre - 0.5 * mu
     pos = t >= 0
     if pos.all():
         h_t = _log_mills_pos(t)
-        log_phi_a = h_t - 0.5 * t * t - _LOG_SQRT_2PI     # log Phi(a), a = -t
+        log_phi_a = h_t - 0.5 * t * t - _LOG_SQRT_2PI  # log Phi(a), a = -t
     else:
         h_t, log_phi_a = np.empty_like(t), np.empty_like(t)
         tp, tn = t[pos], t[~pos]
@@ -149,8 +155,7 @@ def _chunked(core, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """core(a, b) on slices of _CHUNK elements (cache-sized; ~20% faster on 1e6 inputs)."""
     if a.size <= _CHUNK:
         return core(a, b)
-    return np.concatenate([core(a[i:i + _CHUNK], b[i:i + _CHUNK])
-                           for i in range(0, a.size, _CHUNK)])
+    return np.concatenate([core(a[i : i + _CHUNK], b[i : i + _CHUNK]) for i in range(0, a.size, _CHUNK)])
 
 
 def log_delta_from_epsilon(epsilon, mu):
@@ -222,7 +227,7 @@ def _probit_residual(log_delta, dlog_delta, curvature, z_target):
     """
     z = special.ndtri_exp(log_delta)
     log_pdf = -0.5 * z * z - _LOG_SQRT_2PI
-    with np.errstate(over="ignore", invalid="ignore"):   # a non-finite z'' falls back to Newton
+    with np.errstate(over="ignore", invalid="ignore"):  # a non-finite z'' falls back to Newton
         dz = dlog_delta * np.exp(log_delta - log_pdf)
         return z - z_target, dz, dz * (curvature + z * dz)
 
@@ -231,7 +236,7 @@ def _mu_from_quantile(q, epsilon):
     """The mu > 0 with mu/2 - eps/mu = q: q + sqrt(q^2 + 2 eps), without cancellation."""
     root = np.hypot(q, np.sqrt(epsilon) * math.sqrt(2.0))  # no underflow, no overflow
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(q < 0, epsilon / (root - q) * 2.0, q + root)   # no overflow at 1e308
+        return np.where(q < 0, epsilon / (root - q) * 2.0, q + root)  # no overflow at 1e308
 
 
 def epsilon_from_delta(mu, delta):
@@ -261,18 +266,23 @@ def _epsilon_step(eps, mu, z_target):
 
 def _solve_epsilon(m: np.ndarray, d: np.ndarray) -> np.ndarray:
     eps = np.zeros_like(m)
-    positive = d < special.erf(m * _HALF_SQRT_HALF)       # delta(0; mu) = 2 Phi(mu/2) - 1
+    positive = d < special.erf(m * _HALF_SQRT_HALF)  # delta(0; mu) = 2 Phi(mu/2) - 1
     if positive.any():
         m_pos = m[positive]
         z_target = special.ndtri_exp(np.log(d[positive]))
         with np.errstate(over="ignore"):
             upper = m_pos * (0.5 * m_pos - z_target)
-        huge = ~np.isfinite(upper)          # epsilon beyond the float range: inf
+        huge = ~np.isfinite(upper)  # epsilon beyond the float range: inf
         eps_pos = np.full_like(upper, np.inf)
         if (~huge).any():
-            eps_pos[~huge] = _halley(upper[~huge], np.zeros_like(upper[~huge]),
-                                     upper[~huge].copy(), _epsilon_step, m_pos[~huge],
-                                     z_target[~huge])
+            eps_pos[~huge] = _halley(
+                upper[~huge],
+                np.zeros_like(upper[~huge]),
+                upper[~huge].copy(),
+                _epsilon_step,
+                m_pos[~huge],
+                z_target[~huge],
+            )
         eps[positive] = eps_pos
     return eps
 
@@ -295,7 +305,7 @@ def _mu_step(a, eps, z_target):
     """Halley step data for r(a) = Phi^-1(delta(eps; mu(a))) - z_target, a = mu/2 - eps/mu."""
     mu = _mu_from_quantile(a, eps)
     log_delta, dd, h_t, _ = _log_delta_parts(eps, mu)
-    scale = mu - a                                   # = mu/2 + eps/mu = mu da/dmu
+    scale = mu - a  # = mu/2 + eps/mu = mu da/dmu
     # d delta/da = phi(a) dmu/da, dmu/da = mu/(mu - a), d2mu/da2 = 2 eps/(mu - a)^3
     dlog_delta_da = np.exp(-h_t) / -np.expm1(-dd) * (mu / scale)
     curvature = (mu - 2.0 * a) / scale / scale - a
@@ -304,8 +314,8 @@ def _mu_step(a, eps, z_target):
 
 def _solve_mu(e: np.ndarray, d: np.ndarray) -> np.ndarray:
     z_target = special.ndtri_exp(np.log(d))
-    mu_low = d * math.sqrt(2.0 * math.pi)             # delta <= 2 Phi(mu/2) - 1 <= mu phi(0)
-    with np.errstate(over="ignore"):   # e / mu_low = inf only lowers the bound to z_target
+    mu_low = d * math.sqrt(2.0 * math.pi)  # delta <= 2 Phi(mu/2) - 1 <= mu phi(0)
+    with np.errstate(over="ignore"):  # e / mu_low = inf only lowers the bound to z_target
         lower = np.maximum(z_target, 0.5 * mu_low - e / mu_low)
     a = _halley(lower.copy(), lower, np.full_like(lower, np.inf), _mu_step, e, z_target)
     return _mu_from_quantile(a, e)
@@ -334,8 +344,14 @@ def gaussian_mu(sensitivity, sigma):
     Adding N(0, sigma^2) noise to a statistic of L2 sensitivity ``sensitivity`` (per coordinate,
     for vector statistics) is exactly mu-GDP. sensitivity >= 0, sigma > 0, both finite.
     """
-    s, g, shape = _pair("sensitivity", sensitivity, "sigma", sigma,
-                        dict(low=0.0, low_open=False), dict(low=0.0, low_open=True))
+    s, g, shape = _pair(
+        "sensitivity",
+        sensitivity,
+        "sigma",
+        sigma,
+        dict(low=0.0, low_open=False),
+        dict(low=0.0, low_open=True),
+    )
     return _out((s / g).reshape(shape), sensitivity, sigma)
 
 
@@ -345,8 +361,14 @@ def tradeoff(alpha, mu):
     The smallest type II error of any test of N(0, 1) against N(mu, 1) at type I error alpha;
     a mechanism is mu-GDP iff its trade-off function is >= G_mu. 0 <= alpha <= 1, mu >= 0.
     """
-    a, m, shape = _pair("alpha", alpha, "mu", mu, dict(low=0.0, low_open=False, high=1.0,
-                        high_open=False), dict(low=0.0, low_open=False))
+    a, m, shape = _pair(
+        "alpha",
+        alpha,
+        "mu",
+        mu,
+        dict(low=0.0, low_open=False, high=1.0, high_open=False),
+        dict(low=0.0, low_open=False),
+    )
     with np.errstate(divide="ignore"):
         # Phi^-1(1 - alpha): -ndtri(alpha) is exact in the lower tail; 1 - alpha is exact above 0.5
         upper_quantile = np.where(a < 0.5, -special.ndtri(a), special.ndtri(1.0 - a))

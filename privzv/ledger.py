@@ -49,6 +49,7 @@ are the head's. A window that closed among discarded releases was a real head st
 counted); the window open at the kill was never noised nor used by anything released and is
 dropped, the checkpoint's open window being reopened where the head reopens it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,21 +77,32 @@ class PrivacyLedger:
     numbered 0 .. schedule.devices - 1 and batch ids are record indices 0 .. dataset_size - 1.
     """
 
-    def __init__(self, release: Release, schedule: Schedule, delta: float, epsilon_budget: float,
-                 *, accountant: str = ACCOUNTANT, dataset_size: int | None = None):
+    def __init__(
+        self,
+        release: Release,
+        schedule: Schedule,
+        delta: float,
+        epsilon_budget: float,
+        *,
+        accountant: str = ACCOUNTANT,
+        dataset_size: int | None = None,
+    ):
         if dataset_size is not None and dataset_size != schedule.dataset_size:
             checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
             schedule = dataclasses.replace(schedule, dataset_size=dataset_size)
-        epsilon_budget = checks.number("epsilon_budget", epsilon_budget, lo=0, lo_open=True,
-                                       allow_inf=True)
+        epsilon_budget = checks.number("epsilon_budget", epsilon_budget, lo=0, lo_open=True, allow_inf=True)
         if not registry.get(accountant).rigorous:
-            raise PrivzvError(f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
-                              f"takes {', '.join(registry.names(rigorous=True))}")
+            raise PrivzvError(
+                f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
+                f"takes {', '.join(registry.names(rigorous=True))}"
+            )
         cells = getattr(schedule, "devices", 1) * getattr(schedule, "dataset_size", 1)
         if cells > checks.MAX_LEDGER_CELLS:
-            raise PrivzvError(f"dataset_size={schedule.dataset_size} x devices="
-                              f"{schedule.devices}: a ledger counts each record per device; "
-                              f"above the cap {checks.MAX_LEDGER_CELLS:.0e} counts")
+            raise PrivzvError(
+                f"dataset_size={schedule.dataset_size} x devices="
+                f"{schedule.devices}: a ledger counts each record per device; "
+                f"above the cap {checks.MAX_LEDGER_CELLS:.0e} counts"
+            )
         self._full = accounting.checked_exposure(release, schedule, delta, accountant)
         self.release, self.schedule = release, schedule
         self.delta = checks.number("delta", delta)
@@ -101,20 +113,22 @@ class PrivacyLedger:
         self._epsilons: dict[float | tuple[float, int], float] = {}
         self._ok_up_to: float = 0
         self._bad_from: float = math.inf
-        self._position = 0   # releases of the live walk: the head's step count (windows close by it)
-        self._mark: tuple[int, np.ndarray | None] | None = None    # (position, open window) at the last checkpoint (mark)
-        self._since: list[tuple[int, np.ndarray]] = []   # live releases after the mark
-        self._pending = 0    # the last _pending of _since: made before a resume, not yet re-made
+        self._position = 0  # releases of the live walk: the head's step count (windows close by it)
+        self._mark: tuple[int, np.ndarray | None] | None = (
+            None  # (position, open window) at the last checkpoint (mark)
+        )
+        self._since: list[tuple[int, np.ndarray]] = []  # live releases after the mark
+        self._pending = 0  # the last _pending of _since: made before a resume, not yet re-made
         self._pooled = threats.pooled(release)
         self._sampled = threats.sampled_head(release)
-        self._ok_pairs: list[tuple[float, int]] = []   # sampled head: (k, T_h) within budget
-        self._bad_pairs: list[tuple[float, int]] = []   # ... and over it
-        if self._pooled:   # per record: batches in the open window, windows, sum of c^2
+        self._ok_pairs: list[tuple[float, int]] = []  # sampled head: (k, T_h) within budget
+        self._bad_pairs: list[tuple[float, int]] = []  # ... and over it
+        if self._pooled:  # per record: batches in the open window, windows, sum of c^2
             d = schedule.dataset_size
             self._window = np.zeros(d, dtype=np.int64)
             self._windows = np.zeros(d, dtype=np.int64)
             self._squares = np.zeros(d, dtype=np.int64)
-            self._load = 0.0   # the worst record's K so far
+            self._load = 0.0  # the worst record's K so far
 
     # ----------------------------------------------------------------- exposure and epsilon
     def _counts_all_releases(self) -> bool:
@@ -142,8 +156,13 @@ class PrivacyLedger:
         key: float | tuple[float, int] = k if steps is None else (k, steps)
         if key not in self._epsilons:
             self._epsilons[key] = accounting.epsilon_for_exposure(
-                self.release.noise_multiplier, self.release, self.schedule,
-                Exposure(k, self._full.sampling_rate, steps), self.delta, self.accountant)[0]
+                self.release.noise_multiplier,
+                self.release,
+                self.schedule,
+                Exposure(k, self._full.sampling_rate, steps),
+                self.delta,
+                self.accountant,
+            )[0]
         return self._epsilons[key]
 
     def _pair_within_budget(self, k: float, steps: int) -> bool:
@@ -156,7 +175,7 @@ class PrivacyLedger:
         if any(k >= a and steps >= b for a, b in self._bad_pairs):
             return False
         plan = (max(k, self._full.compositions), max(steps, self.schedule.steps))
-        ahead = (k + -(-k // 8), steps + -(-steps // 8))   # past the plan: 1/8 ahead
+        ahead = (k + -(-k // 8), steps + -(-steps // 8))  # past the plan: 1/8 ahead
         for pair in dict.fromkeys((plan, ahead, (k, steps))):
             if self._epsilon(*pair) <= self.epsilon_budget:
                 self._ok_pairs.append(pair)
@@ -193,23 +212,28 @@ class PrivacyLedger:
 
     # ----------------------------------------------------------------- recording
     def _ids(self, device: int, batch_ids) -> np.ndarray:
-        if not (isinstance(device, (int, np.integer)) and not isinstance(device, bool)
-                and 0 <= device < self.schedule.devices):
-            raise PrivzvError(f"device={device!r}: must be an integer in "
-                              f"[0, {self.schedule.devices})")
+        if not (
+            isinstance(device, (int, np.integer))
+            and not isinstance(device, bool)
+            and 0 <= device < self.schedule.devices
+        ):
+            raise PrivzvError(f"device={device!r}: must be an integer in [0, {self.schedule.devices})")
         ids = np.asarray(batch_ids)
-        poisson = self.schedule.threat == "eavesdropper"   # an empty Poisson batch is a release
+        poisson = self.schedule.threat == "eavesdropper"  # an empty Poisson batch is a release
         if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or (poisson and ids.size == 0)):
             raise PrivzvError("batch_ids: must be a 1-D array of record indices")
         if ids.size == 0 and not poisson:
-            raise PrivzvError("batch_ids: must be non-empty (only a Poisson batch, threat "
-                              "eavesdropper, can be empty)")
+            raise PrivzvError(
+                "batch_ids: must be non-empty (only a Poisson batch, threat eavesdropper, can be empty)"
+            )
         ids = ids.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.schedule.dataset_size):
             raise PrivzvError(f"batch_ids: indices must be in [0, {self.schedule.dataset_size})")
         if np.unique(ids).size != ids.size:
-            raise PrivzvError("batch_ids: a record appears twice in one batch (the sensitivity "
-                              "bound assumes each record at most once)")
+            raise PrivzvError(
+                "batch_ids: a record appears twice in one batch (the sensitivity "
+                "bound assumes each record at most once)"
+            )
         return ids
 
     def _compositions_after(self, device: int, ids: np.ndarray):
@@ -225,8 +249,10 @@ class PrivacyLedger:
         """Whether recording this release would take epsilon spent above the budget (never for
         the next discarded release of a seeded resume, :meth:`record`)."""
         ids = self._ids(device, batch_ids)
-        return not (self._replaying(device, ids)
-                    or self._within_budget(self._compositions_after(device, ids), self.releases + 1))
+        return not (
+            self._replaying(device, ids)
+            or self._within_budget(self._compositions_after(device, ids), self.releases + 1)
+        )
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).
@@ -243,7 +269,8 @@ class PrivacyLedger:
             raise BudgetExceeded(
                 f"epsilon budget {self.epsilon_budget:g}: the next release would spend "
                 f"{self._epsilon(k, self.releases + 1):.4g} (delta {self.delta:g}, {self.accountant}, threat "
-                f"{self.schedule.threat}); stopping before it")
+                f"{self.schedule.threat}); stopping before it"
+            )
         self._apply(device, ids)
 
     def _apply(self, device: int, ids: np.ndarray) -> None:
@@ -271,8 +298,9 @@ class PrivacyLedger:
 
     def _closes(self, position: int) -> bool:
         per_epoch = -(-self.schedule.dataset_size // self.release.batch_size)
-        return threats.window_closes(position, self.schedule.devices, per_epoch,
-                                     self.release.head.window if self.release.head else 1)
+        return threats.window_closes(
+            position, self.schedule.devices, per_epoch, self.release.head.window if self.release.head else 1
+        )
 
     # ----------------------------------------------------------------- resume
     def mark(self) -> None:
@@ -280,7 +308,7 @@ class PrivacyLedger:
         releases from here on are remembered until the next mark (for :meth:`rewind`). In the
         middle of a seeded replay the mark is where the resumed run is; the discarded releases
         it has not re-made yet stay pending."""
-        made = len(self._since) - self._pending   # of the releases since the last mark
+        made = len(self._since) - self._pending  # of the releases since the last mark
         window = self._window_after(made)
         self._mark = (self._position - self._pending, window)
         self._since = self._since[made:]
@@ -344,15 +372,27 @@ class PrivacyLedger:
         in the same rounds from the same records) when the release has one."""
         k, release = self.rounds(), self.release
         z_down, z_head = release.split(release.noise_multiplier)
-        rows = [{"mechanism": "downlink", "count": 0 if release.withholds else k,
-                 "sigma": release.sigma,
-                 "sensitivity": release.sensitivity, "noise_multiplier": z_down}]
+        rows = [
+            {
+                "mechanism": "downlink",
+                "count": 0 if release.withholds else k,
+                "sigma": release.sigma,
+                "sensitivity": release.sensitivity,
+                "noise_multiplier": z_down,
+            }
+        ]
         if release.head is not None:
-            rows.append({"mechanism": "head", "count": self.head_steps(),
-                         "sigma": release.head.sigma, "window": release.head.window,
-                         "sensitivity": release.head.sensitivity, "noise_multiplier": z_head,
-                         **({"sampling_rate": release.head.sampling_rate}
-                            if self._sampled else {})})
+            rows.append(
+                {
+                    "mechanism": "head",
+                    "count": self.head_steps(),
+                    "sigma": release.head.sigma,
+                    "window": release.head.window,
+                    "sensitivity": release.head.sensitivity,
+                    "noise_multiplier": z_head,
+                    **({"sampling_rate": release.head.sampling_rate} if self._sampled else {}),
+                }
+            )
         return rows
 
     def rounds(self) -> int:
@@ -371,13 +411,18 @@ class PrivacyLedger:
 
     def summary(self) -> dict:
         """epsilon spent, the budget and each mechanism (:meth:`mechanisms`), JSON-ready."""
-        return {"epsilon_spent": self.epsilon_spent(), "epsilon_budget": self.epsilon_budget,
-                "delta": self.delta, "accountant": self.accountant,
-                "threat": self.schedule.threat, "protects": self.release.protects,
-                "releases": self.releases,
-                "compositions": self._compositions(),
-                "noise_multiplier": self.release.noise_multiplier,
-                "mechanisms": self.mechanisms()}
+        return {
+            "epsilon_spent": self.epsilon_spent(),
+            "epsilon_budget": self.epsilon_budget,
+            "delta": self.delta,
+            "accountant": self.accountant,
+            "threat": self.schedule.threat,
+            "protects": self.release.protects,
+            "releases": self.releases,
+            "compositions": self._compositions(),
+            "noise_multiplier": self.release.noise_multiplier,
+            "mechanisms": self.mechanisms(),
+        }
 
     # ----------------------------------------------------------------- persistence
     def state_dict(self) -> dict:
@@ -394,21 +439,27 @@ class PrivacyLedger:
             "releases": self.releases,
             "counts": self._counts.tolist(),
             "mechanisms": self.mechanisms(),
-            **({"window_counts": self._window.tolist(), "windows": self._windows.tolist(),
-                "window_squares": self._squares.tolist(), "head_position": self._position}
-               if self._pooled else {}),
+            **(
+                {
+                    "window_counts": self._window.tolist(),
+                    "windows": self._windows.tolist(),
+                    "window_squares": self._squares.tolist(),
+                    "head_position": self._position,
+                }
+                if self._pooled
+                else {}
+            ),
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "PrivacyLedger":
+    def from_state_dict(cls, state: dict) -> PrivacyLedger:
         """The ledger of :meth:`state_dict`; PrivzvError (never another exception) for a state
         that is not one: wrong version, missing or misshapen fields, negative counts, or more
         releases of one record than releases in total."""
         if not isinstance(state, dict):
             raise PrivzvError(f"ledger state: must be a JSON object, got {type(state).__name__}")
         if state.get("version") != STATE_VERSION:
-            raise PrivzvError(f"ledger state version {state.get('version')!r}: expected "
-                              f"{STATE_VERSION}")
+            raise PrivzvError(f"ledger state version {state.get('version')!r}: expected {STATE_VERSION}")
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise PrivzvError(f"ledger state: missing {', '.join(missing)}")
@@ -417,46 +468,49 @@ class PrivacyLedger:
             schedule = Schedule(**state["schedule"])
         except TypeError as exc:
             raise PrivzvError(f"ledger state release/schedule: {exc}") from None
-        ledger = cls(release, schedule, state["delta"], state["epsilon_budget"],
-                     accountant=state["accountant"])
+        ledger = cls(
+            release, schedule, state["delta"], state["epsilon_budget"], accountant=state["accountant"]
+        )
         releases = state["releases"]
         if not (isinstance(releases, int) and not isinstance(releases, bool) and releases >= 0):
             raise PrivzvError(f"ledger state releases={releases!r}: must be an integer >= 0")
         counts = _counts(state["counts"], ledger._counts.shape)
         worst = int(counts.sum(axis=0).max())
         if worst > releases:
-            raise PrivzvError(f"ledger state: a record is in {worst} releases, more than "
-                              f"releases={releases}")
+            raise PrivzvError(f"ledger state: a record is in {worst} releases, more than releases={releases}")
         ledger._counts, ledger._worst, ledger.releases = counts, worst, releases
         ledger._position = releases
         if ledger._pooled:
             shape = (1, schedule.dataset_size)
-            for key, name in (("window_counts", "_window"), ("windows", "_windows"),
-                              ("window_squares", "_squares")):
+            for key, name in (
+                ("window_counts", "_window"),
+                ("windows", "_windows"),
+                ("window_squares", "_squares"),
+            ):
                 if key not in state:
                     raise PrivzvError(f"ledger state: missing {key} (a pooled DP head)")
                 setattr(ledger, name, _counts([state[key]], shape)[0])
             if (ledger._windows > counts.sum(axis=0)).any() or (ledger._window > counts.sum(axis=0)).any():
                 raise PrivzvError("ledger state: a record is in more head windows than releases")
-            position = state.get("head_position", releases)   # (before resumes were replayed)
-            if not (isinstance(position, int) and not isinstance(position, bool)
-                    and 0 <= position <= releases):
-                raise PrivzvError(f"ledger state head_position={position!r}: must be an integer "
-                                  f"in [0, releases]")
+            position = state.get("head_position", releases)  # (before resumes were replayed)
+            if not (
+                isinstance(position, int) and not isinstance(position, bool) and 0 <= position <= releases
+            ):
+                raise PrivzvError(
+                    f"ledger state head_position={position!r}: must be an integer in [0, releases]"
+                )
             ledger._position = position
             every = np.arange(schedule.dataset_size)
             ledger._load = float(ledger._loads(every, 0).max(initial=0.0))
         return ledger
 
 
-_STATE_KEYS = ("release", "schedule", "delta", "epsilon_budget", "accountant", "releases",
-               "counts")
+_STATE_KEYS = ("release", "schedule", "delta", "epsilon_budget", "accountant", "releases", "counts")
 
 
 def _counts(value, shape: tuple[int, int]) -> np.ndarray:
     """A (devices, records) array of non-negative integers from JSON, else PrivzvError."""
-    message = (f"ledger state counts: expected {shape[0]} lists of {shape[1]} non-negative "
-               "integers")
+    message = f"ledger state counts: expected {shape[0]} lists of {shape[1]} non-negative integers"
     if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
         raise PrivzvError(message)
     if not all(isinstance(v, int) and not isinstance(v, bool) for row in value for v in row):

@@ -25,6 +25,7 @@ The reference is dp-accounting's ComposedDpEvent of SelfComposed(Gaussian) (or o
 downlink) and SelfComposed(PoissonSampled(Gaussian)) (:func:`privzv.dpevent.to_dp_event`;
 ``tests/privzv/test_sampled_head.py`` compares).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -91,7 +92,8 @@ def _rdp(m: Mixture, neighbors: str, delta: float) -> float:
         total = m.head_steps * _sampled_rdp(m.z_head, m.head_rate, neighbors, orders)
         if m.downlink is not None:
             total = total + m.downlink.compositions * _sampled_rdp(
-                m.z_down, m.downlink.sampling_rate, neighbors, orders)
+                m.z_down, m.downlink.sampling_rate, neighbors, orders
+            )
         return rdp.epsilon(orders, total, delta)
 
 
@@ -114,13 +116,19 @@ def grid_step(m: Mixture, delta: float, discretization: float) -> float:
     from privzv import gaussian_pmf
 
     cut = accountants._log_truncation(delta, m.compositions)
-    spans = [max(gaussian_pmf.loss_span(zk, sampling_prob=q, kind=kind, log_truncation=cut)
-                 for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace")))
-             for z, q, _ in _parts(m)]
+    spans = [
+        max(
+            gaussian_pmf.loss_span(zk, sampling_prob=q, kind=kind, log_truncation=cut)
+            for zk, kind in ((z, "remove"), (z, "add"), (2.0 * z, "replace"))
+        )
+        for z, q, _ in _parts(m)
+    ]
     step = min([discretization] + [span / 20.0 for span in spans])
     if max(spans) / step > accountants.PLD_MAX_COARSENING * accountants.PLD_MAX_POINTS:
-        raise CannotAnswer(f"one release's privacy-loss grid would need about "
-                           f"{max(spans) / step:.3g} points at discretisation {step:.3g}")
+        raise CannotAnswer(
+            f"one release's privacy-loss grid would need about "
+            f"{max(spans) / step:.3g} points at discretisation {step:.3g}"
+        )
     return float(step)
 
 
@@ -128,8 +136,9 @@ def pld_epsilon(m: Mixture, neighbors: str, delta: float, estimate: float) -> fl
     """Pessimistic PLD epsilon of the mixture (module docstring), at the discretisation that
     ``estimate`` of the answer calls for (:func:`privzv.accountants.pld_discretization`)."""
     if delta < accountants.PLD_MIN_DELTA:
-        raise CannotAnswer(f"delta {delta:g} is below {accountants.PLD_MIN_DELTA:g}, the "
-                           "smallest delta pld was measured at")
+        raise CannotAnswer(
+            f"delta {delta:g} is below {accountants.PLD_MIN_DELTA:g}, the smallest delta pld was measured at"
+        )
     disc = accountants.pld_discretization(estimate, m.compositions, delta)
     try:
         return _pld(m, neighbors, float(delta), grid_step(m, delta, disc))
@@ -149,20 +158,30 @@ def _pld(m: Mixture, neighbors: str, delta: float, step: float) -> float:
         pmfs = []
         for z, q, times in parts:
             try:
-                pmfs.append((gaussian_pmf.release_pmf(2.0 * z if kind == "replace" else z,
-                                                      sampling_prob=q, kind=kind,
-                                                      discretization=step,
-                                                      log_truncation=cut), times))
+                pmfs.append(
+                    (
+                        gaussian_pmf.release_pmf(
+                            2.0 * z if kind == "replace" else z,
+                            sampling_prob=q,
+                            kind=kind,
+                            discretization=step,
+                            log_truncation=cut,
+                        ),
+                        times,
+                    )
+                )
             except gaussian_pmf.TooManyPieces as exc:
                 raise CannotAnswer(f"one release's privacy-loss PMF would need {exc}") from None
-        t = tilted_pld.composed_saddle_tilt([(p.discretization, p.lower, p.probs, times)
-                                              for p, times in pmfs], delta)
+        t = tilted_pld.composed_saddle_tilt(
+            [(p.discretization, p.lower, p.probs, times) for p, times in pmfs], delta
+        )
         composed, shift = [], 0.0
         for p, times in pmfs:
             tilted = tilted_pld.tilt(p.discretization, p.lower, p.probs, p.infinity_mass, t)
             try:
-                composed.append(tilted_pld.self_compose(tilted, times, tail,
-                                                        accountants.PLD_MAX_COMPOSED_POINTS))
+                composed.append(
+                    tilted_pld.self_compose(tilted, times, tail, accountants.PLD_MAX_COMPOSED_POINTS)
+                )
             except tilted_pld.GridTooLarge as exc:
                 raise CannotAnswer(f"the composed privacy-loss grid would need {exc}") from None
             shift += times * p.loss_shift
@@ -181,9 +200,9 @@ def _pld(m: Mixture, neighbors: str, delta: float, step: float) -> float:
 def unamplified_epsilon(m: Mixture, delta: float) -> float:
     """Ignoring every sampling: k + T_h Gaussians, exactly mu-GDP with mu^2 = k / z_d^2 +
     T_h / z_h^2 (Dong, Roth & Su 2022, Cor. 3.3); an upper bound (joint convexity)."""
-    mu2 = m.head_steps / m.z_head ** 2
+    mu2 = m.head_steps / m.z_head**2
     if m.downlink is not None:
-        mu2 += m.downlink.compositions / m.z_down ** 2
+        mu2 += m.downlink.compositions / m.z_down**2
     return accountants.gdp_epsilon(math.sqrt(mu2), delta)
 
 

@@ -19,6 +19,7 @@ compares the two over a sweep of q, z, k and delta):
   delta^2 + expm1(-rdp) > 0 (Pinsker-type bound through the KL divergence), inf for
   alpha <= 1.01.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,9 @@ import numpy as np
 from scipy import special
 
 # dp-accounting's DEFAULT_RDP_ORDERS
-DEFAULT_ORDERS = np.array([1.0 + x / 10.0 for x in range(1, 100)] + list(range(11, 64))
-                          + [128, 256, 512, 1024], dtype=float)
+DEFAULT_ORDERS = np.array(
+    [1.0 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024], dtype=float
+)
 
 
 def _log_comb(n, k):
@@ -43,13 +45,12 @@ def _log_a_integer(q: float, z: float, alpha: int) -> float:
     i = np.arange(alpha + 1, dtype=float)
     log_weights = _log_comb(float(alpha), i) + i * math.log(q) + (alpha - i) * math.log1p(-q)
     exponent = (i * i - i) / (2.0 * z * z)
-    if exponent[-1] > 1.0:   # large terms: plain log-sum-exp, no cancellation to avoid
+    if exponent[-1] > 1.0:  # large terms: plain log-sum-exp, no cancellation to avoid
         return float(special.logsumexp(log_weights + exponent))
     return math.log1p(float(np.sum(np.exp(log_weights) * np.expm1(exponent))))
 
 
-def gaussian_rdp(z: float, orders=DEFAULT_ORDERS, sampling_rate: float | None = None
-                 ) -> np.ndarray:
+def gaussian_rdp(z: float, orders=DEFAULT_ORDERS, sampling_rate: float | None = None) -> np.ndarray:
     """RDP of one Gaussian release of noise multiplier z at each order, Poisson-sampled with
     ``sampling_rate`` (None or 1: no sampling); inf where an order does not converge."""
     orders = np.asarray(orders, dtype=float)
@@ -62,8 +63,7 @@ def gaussian_rdp(z: float, orders=DEFAULT_ORDERS, sampling_rate: float | None = 
     with np.errstate(over="ignore", invalid="ignore"):
         integer = np.array([float(a).is_integer() for a in orders])
         out = np.empty(orders.shape)
-        out[integer] = [_log_a_integer(sampling_rate, z, int(a)) / (a - 1.0)
-                        for a in orders[integer]]
+        out[integer] = [_log_a_integer(sampling_rate, z, int(a)) / (a - 1.0) for a in orders[integer]]
         out[~integer] = sampled_pair_renyi(sampling_rate, z, orders[~integer], "add-remove")
     return np.where(np.isnan(out), math.inf, out)
 
@@ -114,9 +114,9 @@ def sampled_pair_renyi(q: float, z: float, orders, pair: str) -> np.ndarray:
             log_p, log_r = _log1p_mix(q, shift - a * x), np.zeros_like(x)
         else:
             log_p, log_r = _log1p_mix(q, shift - a * x), _log1p_mix(q, shift + a * x)
-        g = alpha * log_p + (1.0 - alpha) * log_r     # log of the integrand over phi
+        g = alpha * log_p + (1.0 - alpha) * log_r  # log of the integrand over phi
         log_phi = -0.5 * x * x - 0.5 * math.log(2.0 * math.pi) + math.log(_STEP)
-        if g.max() < 700.0:   # integral = 1 + sum phi expm1(g): no cancellation near 1
+        if g.max() < 700.0:  # integral = 1 + sum phi expm1(g): no cancellation near 1
             log_int = math.log1p(max(float(np.sum(np.exp(log_phi) * np.expm1(g))), 0.0))
         else:
             log_int = float(logsumexp(log_phi + g))
@@ -133,12 +133,15 @@ def epsilon(orders, rdp, delta: float) -> float:
     if delta == 0.0:
         return 0.0 if np.all(rdp == 0.0) else math.inf
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        converted = (rdp + np.log1p(-1.0 / orders)
-                     - math.log(delta) / (orders - 1.0) - np.log(orders) / (orders - 1.0))
+        converted = (
+            rdp + np.log1p(-1.0 / orders) - math.log(delta) / (orders - 1.0) - np.log(orders) / (orders - 1.0)
+        )
         # a negative value cannot be a divergence: that order is left out (dp-accounting answers
         # 0 there, which is not a bound)
-        eps = np.where(rdp < 0.0, math.inf,
-                       np.where(delta * delta + np.expm1(-rdp) > 0.0, 0.0,
-                                np.where(orders > 1.01, converted, math.inf)))
+        eps = np.where(
+            rdp < 0.0,
+            math.inf,
+            np.where(delta * delta + np.expm1(-rdp) > 0.0, 0.0, np.where(orders > 1.01, converted, math.inf)),
+        )
     eps = np.where(np.isnan(eps), math.inf, eps)
     return max(0.0, float(np.min(eps)))

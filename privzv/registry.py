@@ -8,10 +8,11 @@ The built-ins: ``pld`` and ``rdp`` (rigorous, each falling back to the other), `
 smaller of both), ``gdp-clt`` (Bu et al. 2020's CLT, approximate) and ``seed`` (the DPZV paper's
 formula, not a bound, blind to the threat). The math is in :mod:`privzv.accountants`.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from privzv import accountants, mixture
 from privzv.errors import PrivzvError
@@ -101,12 +102,11 @@ _HOW = {
     "pld": "PLD, pessimistic connect-the-dots, tilted FFT composition",
     "rdp": "RDP of the sampled Gaussian, dp-accounting's formulas and conversion",
     "rdp-replace-one": "RDP; replace-one with sampling by exact quadrature of the sampled pair's "
-                       "Renyi divergence, dp-accounting's conversion",
+    "Renyi divergence, dp-accounting's conversion",
     "unamplified": "closed form without amplification: k Gaussian releases are sqrt(k)/z-GDP",
-    "mixture": "the downlink's releases composed with the sampled head's steps, "
-               "privzv.mixture",
+    "mixture": "the downlink's releases composed with the sampled head's steps, privzv.mixture",
     "sampling": "delta is at least 1 - (1-q)^k, the chance that the record is sampled at all: "
-                "(0, delta)-DP at any noise",
+    "(0, delta)-DP at any noise",
 }
 
 
@@ -119,19 +119,19 @@ def _estimate(z: float, exp: Exposure, neighbors: str, delta: float) -> float:
         return accountants.unamplified_epsilon(z, exp, delta)
 
 
-def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float,
-         coarseness: float) -> float:
+def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float, coarseness: float) -> float:
     """pld at ``coarseness`` times the discretisation that ``estimate`` of the answer calls for
     (a function of z alone, so that calibrate, account and the ledger agree exactly); where the
     estimate (rdp) was more than twice the answer, once more at the discretisation of the answer
     itself, keeping the smaller (both are upper bounds). An rdp estimate 12x too large left
     the step 12x too coarse: 0.12% looser than dp-accounting at q = 1.2e-4, T = 1071."""
+
     def at(guess):
         disc = coarseness * accountants.pld_discretization(guess, exp.compositions, delta)
         return accountants.pld_epsilon(z, exp, neighbors, delta, disc)
 
     first = at(estimate)
-    if coarseness == 1.0 and 0 < first < estimate / 2:   # not in calibration's coarse solve
+    if coarseness == 1.0 and 0 < first < estimate / 2:  # not in calibration's coarse solve
         try:
             return min(first, at(first))
         except accountants.CannotAnswer:
@@ -139,8 +139,9 @@ def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float,
     return first
 
 
-def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float,
-                    order: tuple[str, ...], coarseness: float) -> Bound:
+def _rigorous_bound(
+    z: float, exp: Exposure, neighbors: str, delta: float, order: tuple[str, ...], coarseness: float
+) -> Bound:
     """The first of ``order`` (pld, rdp) that answers, else the unamplified closed form; for
     ``order`` of length 2 under "best", the smaller of both. Each is a rigorous upper bound."""
     answers: dict[str, float] = {}
@@ -148,8 +149,7 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float,
     for name in order:
         try:
             if name == "pld":
-                estimate = (answers["rdp"] if "rdp" in answers
-                            else _estimate(z, exp, neighbors, delta))
+                estimate = answers["rdp"] if "rdp" in answers else _estimate(z, exp, neighbors, delta)
                 answers[name] = _pld(z, exp, neighbors, delta, estimate, coarseness)
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
@@ -157,7 +157,7 @@ def _rigorous_bound(z: float, exp: Exposure, neighbors: str, delta: float,
             failures.append(f"{name}: {exc}")
     if not answers:
         answers["unamplified"] = accountants.unamplified_epsilon(z, exp, delta)
-    elif exp.sampling_rate is not None:   # always valid; wins only where the grids fail
+    elif exp.sampling_rate is not None:  # always valid; wins only where the grids fail
         unamplified = accountants.unamplified_epsilon(z, exp, delta)
         if unamplified < min(answers.values()):
             answers["unamplified"] = unamplified
@@ -171,8 +171,9 @@ def mixture_at(z: float, release: Release, exp: Exposure) -> mixture.Mixture:
     z_down, z_head = release.split(z)
     assert z_head is not None and release.head is not None and exp.head_steps is not None
     assert release.head.sampling_rate is not None
-    down = (None if release.withholds or not exp.compositions
-            else Exposure(exp.compositions, exp.sampling_rate))
+    down = (
+        None if release.withholds or not exp.compositions else Exposure(exp.compositions, exp.sampling_rate)
+    )
     return mixture.Mixture(down, z_down, exp.head_steps, release.head.sampling_rate, z_head)
 
 
@@ -180,23 +181,23 @@ def _grid_epsilon(name: str) -> Callable[[float, Question, float], Bound]:
     """The epsilon of a rigorous grid accountant (its ``order`` and ``smallest``): the exact
     closed form without sampling where pld is among those it evaluates, (0, delta) where
     sampling alone gives it, else the grids, falling back along ``order``."""
+
     def epsilon(z: float, q: Question, coarseness: float) -> Bound:
         acc, exp, neighbors = REGISTRY[name], q.exp, q.release.neighbors
         used = acc.order if acc.smallest else acc.order[:1]
         if exp.head_steps is not None:
-            eps, answered, why = mixture.epsilon(mixture_at(z, q.release, exp), neighbors,
-                                                 q.delta, name)
+            eps, answered, why = mixture.epsilon(mixture_at(z, q.release, exp), neighbors, q.delta, name)
             return Bound(eps, answered, None, why)
-        if exp.sampling_rate is None and "pld" in used:   # exact closed form, below rdp
+        if exp.sampling_rate is None and "pld" in used:  # exact closed form, below rdp
             return Bound(accountants.unamplified_epsilon(z, exp, q.delta), "pld")
         if accountants.any_noise_suffices(exp, q.delta):
             return Bound(0.0, "sampling")
         bound = _rigorous_bound(z, exp, neighbors, q.delta, used, coarseness)
-        if not acc.smallest and bound.fallback:   # it could not answer: the next one does
+        if not acc.smallest and bound.fallback:  # it could not answer: the next one does
             other = _rigorous_bound(z, exp, neighbors, q.delta, acc.order[1:], coarseness)
-            bound = dataclasses.replace(other, fallback=f"{bound.fallback}; "
-                                                        f"{other.accountant} answered")
+            bound = dataclasses.replace(other, fallback=f"{bound.fallback}; {other.accountant} answered")
         return bound
+
     return epsilon
 
 
@@ -209,11 +210,13 @@ def _gaussian_solve(mu: float, q: Question) -> float | None:
 
 def _rigorous_note(bound: Bound, q: Question, threat: str, requested: str) -> tuple[bool, str]:
     exp, name = q.exp, bound.accountant
-    how = (_HOW["mixture"] if exp.head_steps is not None else
-           "exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
-           if exp.sampling_rate is None else _HOW[
-               "rdp-replace-one" if name == "rdp" and q.release.neighbors == "replace-one"
-               else name])
+    how = (
+        _HOW["mixture"]
+        if exp.head_steps is not None
+        else "exact closed form: k Gaussian releases compose to sqrt(k)/z-GDP"
+        if exp.sampling_rate is None
+        else _HOW["rdp-replace-one" if name == "rdp" and q.release.neighbors == "replace-one" else name]
+    )
     chosen = " (best: the smallest rigorous bound)" if REGISTRY[requested].smallest else ""
     fell = f"; fallback: {bound.fallback}" if bound.fallback else ""
     return True, f"{name}{chosen} ({how}): {threat}; rigorous upper bound{fell}"
@@ -232,9 +235,14 @@ def _clt_solve(mu: float, q: Question) -> float | None:
 
 def _clt_note(bound: Bound, q: Question, threat: str, requested: str) -> tuple[bool, str]:
     exact = q.exp.sampling_rate is None and q.exp.head_steps is None
-    return exact, (f"gdp-clt: {threat}; " + (
-        "exact: k Gaussian releases compose to sqrt(k)/z-GDP" if exact else
-        "APPROXIMATE central-limit value (Bu et al. 2020), not an upper bound"))
+    return exact, (
+        f"gdp-clt: {threat}; "
+        + (
+            "exact: k Gaussian releases compose to sqrt(k)/z-GDP"
+            if exact
+            else "APPROXIMATE central-limit value (Bu et al. 2020), not an upper bound"
+        )
+    )
 
 
 def seed_rate(q: Question) -> tuple[int, float]:
@@ -258,26 +266,63 @@ def _seed_solve(mu: float, q: Question) -> float:
 
 
 def _seed_note(bound: Bound, q: Question, threat: str, requested: str) -> tuple[bool, str]:
-    return False, ("seed accountant (DPZV Theorem VI.5, sigma = 2C sqrt(T)/(D mu)): NOT a "
-                   "rigorous bound; it scales mu linearly by the sampling rate B/D and ignores "
-                   f"the threat and the devices (the threat here, {q.schedule.threat}, does not "
-                   "change it)")
+    return False, (
+        "seed accountant (DPZV Theorem VI.5, sigma = 2C sqrt(T)/(D mu)): NOT a "
+        "rigorous bound; it scales mu linearly by the sampling rate B/D and ignores "
+        f"the threat and the devices (the threat here, {q.schedule.threat}, does not "
+        "change it)"
+    )
 
 
 for _accountant in (
-    Accountant("best", True, _grid_epsilon("best"), _rigorous_note, _gaussian_solve,
-               summary="the smaller of the rigorous pld and rdp bounds, naming which",
-               table=False, coarse_start=True, order=("rdp", "pld"), smallest=True),
-    Accountant("pld", True, _grid_epsilon("pld"), _rigorous_note, _gaussian_solve,
-               summary="privacy-loss distribution (dp-accounting's, tilted FFT)",
-               fallback="best", coarse_start=True, order=("pld", "rdp")),
-    Accountant("rdp", True, _grid_epsilon("rdp"), _rigorous_note,
-               summary="Renyi DP (dp-accounting's formulas and conversion)",
-               fallback="best", order=("rdp", "pld")),
-    Accountant("gdp-clt", False, _clt_epsilon, _clt_note, _clt_solve,
-               summary="Bu et al. 2020's central-limit mu: approximate, not a bound"),
-    Accountant("seed", False, _seed_epsilon, _seed_note, _seed_solve, threats=None,
-               summary="the DPZV paper's Theorem VI.5: not a bound, ignores the threat"),
+    Accountant(
+        "best",
+        True,
+        _grid_epsilon("best"),
+        _rigorous_note,
+        _gaussian_solve,
+        summary="the smaller of the rigorous pld and rdp bounds, naming which",
+        table=False,
+        coarse_start=True,
+        order=("rdp", "pld"),
+        smallest=True,
+    ),
+    Accountant(
+        "pld",
+        True,
+        _grid_epsilon("pld"),
+        _rigorous_note,
+        _gaussian_solve,
+        summary="privacy-loss distribution (dp-accounting's, tilted FFT)",
+        fallback="best",
+        coarse_start=True,
+        order=("pld", "rdp"),
+    ),
+    Accountant(
+        "rdp",
+        True,
+        _grid_epsilon("rdp"),
+        _rigorous_note,
+        summary="Renyi DP (dp-accounting's formulas and conversion)",
+        fallback="best",
+        order=("rdp", "pld"),
+    ),
+    Accountant(
+        "gdp-clt",
+        False,
+        _clt_epsilon,
+        _clt_note,
+        _clt_solve,
+        summary="Bu et al. 2020's central-limit mu: approximate, not a bound",
+    ),
+    Accountant(
+        "seed",
+        False,
+        _seed_epsilon,
+        _seed_note,
+        _seed_solve,
+        threats=None,
+        summary="the DPZV paper's Theorem VI.5: not a bound, ignores the threat",
+    ),
 ):
     register_accountant(_accountant)
-

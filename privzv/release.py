@@ -3,14 +3,16 @@
 The trainer draws noise from it, the ledger accounts it, the calibrator solves for its sigma and
 the auditor attacks it (compare dp-accounting's ``DpEvent``).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from privzv import checks
-from privzv.defaults import NEIGHBORS as DEFAULT_NEIGHBORS, THREAT as DEFAULT_THREAT
+from privzv.defaults import NEIGHBORS as DEFAULT_NEIGHBORS
+from privzv.defaults import THREAT as DEFAULT_THREAT
 from privzv.errors import PrivzvError
 
 NEIGHBORS = ("replace-one", "add-remove")
@@ -22,7 +24,7 @@ PROTECTS = {
     "record": "record-level (one record's features and label)",
     "label": "labels only (one record's label; its features are not protected)",
     "none": "no whole-run guarantee (each release alone; earlier records' features reach later "
-            "releases through first-order device updates)",
+    "releases through first-order device updates)",
 }
 
 
@@ -85,15 +87,15 @@ class HeadUpdate:
         _set(self, "batch_size", checks.integer("head batch_size", self.batch_size, lo=1))
         checks.choice("neighbors", self.neighbors, NEIGHBORS)
         _set(self, "sigma", _sigma("head sigma", self.sigma))
-        _set(self, "window", checks.integer("head window", self.window, lo=0,
-                                            cap=checks.MAX_STEPS))
+        _set(self, "window", checks.integer("head window", self.window, lo=0, cap=checks.MAX_STEPS))
         q = self.sampling_rate
         if q is not None:
-            q = _set(self, "sampling_rate", checks.number("head sampling_rate", q, lo=0, hi=1,
-                                                          lo_open=True))
+            q = _set(self, "sampling_rate", checks.number("head sampling_rate", q, lo=0, hi=1, lo_open=True))
         if q is not None and self.window:
-            raise PrivzvError(f"head window={self.window}: a sampled head (sampling_rate {q:g}) "
-                              "steps every round; use window 0")
+            raise PrivzvError(
+                f"head window={self.window}: a sampled head (sampling_rate {q:g}) "
+                "steps every round; use window 0"
+            )
         checks.representable("head clip", self.clip, self.sensitivity, "the head's sensitivity")
 
     @property
@@ -155,7 +157,7 @@ class Release:
     protects: str = "record"
 
     def __post_init__(self):
-        if isinstance(self.head, dict):   # from a JSON state
+        if isinstance(self.head, dict):  # from a JSON state
             try:
                 _set(self, "head", HeadUpdate(**self.head))
             except TypeError as exc:
@@ -163,26 +165,29 @@ class Release:
         if self.head is not None:
             checks.instance("head", self.head, HeadUpdate, "a HeadUpdate, its dict, or None")
         _set(self, "clip", checks.number("clip", self.clip, lo=0, lo_open=True))
-        _set(self, "batch_size", checks.integer("batch_size", self.batch_size, lo=1,
-                                                cap=checks.MAX_DATASET))
+        _set(self, "batch_size", checks.integer("batch_size", self.batch_size, lo=1, cap=checks.MAX_DATASET))
         _set(self, "sigma", _sigma("sigma", self.sigma))
         checks.choice("aggregate", self.aggregate, AGGREGATES)
         checks.choice("neighbors", self.neighbors, NEIGHBORS)
         checks.choice("protects", self.protects, tuple(PROTECTS))
         _set(self, "dim", checks.integer("dim", self.dim, lo=1))
-        _set(self, "head_share", checks.number("head_share", self.head_share, lo=0, hi=1,
-                                               lo_open=True))
+        _set(self, "head_share", checks.number("head_share", self.head_share, lo=0, hi=1, lo_open=True))
         if self.head is not None and self.head.neighbors != self.neighbors:
-            raise PrivzvError(f"head neighbors={self.head.neighbors!r}: must equal the release's "
-                              f"{self.neighbors!r}")
+            raise PrivzvError(
+                f"head neighbors={self.head.neighbors!r}: must equal the release's {self.neighbors!r}"
+            )
         checks.representable("clip", self.clip, self.sensitivity, "the sensitivity")
         if self.sigma:
-            checks.representable("sigma", self.sigma, self.sigma / self.sensitivity,
-                                 "the noise multiplier sigma / sensitivity")
+            checks.representable(
+                "sigma", self.sigma, self.sigma / self.sensitivity, "the noise multiplier sigma / sensitivity"
+            )
         if self.head is not None and self.head.sigma:
-            checks.representable("head sigma", self.head.sigma,
-                                 self.head.sigma / self.head.sensitivity,
-                                 "the head's noise multiplier")
+            checks.representable(
+                "head sigma",
+                self.head.sigma,
+                self.head.sigma / self.head.sensitivity,
+                "the head's noise multiplier",
+            )
 
     @property
     def sensitivity(self) -> float:
@@ -225,31 +230,42 @@ class Release:
         z = self.sigma / self.sensitivity
         if self.head is None:
             return z
-        if self.withholds:   # the head's mechanism alone
+        if self.withholds:  # the head's mechanism alone
             return z if self.head.sigma is None else self.head.sigma / self.head.sensitivity
-        z_head = (self.head.sigma / self.head.sensitivity if self.head.sigma is not None
-                  else self.split(z * math.sqrt(1.0 - self.head_share))[1])   # z at the split
+        z_head = (
+            self.head.sigma / self.head.sensitivity
+            if self.head.sigma is not None
+            else self.split(z * math.sqrt(1.0 - self.head_share))[1]
+        )  # z at the split
         assert z_head is not None
         if z == 0 or z_head == 0:
             return 0.0
-        inverse = z ** -2 + z_head ** -2
-        return inverse ** -0.5 if inverse > 0 else 1.0 / math.hypot(1.0 / z, 1.0 / z_head)
+        inverse = z**-2 + z_head**-2
+        return inverse**-0.5 if inverse > 0 else 1.0 / math.hypot(1.0 / z, 1.0 / z_head)
 
-    def with_noise_multiplier(self, z: float) -> "Release":
+    def with_noise_multiplier(self, z: float) -> Release:
         """This release with the round-level noise multiplier z, split between downlink and head."""
         z = checks.number("noise_multiplier", z, lo=0, lo_open=True)
         z_down, z_head = self.split(z)
         checks.representable("noise_multiplier", z, z_down * self.sensitivity, "sigma")
-        head = None if self.head is None or z_head is None else dataclasses.replace(
-            self.head, sigma=z_head * self.head.sensitivity)
+        head = (
+            None
+            if self.head is None or z_head is None
+            else dataclasses.replace(self.head, sigma=z_head * self.head.sensitivity)
+        )
         return dataclasses.replace(self, sigma=z_down * self.sensitivity, head=head)
 
-    def with_sigma(self, sigma: float) -> "Release":
+    def with_sigma(self, sigma: float) -> Release:
         """This release with downlink noise std ``sigma`` (the head's std follows the split)."""
         sigma = checks.number("sigma", sigma, lo=0, lo_open=True)
-        z = checks.representable("sigma", sigma, sigma / self.sensitivity * math.sqrt(
-            1.0 - (self.head_share if self.head and not self.withholds else 0.0)),
-            "the noise multiplier sigma / sensitivity")
+        z = checks.representable(
+            "sigma",
+            sigma,
+            sigma
+            / self.sensitivity
+            * math.sqrt(1.0 - (self.head_share if self.head and not self.withholds else 0.0)),
+            "the noise multiplier sigma / sensitivity",
+        )
         return self.with_noise_multiplier(z)
 
 
@@ -274,11 +290,18 @@ class Schedule:
 
     def __post_init__(self):
         _set(self, "steps", checks.integer("steps", self.steps, lo=1, cap=checks.MAX_STEPS))
-        _set(self, "dataset_size", checks.integer("dataset_size", self.dataset_size, lo=1,
-                                                  cap=checks.MAX_DATASET))
-        _set(self, "devices", checks.integer("devices", self.devices, lo=1,
-                                             cap=checks.MAX_DEVICES,
-                                             why="per-device counts are kept"))
+        _set(
+            self,
+            "dataset_size",
+            checks.integer("dataset_size", self.dataset_size, lo=1, cap=checks.MAX_DATASET),
+        )
+        _set(
+            self,
+            "devices",
+            checks.integer(
+                "devices", self.devices, lo=1, cap=checks.MAX_DEVICES, why="per-device counts are kept"
+            ),
+        )
         checks.choice("threat", self.threat, THREATS)
         if self.super_batch is not None:
             _set(self, "super_batch", checks.integer("super_batch", self.super_batch, lo=1))

@@ -53,6 +53,7 @@ noise multiplier z). Only ``device`` under round-robin is accounted this way; ot
 activation orders are refused (:func:`check`). The ledger counts the same K from the batches
 it records, whatever the order.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,22 +98,28 @@ def check(release: Release, schedule: Schedule) -> None:
     check_objects(release, schedule)
     b, d = release.batch_size, schedule.dataset_size
     if pooled(release) and (schedule.threat != "device" or schedule.device_steps is not None):
-        raise PrivzvError(f"head window={_window(release)}: a pooled DP head is accounted only "
-                          "under threat 'device' with round-robin activation (no --device-steps, "
-                          f"no activation probabilities); got threat {schedule.threat!r}"
-                          + ("" if schedule.device_steps is None else " and given device steps")
-                          + "; use head window 0 (a head step every round)")
+        raise PrivzvError(
+            f"head window={_window(release)}: a pooled DP head is accounted only "
+            "under threat 'device' with round-robin activation (no --device-steps, "
+            f"no activation probabilities); got threat {schedule.threat!r}"
+            + ("" if schedule.device_steps is None else " and given device steps")
+            + "; use head window 0 (a head step every round)"
+        )
     if release.aggregate == "per-sample" and schedule.threat != "device":
-        raise PrivzvError(f"threat={schedule.threat!r}: a per-sample release is accounted only "
-                          "under threat 'device' (subsampling amplification is derived for the "
-                          "batch mean)")
+        raise PrivzvError(
+            f"threat={schedule.threat!r}: a per-sample release is accounted only "
+            "under threat 'device' (subsampling amplification is derived for the "
+            "batch mean)"
+        )
     if b > d:
         raise PrivzvError(f"batch_size={b}: must be <= dataset_size={d}")
     if schedule.threat == "secret-subsampling":
         bp = schedule.super_batch
         if not (isinstance(bp, int) and b <= bp <= d):
-            raise PrivzvError(f"super_batch={bp!r}: must be an integer with batch_size={b} <= "
-                              f"super_batch <= dataset_size={d}")
+            raise PrivzvError(
+                f"super_batch={bp!r}: must be an integer with batch_size={b} <= "
+                f"super_batch <= dataset_size={d}"
+            )
 
 
 def worst_record_rounds(schedule: Schedule, batch: int) -> int:
@@ -160,18 +167,21 @@ def pooled_compositions(release: Release, schedule: Schedule) -> float:
     n = schedule.steps_per_device()
     epochs = _ceil_div(max(n), per_epoch)
     if epochs > checks.MAX_POOLED_EPOCHS:
-        raise PrivzvError(f"head window={_window(release)}: {epochs} epochs of a pooled DP head, "
-                          f"above the cap {checks.MAX_POOLED_EPOCHS:.0e} (K sums one term per "
-                          "epoch)")
-    return float(sum(window_load(sum(e * per_epoch < n_m for n_m in n), release.head_weight)
-                     for e in range(epochs)))
+        raise PrivzvError(
+            f"head window={_window(release)}: {epochs} epochs of a pooled DP head, "
+            f"above the cap {checks.MAX_POOLED_EPOCHS:.0e} (K sums one term per "
+            "epoch)"
+        )
+    return float(
+        sum(window_load(sum(e * per_epoch < n_m for n_m in n), release.head_weight) for e in range(epochs))
+    )
 
 
 def exposure(release: Release, schedule: Schedule) -> Exposure:
     """The Exposure of one record under ``schedule.threat`` (see the module docstring)."""
     check(release, schedule)
     d, b = schedule.dataset_size, release.batch_size
-    if sampled_head(release):   # the downlink's exposure, plus one head step per round
+    if sampled_head(release):  # the downlink's exposure, plus one head step per round
         plain = exposure(dataclasses.replace(release, head=None), schedule)
         return dataclasses.replace(plain, head_steps=schedule.steps)
     if pooled(release):
@@ -181,7 +191,7 @@ def exposure(release: Release, schedule: Schedule) -> Exposure:
     if schedule.threat == "eavesdropper":
         return Exposure(schedule.steps, None if b == d else b / d)
     bp = schedule.super_batch
-    assert bp is not None   # check(): secret-subsampling has a super-batch
+    assert bp is not None  # check(): secret-subsampling has a super-batch
     return Exposure(worst_record_rounds(schedule, bp), None if bp == b else b / bp)
 
 

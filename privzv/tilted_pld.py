@@ -25,6 +25,7 @@ the entrywise upper bounds min(1, (max(p~, 0) + noise) M^k e^{-t l}); delta(eps)
 sum_{l > eps} (1 - e^{eps - l}) p_l + p_inf increases in every p_l, so the answer stays an
 upper bound.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,9 @@ class TiltedPmf:
     def masses(self) -> np.ndarray:
         """Entrywise upper bounds on the true masses (at most 1 each)."""
         with np.errstate(over="ignore", under="ignore", divide="ignore"):
-            log_m = (np.log(np.maximum(self.probs, 0.0) + self.noise) + self.log_scale
-                     - self.tilt * self.losses)
+            log_m = (
+                np.log(np.maximum(self.probs, 0.0) + self.noise) + self.log_scale - self.tilt * self.losses
+            )
         return np.exp(np.minimum(log_m, 0.0))
 
 
@@ -85,8 +87,7 @@ def _log_weights(probs: np.ndarray) -> np.ndarray:
 _THETAS = np.geomspace(1e-4, 1e2, 13)
 
 
-def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: float,
-         t: float) -> TiltedPmf:
+def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: float, t: float) -> TiltedPmf:
     """The PMF (masses ``probs`` at (lower + i) * discretization) tilted by e^{t l}, normalised to
     sum 1, with its log moment generating function at -g, g and t + g for g in _THETAS / std."""
     log_p = _log_weights(np.asarray(probs, dtype=float))
@@ -103,8 +104,9 @@ def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: fl
     top = float(np.max(log_w))
     w = np.exp(log_w - top)
     total = float(np.sum(w))
-    return TiltedPmf(discretization, lower, w / total, top + math.log(total), t, infinity_mass,
-                     thetas, log_mgf)
+    return TiltedPmf(
+        discretization, lower, w / total, top + math.log(total), t, infinity_mass, thetas, log_mgf
+    )
 
 
 def _logsumexp(x: np.ndarray) -> float:
@@ -112,8 +114,7 @@ def _logsumexp(x: np.ndarray) -> float:
     return top + math.log(float(np.sum(np.exp(x - top))))
 
 
-def saddle_tilt(discretization: float, lower: int, probs: np.ndarray, times: int,
-                delta: float) -> float:
+def saddle_tilt(discretization: float, lower: int, probs: np.ndarray, times: int, delta: float) -> float:
     """The t >= 0 with t K'(t) - K(t) = log(1/delta), K(t) = times log sum_i p_i e^{t l_i}: the
     saddle point at which the Chernoff estimate exp(K(t) - t eps) of the composed PLD's tail
     equals delta at eps = K'(t), the tilted mean (for a Gaussian PLD of parameter mu this is
@@ -126,8 +127,10 @@ def composed_saddle_tilt(parts, delta: float) -> float:
     """:func:`saddle_tilt` for a composition of several PMFs: ``parts`` is a list of
     (discretization, lower, probs, times), K the sum over parts of times x log MGF."""
     goal = math.log(1.0 / delta)
-    prepared = [(_log_weights(np.asarray(probs, dtype=float)), (lower + np.arange(len(probs))) * d, times)
-                for d, lower, probs, times in parts]
+    prepared = [
+        (_log_weights(np.asarray(probs, dtype=float)), (lower + np.arange(len(probs))) * d, times)
+        for d, lower, probs, times in parts
+    ]
 
     def excess(t):
         total = 0.0
@@ -169,8 +172,12 @@ def _ranges(pmf: TiltedPmf, times: int, tail: float) -> tuple[int, int, int, np.
         tilted_k = k[above] - times * pmf.log_scale
         upper_tilted = np.min((tilted_k - log_half) / shifted) / d
     first, last = times * pmf.lower, times * (pmf.lower + len(pmf.probs) - 1)
-    return (max(math.floor(lower), first), min(math.ceil(upper), last),
-            min(math.ceil(upper_tilted), last), np.stack((tilted_k, shifted * d)))
+    return (
+        max(math.floor(lower), first),
+        min(math.ceil(upper), last),
+        min(math.ceil(upper_tilted), last),
+        np.stack((tilted_k, shifted * d)),
+    )
 
 
 def _propagated(noise: float, n: int, times: int) -> float:
@@ -202,8 +209,14 @@ def _full_sum(half: np.ndarray) -> float:
     return 2.0 * float(np.sum(half))
 
 
-def _power_noise(probs: np.ndarray, spectrum: np.ndarray, times: int, size: int,
-                 powered_spectrum: np.ndarray, unit: float = _UNIT) -> float:
+def _power_noise(
+    probs: np.ndarray,
+    spectrum: np.ndarray,
+    times: int,
+    size: int,
+    powered_spectrum: np.ndarray,
+    unit: float = _UNIT,
+) -> float:
     """A bound on every entry's round-off in irfft(rfft(probs, size) ** times, size).
 
     Forward (:func:`_fft_error`): each computed frequency Y^_j is within b = f sum |p_i| of the
@@ -217,15 +230,14 @@ def _power_noise(probs: np.ndarray, spectrum: np.ndarray, times: int, size: int,
     with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
         magnitude = np.abs(spectrum)
         carried = times * np.exp((times - 1) * np.log(magnitude + b)) * b
-        own = (4.0 + times * (np.abs(np.log(magnitude)) + math.pi)) * unit * np.abs(
-            powered_spectrum)
-    spectral = np.where(np.isfinite(carried), carried, math.inf) + np.where(
-        np.isfinite(own), own, 0.0)
+        own = (4.0 + times * (np.abs(np.log(magnitude)) + math.pi)) * unit * np.abs(powered_spectrum)
+    spectral = np.where(np.isfinite(carried), carried, math.inf) + np.where(np.isfinite(own), own, 0.0)
     return float((_full_sum(spectral) + f * _full_sum(np.abs(powered_spectrum))) / size)
 
 
-def _product_noise(a_spectrum: np.ndarray, b_spectrum: np.ndarray, a: np.ndarray,
-                   b: np.ndarray, size: int) -> float:
+def _product_noise(
+    a_spectrum: np.ndarray, b_spectrum: np.ndarray, a: np.ndarray, b: np.ndarray, size: int
+) -> float:
     """A bound on every entry's round-off in irfft(rfft(a) rfft(b)) (as :func:`_power_noise`:
     |E_a| |B^| + |A^| |E_b| + |E_a| |E_b| and the product's own 2 u |A^ B^|, then the inverse)."""
     f = _fft_error(size)
@@ -235,8 +247,9 @@ def _product_noise(a_spectrum: np.ndarray, b_spectrum: np.ndarray, a: np.ndarray
     return (_full_sum(spectral) + f * _full_sum(ma * mb)) / size
 
 
-def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int,
-                      extended: bool = False) -> TiltedPmf:
+def self_compose_once(
+    pmf: TiltedPmf, times: int, tail: float, max_points: int, extended: bool = False
+) -> TiltedPmf:
     """``pmf`` composed ``times`` times by one FFT power, like dp-accounting's
     ``DensePLDPmf.self_compose`` (:func:`_ranges` for the Chernoff bounds): the range kept runs
     from the lower bound of the true masses to the upper bound of the tilted ones (which lies
@@ -251,27 +264,36 @@ def self_compose_once(pmf: TiltedPmf, times: int, tail: float, max_points: int,
     if high_true - low + 1 > max_points:
         raise GridTooLarge(f"{high_true - low + 1:.3g} points after {times} compositions")
     high = max(high_true, min(high_tilted, low + max_points - 1))
-    wrapped = 0.0 if high >= high_tilted else math.exp(min(0.0, float(np.min(
-        tilted_tail[0] - tilted_tail[1] * high))))
+    wrapped = (
+        0.0
+        if high >= high_tilted
+        else math.exp(min(0.0, float(np.min(tilted_tail[0] - tilted_tail[1] * high))))
+    )
     size = high - low + 1
     fast = fft.next_fast_len(max(size, n), real=True)
     dtype = np.longdouble if extended else float
     spectrum = fft.rfft(pmf.probs.astype(dtype), fast)
-    powered_spectrum = spectrum ** times
+    powered_spectrum = spectrum**times
     powered = fft.irfft(powered_spectrum, fast)
     unit = float(np.finfo(dtype).eps)
     rounding = _power_noise(pmf.probs, spectrum, times, fast, powered_spectrum, unit)
-    if extended:   # back to float64: at most half an ulp of the largest entry each
+    if extended:  # back to float64: at most half an ulp of the largest entry each
         rounding += _UNIT * float(np.max(np.abs(powered)))
         powered = powered.astype(float)
     if not np.all(np.isfinite(powered)):
         raise FloatingPointError("the FFT power overflowed")
     out = np.roll(powered, times * pmf.lower - low)[:size]
-    noise = (max(-float(np.min(out)), rounding) + tail + wrapped + _propagated(pmf.noise, n, times))
+    noise = max(-float(np.min(out)), rounding) + tail + wrapped + _propagated(pmf.noise, n, times)
     infinity = tail - math.expm1(times * math.log1p(-pmf.infinity_mass))
-    return dataclasses.replace(pmf, lower=low, probs=out, log_scale=times * pmf.log_scale,
-                               infinity_mass=infinity, log_mgf=times * pmf.log_mgf,
-                               noise=noise)
+    return dataclasses.replace(
+        pmf,
+        lower=low,
+        probs=out,
+        log_scale=times * pmf.log_scale,
+        infinity_mass=infinity,
+        log_mgf=times * pmf.log_mgf,
+        noise=noise,
+    )
 
 
 def compose(a: TiltedPmf, b: TiltedPmf) -> TiltedPmf:
@@ -280,14 +302,21 @@ def compose(a: TiltedPmf, b: TiltedPmf) -> TiltedPmf:
     fast = fft.next_fast_len(size, real=True)
     a_spectrum, b_spectrum = fft.rfft(a.probs, fast), fft.rfft(b.probs, fast)
     out = fft.irfft(a_spectrum * b_spectrum, fast)[:size]
-    noise = (max(-float(np.min(out)),
-                 _product_noise(a_spectrum, b_spectrum, a.probs, b.probs, fast))
-             + a.noise * float(np.sum(np.abs(b.probs)) + len(b.probs) * b.noise)
-             + b.noise * float(np.sum(np.abs(a.probs))))
+    noise = (
+        max(-float(np.min(out)), _product_noise(a_spectrum, b_spectrum, a.probs, b.probs, fast))
+        + a.noise * float(np.sum(np.abs(b.probs)) + len(b.probs) * b.noise)
+        + b.noise * float(np.sum(np.abs(a.probs)))
+    )
     infinity = 1.0 - (1.0 - a.infinity_mass) * (1.0 - b.infinity_mass)
-    return dataclasses.replace(a, lower=a.lower + b.lower, probs=out,
-                               log_scale=a.log_scale + b.log_scale, infinity_mass=infinity,
-                               log_mgf=a.log_mgf + b.log_mgf, noise=noise)
+    return dataclasses.replace(
+        a,
+        lower=a.lower + b.lower,
+        probs=out,
+        log_scale=a.log_scale + b.log_scale,
+        infinity_mass=infinity,
+        log_mgf=a.log_mgf + b.log_mgf,
+        noise=noise,
+    )
 
 
 def coarsen(pmf: TiltedPmf, factor: int) -> TiltedPmf:
@@ -306,21 +335,27 @@ def coarsen(pmf: TiltedPmf, factor: int) -> TiltedPmf:
         return pmf
     fine = pmf.lower + np.arange(len(pmf.probs))
     coarse = np.floor_divide(fine, factor)
-    offset = (fine - coarse * factor) * pmf.discretization           # l - a in [0, D)
+    offset = (fine - coarse * factor) * pmf.discretization  # l - a in [0, D)
     step = factor * pmf.discretization
     upper_share = np.expm1(-offset) / math.expm1(-step)
     to_b = pmf.probs * upper_share * np.exp(pmf.tilt * (step - offset))
     to_a = pmf.probs * (1.0 - upper_share) * np.exp(-pmf.tilt * offset)
     base = int(coarse[0])
     index, size = coarse - base, int(coarse[-1]) - base + 2
-    probs = (np.bincount(index, weights=to_a, minlength=size)
-             + np.bincount(index + 1, weights=to_b, minlength=size))
+    probs = np.bincount(index, weights=to_a, minlength=size) + np.bincount(
+        index + 1, weights=to_b, minlength=size
+    )
     noise = 2 * factor * pmf.noise * math.exp(pmf.tilt * step)
-    total = float(np.sum(probs))   # renormalised, so that the FFT power cannot overflow
-    return dataclasses.replace(pmf, discretization=step, lower=base, probs=probs / total,
-                               log_scale=pmf.log_scale + math.log(total),
-                               log_mgf=pmf.log_mgf + np.abs(pmf.thetas) * step,
-                               noise=noise / total)
+    total = float(np.sum(probs))  # renormalised, so that the FFT power cannot overflow
+    return dataclasses.replace(
+        pmf,
+        discretization=step,
+        lower=base,
+        probs=probs / total,
+        log_scale=pmf.log_scale + math.log(total),
+        log_mgf=pmf.log_mgf + np.abs(pmf.thetas) * step,
+        noise=noise / total,
+    )
 
 
 def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> TiltedPmf:
@@ -345,8 +380,7 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     # first stage's (extended-precision) FFT is spent on it
     low, high_true, _, _ = _ranges(pmf, times, tail)
     if (high_true - low) / factor > 1.1 * max_points:
-        raise GridTooLarge(f"about {(high_true - low) / factor:.3g} points after {times} "
-                           "compositions")
+        raise GridTooLarge(f"about {(high_true - low) / factor:.3g} points after {times} compositions")
     # the first stage's truncated mass is composed `rounds` times: give it tail / rounds
     block = self_compose_once(pmf, m, tail / rounds, max_points, extended=True)
     staged = self_compose_once(coarsen(block, factor), rounds, tail, max_points)
@@ -392,20 +426,20 @@ def walk_epsilon(losses: np.ndarray, probs: np.ndarray, inf_mass: float, delta: 
         return 0.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         weights = np.where(probs != 0.0, np.exp(-losses) * probs, 0.0)
-        upper = np.cumsum(np.concatenate(([inf_mass], probs)))      # U_0 .. U_n
-        lower = np.cumsum(np.concatenate(([0.0], weights)))         # L_0 .. L_n
+        upper = np.cumsum(np.concatenate(([inf_mass], probs)))  # U_0 .. U_n
+        lower = np.cumsum(np.concatenate(([0.0], weights)))  # L_0 .. L_n
         log_ratio = np.log((upper[:-1] - delta) / lower[:-1])
         stop = (upper[:-1] > delta) & (lower[:-1] > 0.0) & (log_ratio >= losses)
-    corner = (upper[1:] >= delta) & (lower[1:] == 0.0)   # checked after adding element i
+    corner = (upper[1:] >= delta) & (lower[1:] == 0.0)  # checked after adding element i
     i_stop = int(np.argmax(stop)) if stop.any() else n
     i_corner = int(np.argmax(corner)) if corner.any() else n
-    used = min(i_stop, i_corner + 1)   # dp-accounting evaluated exp(-l_j) for j < used
+    used = min(i_stop, i_corner + 1)  # dp-accounting evaluated exp(-l_j) for j < used
     if used > 0 and -losses[used - 1] > 709.78:
-        raise OverflowError("math range error")   # where dp-accounting's math.exp overflows
+        raise OverflowError("math range error")  # where dp-accounting's math.exp overflows
     if i_corner < i_stop:
         return max(0.0, float(losses[i_corner]))
-    end = min(i_stop, n)   # the masses where the walk stopped (or all of them)
+    end = min(i_stop, n)  # the masses where the walk stopped (or all of them)
     if upper[end] <= lower[end] + delta:
         return 0.0
     above, below = float(upper[end] - delta), float(lower[end])
-    return math.log(above) - math.log(below) if below > 0.0 else math.inf   # no overflow
+    return math.log(above) - math.log(below) if below > 0.0 else math.inf  # no overflow

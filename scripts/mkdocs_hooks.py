@@ -1,6 +1,7 @@
 """mkdocs hook: lay privzv out as it installs (training/ and attacks/ become privzv.training and
 privzv.attacks, pyproject.toml package-dir) in a temporary tree of linked files, so that
 mkdocstrings reads every docstring of docs/api.md from source, without importing anything."""
+
 from __future__ import annotations
 
 import atexit
@@ -22,7 +23,7 @@ def _mirror(source: Path, target: Path) -> None:
         link.symlink_to(path)
 
 
-@event_priority(100)   # before mkdocstrings reads its handlers' paths
+@event_priority(100)  # before mkdocstrings reads its handlers' paths
 def on_config(config):
     tree = Path(tempfile.mkdtemp(prefix="privzv-api-"))
     atexit.register(shutil.rmtree, tree, ignore_errors=True)

@@ -1,15 +1,18 @@
 """The README's promises that a file can check: its two set-up commands (CI runs the second
 verbatim), its size, docs examples that import privzv's subpackages by their installed names, and
 no reference to files outside the repository."""
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["bash scripts/install.sh && .venv/bin/privzv demo",
-            "bash scripts/install.sh test,mnist && .venv/bin/python -m pytest"]
-OUTSIDE = re.compile("pap" + r"ers/\d|DESIGN\.md")   # split so that this file does not match itself
+COMMANDS = [
+    "bash scripts/install.sh && .venv/bin/privzv demo",
+    "bash scripts/install.sh test,mnist && .venv/bin/python -m pytest",
+]
+OUTSIDE = re.compile("pap" + r"ers/\d|DESIGN\.md")  # split so that this file does not match itself
 SOURCES = ("privzv", "training", "attacks", "tests", "benchmarks", "docs", "scripts")
 
 
@@ -30,7 +33,10 @@ def test_docs_examples_import_the_installed_names():
 
 
 def test_no_reference_to_files_outside_the_repository():
-    files = [*ROOT.glob("*.md"),
-             *(p for folder in SOURCES for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md"))]
-    assert [f"{p.relative_to(ROOT)}: {m.group()}" for p in files
-            for m in OUTSIDE.finditer(p.read_text())] == []
+    files = [
+        *ROOT.glob("*.md"),
+        *(p for folder in SOURCES for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".md")),
+    ]
+    assert [
+        f"{p.relative_to(ROOT)}: {m.group()}" for p in files for m in OUTSIDE.finditer(p.read_text())
+    ] == []

@@ -5,13 +5,14 @@ explicit flags. ``--resume DIR`` continues the run in DIR from its last checkpoi
 config (only ``--extend --epochs E``, ``--checkpoint-every`` and ``--json`` may be given with it).
 Bad input: one stderr line, exit 2.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from privzv import cliutil
 from privzv.errors import PrivzvError
@@ -29,19 +30,33 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--config", help="JSON file of config fields (see docs/training.md)")
     p.add_argument("--out", help="run folder (default runs/DATASET-METHOD-TIME)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument("--secret-seed", type=n("--secret-seed", low=0, high=2**63 - 1, integer=True),
-                   help="seed of the parties' private noise, for a reproducible study (kept in "
-                        "OUT/private/; default: drawn from the OS)")
-    p.add_argument("--checkpoint-every", type=n("--checkpoint-every", low=1, integer=True),
-                   help=f"rounds between checkpoints (default {CHECKPOINT_EVERY})")
+    p.add_argument(
+        "--secret-seed",
+        type=n("--secret-seed", low=0, high=2**63 - 1, integer=True),
+        help="seed of the parties' private noise, for a reproducible study (kept in "
+        "OUT/private/; default: drawn from the OS)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=n("--checkpoint-every", low=1, integer=True),
+        help=f"rounds between checkpoints (default {CHECKPOINT_EVERY})",
+    )
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
     p.add_argument("--extend", action="store_true", help="with --resume and --epochs: lengthen the run")
-    p.add_argument("--engine", choices=ENGINES, default="inprocess",
-                   help="inprocess (default): every party in this process; flower: a local Flower "
-                        "SuperLink and one SuperNode per device (privzv[flower]); flower-sim: Flower's "
-                        "simulation runtime on Ray (privzv[flower-sim]); docs/training.md")
-    p.add_argument("--flower-timeout", type=n("--flower-timeout", low=0, low_open=True),
-                   default=600.0, help="seconds the whole --engine flower(-sim) run may take (default 600)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="inprocess",
+        help="inprocess (default): every party in this process; flower: a local Flower "
+        "SuperLink and one SuperNode per device (privzv[flower]); flower-sim: Flower's "
+        "simulation runtime on Ray (privzv[flower-sim]); docs/training.md",
+    )
+    p.add_argument(
+        "--flower-timeout",
+        type=n("--flower-timeout", low=0, low_open=True),
+        default=600.0,
+        help="seconds the whole --engine flower(-sim) run may take (default 600)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     return p
 
@@ -55,11 +70,16 @@ def config_from(args) -> TrainConfig:
 def _check_resume_flags(args) -> None:
     given = schema.given(args, TrainConfig)
     others = [f.label for f in schema.fields(TrainConfig) if f.name in given and f.name != "epochs"]
-    others += [f"--{name.replace('_', '-')}" for name in ("config", "out", "overwrite", "secret_seed")
-               if getattr(args, name) not in (None, False)]
+    others += [
+        f"--{name.replace('_', '-')}"
+        for name in ("config", "out", "overwrite", "secret_seed")
+        if getattr(args, name) not in (None, False)
+    ]
     if others:
-        raise PrivzvError(f"{others[0]}: cannot be given with --resume (only "
-                          "--extend --epochs, --checkpoint-every and --json)")
+        raise PrivzvError(
+            f"{others[0]}: cannot be given with --resume (only "
+            "--extend --epochs, --checkpoint-every and --json)"
+        )
     if args.epochs is not None and not args.extend:
         raise PrivzvError(f"--epochs {args.epochs:g}: changing a run's epochs needs --extend")
     if args.extend and args.epochs is None:
@@ -67,16 +87,21 @@ def _check_resume_flags(args) -> None:
 
 
 def _human(s: dict) -> str:
-    eps = "no noise" if s["epsilon_spent"] is None else (
-        f"epsilon spent {s['epsilon_spent']:.4g} ({covers(s['protects'])})")
+    eps = (
+        "no noise"
+        if s["epsilon_spent"] is None
+        else (f"epsilon spent {s['epsilon_spent']:.4g} ({covers(s['protects'])})")
+    )
     stop = f" (stopped: {s['stopped']})" if s["stopped"] else ""
     best = s["best"]
     warn = f"\nWARNING: {s['diverged']['reason']}" if s.get("diverged") else ""
-    return (f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
-            f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop} (best {best['test_accuracy']:.4f}"
-            f" at round {best['round']}){warn}\n"
-            f"bytes up {_up(s['bytes_up'])}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
-            f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}" + _wire(s))
+    return (
+        f"{s['method']} on {s['dataset']}, {s['devices']} devices: test accuracy "
+        f"{s['test_accuracy']:.4f} after {s['rounds']} rounds{stop} (best {best['test_accuracy']:.4f}"
+        f" at round {best['round']}){warn}\n"
+        f"bytes up {_up(s['bytes_up'])}, down {s['bytes_down']:,}; sigma {s['sigma']:.4g}, {eps}; "
+        f"{s['wall_seconds']:.1f} s\nrun folder: {s['out']}" + _wire(s)
+    )
 
 
 def _up(n: int | None) -> str:
@@ -85,8 +110,14 @@ def _up(n: int | None) -> str:
 
 def _wire(s: dict) -> str:
     w = s.get("wire_bytes")
-    return "" if w is None else (f"\nFlower messages: {w['messages']}, serialised bytes up {w['up']:,}, "
-                                 f"down {w['down']:,}, control {w['control']:,}")
+    return (
+        ""
+        if w is None
+        else (
+            f"\nFlower messages: {w['messages']}, serialised bytes up {w['up']:,}, "
+            f"down {w['down']:,}, control {w['control']:,}"
+        )
+    )
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -103,23 +134,33 @@ def _main(argv: Sequence[str]) -> int:
         config = None
         if args.extend:
             config = dataclasses.replace(run.saved_config(out), epochs=args.epochs)
-        summary = run.train(config, out, resume=True, extend=args.extend, checkpoint_every=every,
-                            progress=bar)
+        summary = run.train(
+            config, out, resume=True, extend=args.extend, checkpoint_every=every, progress=bar
+        )
     else:
         if args.extend:
             raise PrivzvError("--extend: only with --resume")
         config = config_from(args).validate()
         if args.out is not None and not args.out.strip():
-            raise PrivzvError(f"--out {args.out!r}: an empty path; give a run folder, or leave --out "
-                              "out for runs/DATASET-METHOD-TIME")
+            raise PrivzvError(
+                f"--out {args.out!r}: an empty path; give a run folder, or leave --out "
+                "out for runs/DATASET-METHOD-TIME"
+            )
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path(args.out or f"runs/{config.dataset}-{config.method}-{stamp}")
         announce = None if args.json else (lambda line: print(line, file=sys.stderr))
         if args.engine != "inprocess":
             summary = _flower(args, config, out)
         else:
-            summary = run.train(config, out, secret_seed=args.secret_seed, overwrite=args.overwrite,
-                                checkpoint_every=every, progress=bar, announce=announce)
+            summary = run.train(
+                config,
+                out,
+                secret_seed=args.secret_seed,
+                overwrite=args.overwrite,
+                checkpoint_every=every,
+                progress=bar,
+                announce=announce,
+            )
     summary["out"] = str(out)
     cliutil.emit(summary, args.json, _human)
     from privzv.training import stopping
@@ -134,9 +175,15 @@ def _flower(args, config: TrainConfig, out: Path) -> dict:
     from privzv.training.engines.flower import launcher
 
     secret = args.secret_seed if args.secret_seed is not None else run.new_secret_seed()
-    result = launcher.run(config, out, secret_seed=secret, overwrite=args.overwrite,
-                          checkpoint_every=args.checkpoint_every, timeout=args.flower_timeout,
-                          mode="simulation" if args.engine == "flower-sim" else "deployment")
+    result = launcher.run(
+        config,
+        out,
+        secret_seed=secret,
+        overwrite=args.overwrite,
+        checkpoint_every=args.checkpoint_every,
+        timeout=args.flower_timeout,
+        mode="simulation" if args.engine == "flower-sim" else "deployment",
+    )
     return {**result["summary"], "engine": args.engine, "wire_bytes": result["wire"]}
 
 

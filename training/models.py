@@ -6,11 +6,12 @@ where convolutions beat an MLP: Greydanus 2020, Table 1). Server: two linear lay
 (``kind="mlp"``), or the sum of the device outputs (``kind="sum"``, no parameters: the "model
 without split" of Fu et al. that the direct label-inference attack needs). All parameters fp32.
 """
+
 from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -39,12 +40,14 @@ def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
 
 def _mlp(shape: tuple[int, ...], embed_dim: int) -> nn.Sequential:
     """Flatten, one hidden layer of ``MLP_HIDDEN`` with a ReLU, a linear embedding."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), MLP_HIDDEN), nn.ReLU(),
-                         nn.Linear(MLP_HIDDEN, embed_dim))
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(math.prod(shape), MLP_HIDDEN), nn.ReLU(), nn.Linear(MLP_HIDDEN, embed_dim)
+    )
 
 
-def _cnn(shape: tuple[int, ...], widths: tuple[int, ...], convs_per_block: int,
-         embed_dim: int) -> nn.Sequential:
+def _cnn(
+    shape: tuple[int, ...], widths: tuple[int, ...], convs_per_block: int, embed_dim: int
+) -> nn.Sequential:
     """Blocks of ``convs_per_block`` 3x3 conv+ReLU then 2x2 max-pool, then a linear embedding.
 
     One conv per block and two blocks: the two-layer MNIST CNN; two per block: the four-layer
@@ -67,9 +70,14 @@ def _cnn1d(shape: tuple[int, ...], width: int, embed_dim: int) -> nn.Sequential:
     """Two 1-D convolutions (kernel 3, same padding) with ReLUs on [B, C, L], then a linear
     embedding of the flattened features."""
     channels, length = shape
-    return nn.Sequential(nn.Conv1d(channels, width, 3, padding=1), nn.ReLU(),
-                         nn.Conv1d(width, width, 3, padding=1), nn.ReLU(), nn.Flatten(),
-                         nn.Linear(width * length, embed_dim))
+    return nn.Sequential(
+        nn.Conv1d(channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv1d(width, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(width * length, embed_dim),
+    )
 
 
 class ConcatServer(nn.Module):
@@ -78,8 +86,9 @@ class ConcatServer(nn.Module):
     def __init__(self, devices: int, embed_dim: int, num_classes: int, hidden: int = SERVER_HIDDEN):
         super().__init__()
         self.devices = devices
-        self.net = nn.Sequential(nn.Linear(devices * embed_dim, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(
+            nn.Linear(devices * embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        )
 
     def forward(self, embeddings: Sequence[torch.Tensor]) -> torch.Tensor:
         _check_count(embeddings, self.devices)
@@ -104,8 +113,9 @@ def _concat_server(devices: int, embed_dim: int, num_classes: int) -> nn.Module:
 
 def _sum_server(devices: int, embed_dim: int, num_classes: int) -> nn.Module:
     if embed_dim != num_classes:
-        raise PrivzvError(f"embed_dim {embed_dim}: a summing server needs embed_dim == "
-                          f"num_classes ({num_classes})")
+        raise PrivzvError(
+            f"embed_dim {embed_dim}: a summing server needs embed_dim == num_classes ({num_classes})"
+        )
     return SumServer(devices)
 
 
@@ -139,5 +149,4 @@ def _check_positive(name: str, value) -> None:
 
 def _check_count(embeddings: Sequence[torch.Tensor], devices: int) -> None:
     if len(embeddings) != devices:
-        raise PrivzvError(f"server got {len(embeddings)} embeddings: expected one per device "
-                          f"({devices})")
+        raise PrivzvError(f"server got {len(embeddings)} embeddings: expected one per device ({devices})")

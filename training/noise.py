@@ -21,6 +21,7 @@ its own stream: ``server.noise.stream("downlink")``, ``"head"``, ``"head-samplin
 A party that collects every raw draw of one stream learns nothing about another's (ChaCha20 is a
 PRF under independent keys).
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,9 +29,9 @@ import hashlib
 import hmac
 import math
 import secrets
-from decimal import Decimal, localcontext, ROUND_CEILING, ROUND_FLOOR
+from collections.abc import Callable
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
-from typing import Callable
 
 import numpy as np
 import torch
@@ -64,7 +65,7 @@ class NoiseSource:
         """A fresh 62-bit integer (e.g. the seed of a secret perturbation)."""
         raise NotImplementedError
 
-    def stream(self, name: str) -> "NoiseSource":
+    def stream(self, name: str) -> NoiseSource:
         """The source of mechanism ``name``: independent of this source's own draws and of every
         other name's."""
         raise NotImplementedError
@@ -92,8 +93,8 @@ class KeyedNoise(NoiseSource):
     Bernoulli(p): a word w is a keep iff w < floor(p 2^64), probability floor(p 2^64) / 2^64 <= p.
     """
 
-    CHUNK = 1 << 14   # keystream bytes computed at once
-    POOL = 1024       # discrete Gaussian draws made at once (a round's few cost one pass)
+    CHUNK = 1 << 14  # keystream bytes computed at once
+    POOL = 1024  # discrete Gaussian draws made at once (a round's few cost one pass)
 
     def __init__(self, key: bytes):
         if len(key) != 32:
@@ -102,7 +103,7 @@ class KeyedNoise(NoiseSource):
         self._position = 0
         self._buffer, self._start = b"", 0
         self._streams: dict[str, KeyedNoise] = {}
-        self._pool: dict | None = None   # draws of one variance made POOL at a time (state: where)
+        self._pool: dict | None = None  # draws of one variance made POOL at a time (state: where)
 
     def words(self, n: int) -> np.ndarray:
         """The stream's next n 64-bit words (uint64)."""
@@ -112,7 +113,7 @@ class KeyedNoise(NoiseSource):
             length = max(self.CHUNK, -(-(end - start) // 64) * 64)
             if (start + length) // 64 > 2**32:
                 raise PrivzvError("noise stream exhausted (2^38 bytes under one key)")
-            nonce = (start // 64).to_bytes(4, "little") + bytes(12)   # block counter, then nonce
+            nonce = (start // 64).to_bytes(4, "little") + bytes(12)  # block counter, then nonce
             cipher = Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
             self._buffer, self._start = cipher.update(bytes(length)), start
         out = np.frombuffer(self._buffer, dtype="<u8", count=n, offset=self._position - self._start)
@@ -126,10 +127,14 @@ class KeyedNoise(NoiseSource):
         flat = value.detach().to(torch.float64).reshape(-1)
         if not bool(torch.isfinite(flat).all()):
             raise Diverged("a value to be released is NaN or infinite (training diverged)")
-        total = torch.round(flat / step).numpy().astype(np.int64) + self._discrete_gaussian(variance, flat.numel())
+        total = torch.round(flat / step).numpy().astype(np.int64) + self._discrete_gaussian(
+            variance, flat.numel()
+        )
         if flat.numel() and int(np.abs(total).max()) >= 2**53:
-            raise PrivzvError(f"a released value {float(flat.abs().max()):g} is too large for noise "
-                              f"sigma {sigma:g} (beyond 2^{53 - LATTICE_BITS} sigma)")
+            raise PrivzvError(
+                f"a released value {float(flat.abs().max()):g} is too large for noise "
+                f"sigma {sigma:g} (beyond 2^{53 - LATTICE_BITS} sigma)"
+            )
         noisy = torch.from_numpy(total.astype(np.float64) * step)
         return noisy.reshape(value.shape).to(value.dtype)
 
@@ -142,11 +147,15 @@ class KeyedNoise(NoiseSource):
         if pool is None or pool["variance"] != variance or pool["used"] + n > self.POOL:
             pool = self._refill(variance)
         pool["used"] += n
-        return pool["draws"][pool["used"] - n:pool["used"]]
+        return pool["draws"][pool["used"] - n : pool["used"]]
 
     def _refill(self, variance: int) -> dict:
-        self._pool = {"variance": variance, "start": self._position, "used": 0,
-                      "draws": discrete_gaussian(self, variance, self.POOL)}
+        self._pool = {
+            "variance": variance,
+            "start": self._position,
+            "used": 0,
+            "draws": discrete_gaussian(self, variance, self.POOL),
+        }
         return self._pool
 
     def bernoulli(self, n: int, p: float) -> torch.Tensor:
@@ -161,21 +170,26 @@ class KeyedNoise(NoiseSource):
     def seed(self) -> int:
         return int(self.words(1)[0] >> np.uint64(2))
 
-    def stream(self, name: str) -> "KeyedNoise":
+    def stream(self, name: str) -> KeyedNoise:
         if name not in self._streams:
-            self._streams[name] = KeyedNoise(hmac.new(self._key, f"stream/{name}".encode(),
-                                                      hashlib.sha256).digest())
+            self._streams[name] = KeyedNoise(
+                hmac.new(self._key, f"stream/{name}".encode(), hashlib.sha256).digest()
+            )
         return self._streams[name]
 
     def state_dict(self) -> dict:
         pool = None if self._pool is None else {k: self._pool[k] for k in ("variance", "start", "used")}
-        return {"kind": "keyed", "position": self._position, "pool": pool,
-                "streams": {name: s.state_dict() for name, s in self._streams.items()}}
+        return {
+            "kind": "keyed",
+            "position": self._position,
+            "pool": pool,
+            "streams": {name: s.state_dict() for name, s in self._streams.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         _check_kind(state, "keyed")
         self._pool = None
-        if state["pool"] is not None:   # redraw the pool from where it was drawn
+        if state["pool"] is not None:  # redraw the pool from where it was drawn
             self._position = int(state["pool"]["start"])
             self._refill(int(state["pool"]["variance"]))["used"] = int(state["pool"]["used"])
         self._position = int(state["position"])
@@ -183,7 +197,7 @@ class KeyedNoise(NoiseSource):
             self.stream(name).load_state_dict(sub)
 
 
-LATTICE_BITS = 22   # KeyedNoise's lattice: sigma / lambda in [2^22, 2^23)
+LATTICE_BITS = 22  # KeyedNoise's lattice: sigma / lambda in [2^22, 2^23)
 
 
 @functools.lru_cache(maxsize=64)
@@ -196,7 +210,7 @@ def lattice(sigma: float) -> tuple[float, int]:
     return step, math.ceil(Fraction(sigma / step) ** 2)
 
 
-_MARGIN = 2.0**-30   # relative slack of the float64 bounds on exp(-gamma) (their error < 2^-39)
+_MARGIN = 2.0**-30  # relative slack of the float64 bounds on exp(-gamma) (their error < 2^-39)
 
 
 def inclusion_threshold(p: float) -> int:
@@ -215,14 +229,14 @@ def discrete_gaussian(source: KeyedNoise, variance: int, n: int) -> np.ndarray:
     exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)). Exact: every decision is :func:`_bernoulli_exp`."""
     if variance <= 0:
         raise PrivzvError(f"discrete Gaussian variance {variance!r}: must be a positive integer")
-    bits = math.isqrt(variance).bit_length()   # t = 2^bits > floor(sigma)
+    bits = math.isqrt(variance).bit_length()  # t = 2^bits > floor(sigma)
     t = 1 << bits
     kept: list[np.ndarray] = []
     missing = n
     while missing > 0:
         y = _discrete_laplace(source, bits, 2 * missing + 16)
-        diff = np.abs(y) * t - variance     # |y| < 2^(62 - bits) (else never accepted, below)
-        safe = np.abs(y) < 2**(61 - bits)
+        diff = np.abs(y) * t - variance  # |y| < 2^(62 - bits) (else never accepted, below)
+        safe = np.abs(y) < 2 ** (61 - bits)
         diff_f = np.where(safe, diff, 0).astype(np.float64)
         gamma = np.where(safe, diff_f * diff_f / (2.0 * variance * t * t), np.inf)
 
@@ -244,7 +258,7 @@ def _discrete_laplace(source: KeyedNoise, bits: int, n: int) -> np.ndarray:
     out: list[np.ndarray] = []
     missing = n
     while missing > 0:
-        m = 2 * missing + 16   # candidates for one pass, most of the time
+        m = 2 * missing + 16  # candidates for one pass, most of the time
         u = (source.words(m) >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(m, np.int64)
         u = u[_bernoulli_exp(source, u / t, lambda i: Fraction(int(u[i]), t))]
         v = _geometric(source, len(u))
@@ -260,11 +274,11 @@ def _geometric(source: KeyedNoise, n: int) -> np.ndarray:
     """n draws of V with P(V >= k) = e^-k (int64): V = k where e^-(k+1) <= U < e^-k, U uniform
     (the number of successes of Bernoulli(e^-1) before the first failure, in one comparison)."""
     u = (source.words(n) >> np.uint64(1)).astype(np.int64)
-    u_f = u.astype(np.float64)   # within 512 of u (below 2^63), so U lies in [low, high):
+    u_f = u.astype(np.float64)  # within 512 of u (below 2^63), so U lies in [low, high):
     low, high = (u_f - 2048) * 2.0**-63, (u_f + 2048) * 2.0**-63
     k = np.floor(-np.log((u_f + 0.5) * 2.0**-63)).astype(np.int64)
-    below = high <= np.exp(-k.astype(np.float64)) * (1 - _MARGIN)   # U < e^-k
-    above = low >= np.exp(-(k + 1.0)) * (1 + _MARGIN)               # U >= e^-(k+1)
+    below = high <= np.exp(-k.astype(np.float64)) * (1 - _MARGIN)  # U < e^-k
+    above = low >= np.exp(-(k + 1.0)) * (1 + _MARGIN)  # U >= e^-(k+1)
     for i in np.flatnonzero(~(below & above)):
         draw, j = _Uniform(source, int(u[i])), max(int(k[i]), 0)
         while j > 0 and not draw.below(Fraction(j)):
@@ -340,7 +354,9 @@ class SeededNoise(NoiseSource):
     def bernoulli(self, n: int, p: float) -> torch.Tensor:
         """float64 uniforms on the 2^-53 grid below p rounded down to that grid: probability <= p."""
         threshold = inclusion_threshold(p) >> 11
-        return self.uniform(n) < threshold * 2.0**-53 if threshold < 2**53 else torch.ones(n, dtype=torch.bool)
+        return (
+            self.uniform(n) < threshold * 2.0**-53 if threshold < 2**53 else torch.ones(n, dtype=torch.bool)
+        )
 
     def uniform(self, n: int) -> torch.Tensor:
         return torch.rand(n, dtype=torch.float64, generator=self.gen)
@@ -348,14 +364,17 @@ class SeededNoise(NoiseSource):
     def seed(self) -> int:
         return int(torch.randint(0, 2**62, (1,), generator=self.gen))
 
-    def stream(self, name: str) -> "SeededNoise":
+    def stream(self, name: str) -> SeededNoise:
         if name not in self._streams:
             self._streams[name] = SeededNoise(self.root, *self.names, name)
         return self._streams[name]
 
     def state_dict(self) -> dict:
-        return {"kind": "seeded", "gen": self.gen.get_state(),
-                "streams": {name: s.state_dict() for name, s in self._streams.items()}}
+        return {
+            "kind": "seeded",
+            "gen": self.gen.get_state(),
+            "streams": {name: s.state_dict() for name, s in self._streams.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         _check_kind(state, "seeded")
@@ -393,7 +412,8 @@ class SecureNoise(NoiseSource):
         if sigma not in self._mechanisms:
             dp = self._dp
             self._mechanisms[sigma] = dp.m.make_gaussian(
-                dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float), scale=sigma)
+                dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float), scale=sigma
+            )
         return self._mechanisms[sigma]
 
     def bernoulli(self, n: int, p: float) -> torch.Tensor:
@@ -409,8 +429,8 @@ class SecureNoise(NoiseSource):
     def seed(self) -> int:
         return secrets.randbits(62)
 
-    def stream(self, name: str) -> "SecureNoise":
-        return self   # every draw is fresh OS randomness: already independent of every other
+    def stream(self, name: str) -> SecureNoise:
+        return self  # every draw is fresh OS randomness: already independent of every other
 
     def state_dict(self) -> dict:
         return {"kind": "secure"}
@@ -431,13 +451,16 @@ def _opendp():
     try:
         import opendp.prelude as dp
     except ImportError:
-        raise PrivzvError("--secure-noise needs the optional package opendp: "
-                          "pip install 'privzv[secure]'") from None
+        raise PrivzvError(
+            "--secure-noise needs the optional package opendp: pip install 'privzv[secure]'"
+        ) from None
     dp.enable_features("contrib")
     return dp
 
 
 def _check_kind(state: dict, kind: str) -> None:
     if state.get("kind", kind) != kind:
-        raise PrivzvError(f"noise state of kind {state.get('kind')!r}: this run draws {kind} noise "
-                          "(the noise source cannot change on resume)")
+        raise PrivzvError(
+            f"noise state of kind {state.get('kind')!r}: this run draws {kind} noise "
+            "(the noise source cannot change on resume)"
+        )

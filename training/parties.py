@@ -5,10 +5,12 @@ Methods get a :class:`Device` or the :class:`Server` and nothing else, so a meth
 read another party's data. ``note`` puts a party-local fact (its u seed, a private keep mask) in
 that party's transcript.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -66,8 +68,9 @@ class EmbeddingTable:
     the public schedule; a sampled head uses a record once all its rows have).
     """
 
-    def __init__(self, devices: int, records: int, dim: int, max_delay: int = 0,
-                 rng: np.random.Generator | None = None):
+    def __init__(
+        self, devices: int, records: int, dim: int, max_delay: int = 0, rng: np.random.Generator | None = None
+    ):
         self.data = torch.zeros(devices, records, dim)
         self.filled = torch.zeros(devices, records, dtype=torch.bool)
         self.max_delay = max_delay
@@ -96,8 +99,14 @@ class EmbeddingTable:
         return [self.data[m, ids] for m in range(self.data.shape[0])]
 
     def state_dict(self) -> dict:
-        return {"data": self.data.clone(), "filled": self.filled.clone(), "round": self.round, "seq": self._seq,
-                "pending": list(self.pending), "rng": self.rng.bit_generator.state}
+        return {
+            "data": self.data.clone(),
+            "filled": self.filled.clone(),
+            "round": self.round,
+            "seq": self._seq,
+            "pending": list(self.pending),
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.data = state["data"].clone()

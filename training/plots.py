@@ -3,6 +3,7 @@
 The accuracy axis always runs from 0 to 100%, so that chance-level wobble (e.g. 7-10% on a
 ten-class task) is not stretched to look like learning; ``chance`` (%) is drawn as a dashed line.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,11 @@ def write(out: Path, rows: list[dict], config, chance: float | None = None) -> N
     if config.freeze:
         label += f", {config.freeze} frozen"
     xs = {"rounds": ([r["round"] for r in rows], "communication rounds (count)")}
-    if rows[0]["bytes_up"] is not None:   # None: bytes up count secret batch sizes
-        xs["bytes"] = ([(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in rows],
-                       "bytes exchanged, up + down (MB, eq. 23)")
+    if rows[0]["bytes_up"] is not None:  # None: bytes up count secret batch sizes
+        xs["bytes"] = (
+            [(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in rows],
+            "bytes exchanged, up + down (MB, eq. 23)",
+        )
     for name, (x, xlabel) in xs.items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.plot(x, acc, marker="o", label=label)

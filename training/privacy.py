@@ -1,4 +1,5 @@
 """The bridge to privzv: the release a run makes, its sigma (calibrated or given), its ledger."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,23 +36,31 @@ def plan(config, method_cls, records: int, rounds: int) -> Plan:
     includes the head's DP update when the head trains (``methods.head``); its sigma follows.
     """
     config = defaults.with_clip(config)
-    schedule = Schedule(steps=rounds, dataset_size=records, devices=config.devices,
-                        threat=config.threat, super_batch=config.super_batch,
-                        device_steps=None if config.activation is None else device_steps(config, rounds))
+    schedule = Schedule(
+        steps=rounds,
+        dataset_size=records,
+        devices=config.devices,
+        threat=config.threat,
+        super_batch=config.super_batch,
+        device_steps=None if config.activation is None else device_steps(config, rounds),
+    )
     release = head.on_table(method_cls.release(config), config, records)
     if not config.private:
         return Plan(release, schedule, 0.0, None)
     if release is None:
         raise PrivzvError(f"--method {config.method}: has no DP option; use --epsilon inf")
     if config.sigma is not None:
-        if config.sigma == 0:   # would run without noise and without a ledger, under an epsilon
-            raise PrivzvError(f"--sigma 0: adds no noise, so it cannot meet --epsilon "
-                              f"{config.epsilon:g}; give --sigma > 0, or --epsilon inf for no noise")
+        if config.sigma == 0:  # would run without noise and without a ledger, under an epsilon
+            raise PrivzvError(
+                f"--sigma 0: adds no noise, so it cannot meet --epsilon "
+                f"{config.epsilon:g}; give --sigma > 0, or --epsilon inf for no noise"
+            )
         return Plan(release.with_sigma(config.sigma), schedule, float(config.sigma), None)
     from privzv import accounting
 
-    result = accounting.calibrate(config.epsilon, config.delta, release, schedule,
-                                  accountant=config.accountant)
+    result = accounting.calibrate(
+        config.epsilon, config.delta, release, schedule, accountant=config.accountant
+    )
     return Plan(release.with_sigma(result.sigma), schedule, float(result.sigma), result.to_dict())
 
 
@@ -62,8 +71,7 @@ def device_steps(config, rounds: int) -> tuple[int, ...]:
     return Activation(config.devices, config.activation, config.seed).steps(rounds)
 
 
-def noised_release(config, method_cls, sigma: float, release: Release | None,
-                   records: int) -> Release | None:
+def noised_release(config, method_cls, sigma: float, release: Release | None, records: int) -> Release | None:
     """The release a method draws its noise for: ``release`` (calibrated) if given, else the
     method's release at downlink std ``sigma`` (its head's std follows), None without noise."""
     if release is not None or not sigma:
@@ -88,8 +96,14 @@ def ledger(config, p: Plan):
         return None
     from privzv.ledger import PrivacyLedger
 
-    return PrivacyLedger(p.release, p.schedule, config.delta, config.epsilon,
-                         accountant=config.accountant, dataset_size=p.schedule.dataset_size)
+    return PrivacyLedger(
+        p.release,
+        p.schedule,
+        config.delta,
+        config.epsilon,
+        accountant=config.accountant,
+        dataset_size=p.schedule.dataset_size,
+    )
 
 
 def mechanisms(p: Plan, ledger) -> list[dict] | None:
@@ -99,15 +113,28 @@ def mechanisms(p: Plan, ledger) -> list[dict] | None:
     if not p.private or ledger is None:
         return None
     release = p.release
-    rows = [{"mechanism": "downlink", "sigma": release.sigma, "sensitivity": release.sensitivity,
-             "noise_multiplier": release.sigma / release.sensitivity,
-             "count": 0 if release.withholds else ledger.rounds()}]
+    rows = [
+        {
+            "mechanism": "downlink",
+            "sigma": release.sigma,
+            "sensitivity": release.sensitivity,
+            "noise_multiplier": release.sigma / release.sensitivity,
+            "count": 0 if release.withholds else ledger.rounds(),
+        }
+    ]
     if release.head is not None:
         head = release.head
-        rows.append({"mechanism": "head", "sigma": head.sigma, "sensitivity": head.sensitivity,
-                     "noise_multiplier": head.sigma / head.sensitivity,
-                     "count": ledger.head_steps(), "window": head.window,
-                     "clip": head.clip, "share": release.head_share,
-                     **({"sampling_rate": head.sampling_rate} if head.sampled else {})})
+        rows.append(
+            {
+                "mechanism": "head",
+                "sigma": head.sigma,
+                "sensitivity": head.sensitivity,
+                "noise_multiplier": head.sigma / head.sensitivity,
+                "count": ledger.head_steps(),
+                "window": head.window,
+                "clip": head.clip,
+                "share": release.head_share,
+                **({"sampling_rate": head.sampling_rate} if head.sampled else {}),
+            }
+        )
     return rows
-

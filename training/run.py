@@ -7,6 +7,7 @@ device, up, down); ``up``, ``down`` per device; eq. (23) of arXiv:2502.20565v3 i
 in ``private/`` under ``eavesdropper``, whose batch sizes are secret), ``transcripts/``, plots,
 and ``private/`` (the secret seed, the ledger, and each party's own state).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,8 @@ import math
 import platform
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -24,18 +25,36 @@ import privzv
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.release import covers
-from privzv.training import (data, defaults, divergence, methods, models, noise, plots, privacy, seeds,
-                             stopping)
+from privzv.training import (
+    data,
+    defaults,
+    divergence,
+    methods,
+    models,
+    noise,
+    plots,
+    privacy,
+    seeds,
+    stopping,
+)
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
-from privzv.training.run_folder import RunFolder, public_config, sizes_secret
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
+from privzv.training.run_folder import RunFolder, public_config, sizes_secret
 from privzv.training.scheduler import Scheduler
 from privzv.training.transcript import Recorder
 
 
-def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, release=None,
-          secret_seed: int | None = None, engine: Callable | None = None) -> Scheduler:
+def build(
+    config: TrainConfig,
+    dataset,
+    *,
+    ledger=None,
+    sigma: float = 0.0,
+    release=None,
+    secret_seed: int | None = None,
+    engine: Callable | None = None,
+) -> Scheduler:
     """The parties, the method and the scheduler of a run (models initialised from the seed).
 
     ``release``: the run's calibrated Release (``privacy.Plan.release`` of a private run); without
@@ -51,29 +70,59 @@ def build(config: TrainConfig, dataset, *, ledger=None, sigma: float = 0.0, rele
     devices = []
     for m in range(m_count if engine is None else 0):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
-        devices.append(Device(m, models.device_model(dataset, m, config.embed_dim), dataset.x_train[m],
-                              seed=config.seed, noise=noise.source(config, secret, "device", m)))
+        devices.append(
+            Device(
+                m,
+                models.device_model(dataset, m, config.embed_dim),
+                dataset.x_train[m],
+                seed=config.seed,
+                noise=noise.source(config, secret, "device", m),
+            )
+        )
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
     head = models.server_model(m_count, config.embed_dim, dataset.num_classes, kind=config.server_kind)
-    table = EmbeddingTable(m_count, records, config.embed_dim, config.max_delay,
-                           np.random.default_rng(seeds.derive(config.seed, "delay")))
+    table = EmbeddingTable(
+        m_count,
+        records,
+        config.embed_dim,
+        config.max_delay,
+        np.random.default_rng(seeds.derive(config.seed, "delay")),
+    )
     server = Server(head, dataset.y_train, table, noise.source(config, secret, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count if engine is None else 0)]
-    raw = method_cls.RELEASED_BY == "server"   # else the uplink is the device's noised release
-    meta = {device_name(m): {"party": device_name(m), "dataset": dataset.name, "records": records,
-                             "partition": dataset.partition,
-                             "features_shape": list(dataset.x_train[m].shape[1:]),
-                             "contains": {"raw_embeddings": [device_name(m)] if raw else []}}
-            for m in range(m_count)}
-    meta[SERVER] = {"party": SERVER, "dataset": dataset.name, "records": records,
-                    "num_classes": dataset.num_classes,
-                    "contains": {"raw_embeddings": [device_name(m) for m in range(m_count)] if raw else []}}
+    raw = method_cls.RELEASED_BY == "server"  # else the uplink is the device's noised release
+    meta = {
+        device_name(m): {
+            "party": device_name(m),
+            "dataset": dataset.name,
+            "records": records,
+            "partition": dataset.partition,
+            "features_shape": list(dataset.x_train[m].shape[1:]),
+            "contains": {"raw_embeddings": [device_name(m)] if raw else []},
+        }
+        for m in range(m_count)
+    }
+    meta[SERVER] = {
+        "party": SERVER,
+        "dataset": dataset.name,
+        "records": records,
+        "num_classes": dataset.num_classes,
+        "contains": {"raw_embeddings": [device_name(m) for m in range(m_count)] if raw else []},
+    }
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release,
-                                                               records))
-    return Scheduler(method, devices, server, batch=method_cls.uplink_batch(config), seed=config.seed,
-                     threat=config.threat, activation=config.activation, recorder=recorder, ledger=ledger,
-                     engine=None if engine is None else engine(config))
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release, records))
+    return Scheduler(
+        method,
+        devices,
+        server,
+        batch=method_cls.uplink_batch(config),
+        seed=config.seed,
+        threat=config.threat,
+        activation=config.activation,
+        recorder=recorder,
+        ledger=ledger,
+        engine=None if engine is None else engine(config),
+    )
 
 
 def steps_per_epoch(config: TrainConfig, records: int) -> int:
@@ -89,16 +138,20 @@ def rounds_for(config: TrainConfig, records: int) -> int:
 def versions() -> dict:
     from importlib import metadata
 
-    return {"privzv": privzv.__version__, "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": np.__version__, "dp-accounting": metadata.version("dp-accounting")}
+    return {
+        "privzv": privzv.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "dp-accounting": metadata.version("dp-accounting"),
+    }
 
 
 def replay_platform() -> dict:
     """What the bits of a seeded release depend on besides the run's state and config: the
     software versions and the CPU kernels torch dispatches to. A resume counts a re-made release
     once only on the platform that made it (``privzv.ledger``, "Resume")."""
-    return {**versions(), "machine": platform.machine(),
-            "cpu": torch.backends.cpu.get_cpu_capability()}
+    return {**versions(), "machine": platform.machine(), "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
 def new_secret_seed() -> int:
@@ -111,10 +164,19 @@ def saved_config(out) -> TrainConfig:
     return TrainConfig.from_dict(public_config(out, flag="--resume")["config"])
 
 
-def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend: bool = False,
-          secret_seed: int | None = None, overwrite: bool = False,
-          checkpoint_every: int | None = None, progress: Callable | None = None,
-          engine: Callable | None = None, announce: Callable[[str], None] | None = None) -> dict:
+def train(
+    config: TrainConfig | None,
+    out: Path,
+    *,
+    resume: bool = False,
+    extend: bool = False,
+    secret_seed: int | None = None,
+    overwrite: bool = False,
+    checkpoint_every: int | None = None,
+    progress: Callable | None = None,
+    engine: Callable | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict:
     """Run ``config`` in the run folder ``out``; returns the summary dict.
 
     A new run needs ``out`` absent, empty, or (``overwrite``) holding a run. ``secret_seed`` makes
@@ -133,21 +195,48 @@ def train(config: TrainConfig | None, out: Path, *, resume: bool = False, extend
     """
     with stopping.Signals() as signals:
         try:
-            return _train(config, Path(out), resume, extend, secret_seed, overwrite, checkpoint_every,
-                          progress, engine, announce, signals)
-        except OSError as exc:   # a write the run could not make: a full disk, an I/O error
+            return _train(
+                config,
+                Path(out),
+                resume,
+                extend,
+                secret_seed,
+                overwrite,
+                checkpoint_every,
+                progress,
+                engine,
+                announce,
+                signals,
+            )
+        except OSError as exc:  # a write the run could not make: a full disk, an I/O error
             kept = (Path(out) / "config.json").is_file()
-            raise OutputFailed(f"{exc.filename or out}: {exc.strerror or exc}; " + (
-                "the run folder keeps its last checkpoint (free space, then --resume it)" if kept
-                else "no run folder was left")) from None
+            raise OutputFailed(
+                f"{exc.filename or out}: {exc.strerror or exc}; "
+                + (
+                    "the run folder keeps its last checkpoint (free space, then --resume it)"
+                    if kept
+                    else "no run folder was left"
+                )
+            ) from None
 
 
 class OutputFailed(Failed):
     """A run folder's file could not be written (exit code 1, one line)."""
 
 
-def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint_every, progress,
-           engine, announce, signals: stopping.Signals) -> dict:
+def _train(
+    config,
+    out: Path,
+    resume,
+    extend,
+    secret_seed,
+    overwrite,
+    checkpoint_every,
+    progress,
+    engine,
+    announce,
+    signals: stopping.Signals,
+) -> dict:
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
@@ -169,8 +258,10 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
     p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
     ledger = privacy.ledger(config, p)
     if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
-        raise PrivzvError(f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
-                          f" at sigma {p.sigma:.4g}")
+        raise PrivzvError(
+            f"--epsilon {config.epsilon:g}: the budget is too small for even one release"
+            f" at sigma {p.sigma:.4g}"
+        )
     secret = secret_seed if secret_seed is not None else new_secret_seed()
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
@@ -178,24 +269,34 @@ def _train(config, out: Path, resume, extend, secret_seed, overwrite, checkpoint
         folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
         if ledger is not None:
             ledger = folder.start_ledger(ledger, replay_platform())
-        sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
-                      secret_seed=secret, engine=engine)
+        sched = build(
+            config,
+            dataset,
+            ledger=ledger,
+            release=p.release if p.private else None,
+            secret_seed=secret,
+            engine=engine,
+        )
         if announce:
             announce("values chosen for this run:\n" + defaults.describe(chosen, sched.method))
             if math.isfinite(config.epsilon):
-                announce(f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
-                         f"{covers(method_cls.PROTECTS)}")
+                announce(
+                    f"privacy: epsilon {config.epsilon:g} ({config.threat} threat) "
+                    f"{covers(method_cls.PROTECTS)}"
+                )
         try:
-            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every,
-                         signals=signals).run(progress, fresh=True)
+            return _Loop(folder, config, dataset, sched, p, rounds, checkpoint_every, signals=signals).run(
+                progress, fresh=True
+            )
         finally:
             sched.engine.close()
 
 
 def _setup(config: TrainConfig):
     """The dataset, the method class and the planned rounds T of ``config``."""
-    dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed,
-                        records=config.records)
+    dataset = data.load(
+        config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
+    )
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
@@ -217,11 +318,20 @@ def _release_config(config: TrainConfig) -> TrainConfig:
     return dataclasses.replace(config, epsilon=math.inf) if label_dp(config) else config
 
 
-def _saved_config(config: TrainConfig, p, rounds: int, checkpoint_every: int,
-                  extensions: list | None = None) -> dict:
-    return {"config": config.to_dict(), "seed": config.seed, "sigma": p.sigma, "rounds": rounds,
-            "calibration": p.result, "release": _release_dict(p.release), "versions": versions(),
-            "checkpoint_every": checkpoint_every, "extensions": extensions or []}
+def _saved_config(
+    config: TrainConfig, p, rounds: int, checkpoint_every: int, extensions: list | None = None
+) -> dict:
+    return {
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "sigma": p.sigma,
+        "rounds": rounds,
+        "calibration": p.result,
+        "release": _release_dict(p.release),
+        "versions": versions(),
+        "checkpoint_every": checkpoint_every,
+        "extensions": extensions or [],
+    }
 
 
 # Config fields a resume may change: epochs, with ``extend`` (everything else is fixed).
@@ -234,25 +344,37 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
             raise PrivzvError("--extend: give the new --epochs")
         return saved
     # values the new config leaves open keep the run's chosen ones (training.defaults)
-    given = dataclasses.replace(given, **{name: getattr(saved, name) for name in defaults.FIELDS
-                                          if getattr(given, name) is None})
-    changed = [f.name for f in dataclasses.fields(TrainConfig)
-               if getattr(given, f.name) != getattr(saved, f.name)]
+    given = dataclasses.replace(
+        given, **{name: getattr(saved, name) for name in defaults.FIELDS if getattr(given, name) is None}
+    )
+    changed = [
+        f.name for f in dataclasses.fields(TrainConfig) if getattr(given, f.name) != getattr(saved, f.name)
+    ]
     fixed = [name for name in changed if name not in RESUME_MUTABLE]
     if fixed:
-        raise PrivzvError(f"{fixed[0]} {getattr(given, fixed[0])!r}: cannot change on --resume (the "
-                          f"run has {getattr(saved, fixed[0])!r}; only --epochs, with --extend)")
+        raise PrivzvError(
+            f"{fixed[0]} {getattr(given, fixed[0])!r}: cannot change on --resume (the "
+            f"run has {getattr(saved, fixed[0])!r}; only --epochs, with --extend)"
+        )
     if "epochs" in changed and not extend:
-        raise PrivzvError(f"--epochs {given.epochs:g}: the run has {saved.epochs:g}; lengthening it "
-                          "needs --extend")
+        raise PrivzvError(
+            f"--epochs {given.epochs:g}: the run has {saved.epochs:g}; lengthening it needs --extend"
+        )
     if extend and not given.epochs > saved.epochs:
-        raise PrivzvError(f"--epochs {given.epochs:g}: --extend needs more than the run's "
-                          f"{saved.epochs:g} epochs")
+        raise PrivzvError(
+            f"--epochs {given.epochs:g}: --extend needs more than the run's {saved.epochs:g} epochs"
+        )
     return given.validate()
 
 
-def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: int | None,
-            progress, signals: stopping.Signals) -> dict:
+def _resume(
+    folder: RunFolder,
+    given: TrainConfig | None,
+    extend: bool,
+    every: int | None,
+    progress,
+    signals: stopping.Signals,
+) -> dict:
     saved = folder.read_config()
     folder.check_not_diverged("--resume")
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
@@ -261,24 +383,34 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
     ckpt = folder.load_checkpoint()
     secret = folder.read_secrets()
     _check_checkpoint(ckpt, saved, saved_config)
-    if not ckpt["state"].get("devices") and saved_config.devices:   # the Flower engine keeps none
-        raise PrivzvError(f"--resume {folder.path}: a run of the Flower engine cannot be resumed "
-                          "(its checkpoint has no device state)")
+    if not ckpt["state"].get("devices") and saved_config.devices:  # the Flower engine keeps none
+        raise PrivzvError(
+            f"--resume {folder.path}: a run of the Flower engine cannot be resumed "
+            "(its checkpoint has no device state)"
+        )
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
-        raise PrivzvError(f"config.json: rounds {saved['rounds']} do not match its config "
-                          f"({expected} for {saved_config.epochs:g} epochs)")
-    p = privacy.resumed(config, method_cls, float(saved["sigma"]), saved.get("calibration"),
-                        len(dataset.y_train))
+        raise PrivzvError(
+            f"config.json: rounds {saved['rounds']} do not match its config "
+            f"({expected} for {saved_config.epochs:g} epochs)"
+        )
+    p = privacy.resumed(
+        config, method_cls, float(saved["sigma"]), saved.get("calibration"), len(dataset.y_train)
+    )
     ledger = None
     if p.private:
         ledger = folder.load_ledger(_ledger_expected(config, p, len(dataset.y_train)), ckpt)
     elif (folder.private / "ledger.journal").exists():
         raise PrivzvError(f"config.json: sigma {p.sigma:g} (no noise), but the run has a ledger")
-    sched = build(config, dataset, ledger=ledger, release=p.release if p.private else None,
-                  secret_seed=secret["secret_seed"])
+    sched = build(
+        config,
+        dataset,
+        ledger=ledger,
+        release=p.release if p.private else None,
+        secret_seed=secret["secret_seed"],
+    )
     try:
         sched.load_state_dict(ckpt["state"])
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
@@ -287,7 +419,7 @@ def _resume(folder: RunFolder, given: TrainConfig | None, extend: bool, every: i
         folder.load_transcripts(sched.recorder, ckpt)
     folder.load_metrics(ckpt)
     wall = folder.metrics[-1]["wall_seconds"] if folder.metrics else 0.0
-    folder.metrics = [row for row in folder.metrics if "stopped" not in row]   # a signal's stop
+    folder.metrics = [row for row in folder.metrics if "stopped" not in row]  # a signal's stop
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
     folder.resumed(ckpt, seeded=not config.secure_noise, platform=replay_platform())
@@ -300,18 +432,24 @@ def _check_checkpoint(ckpt: dict, saved: dict, saved_config: TrainConfig) -> Non
     mine = saved_config.to_dict()
     for name in sorted(set(theirs) | set(mine)):
         if name not in RESUME_MUTABLE and theirs.get(name) != mine.get(name):
-            raise PrivzvError(f"config.json: {name} {mine.get(name)!r} differs from checkpoint.pt's "
-                              f"{theirs.get(name)!r}")
+            raise PrivzvError(
+                f"config.json: {name} {mine.get(name)!r} differs from checkpoint.pt's {theirs.get(name)!r}"
+            )
     if ckpt.get("sigma") != saved["sigma"]:
-        raise PrivzvError(f"config.json: sigma {saved['sigma']!r} differs from checkpoint.pt's "
-                          f"{ckpt.get('sigma')!r}")
+        raise PrivzvError(
+            f"config.json: sigma {saved['sigma']!r} differs from checkpoint.pt's {ckpt.get('sigma')!r}"
+        )
     if theirs.get("epochs") != mine["epochs"] and not any(
-            e.get("epochs") == theirs.get("epochs") for e in saved.get("extensions", [])):
-        raise PrivzvError(f"config.json: epochs {mine['epochs']!r} differ from checkpoint.pt's "
-                          f"{theirs.get('epochs')!r} without an --extend")
+        e.get("epochs") == theirs.get("epochs") for e in saved.get("extensions", [])
+    ):
+        raise PrivzvError(
+            f"config.json: epochs {mine['epochs']!r} differ from checkpoint.pt's "
+            f"{theirs.get('epochs')!r} without an --extend"
+        )
     if not (isinstance(ckpt.get("round"), int) and 0 <= ckpt["round"] <= saved["rounds"]):
-        raise PrivzvError(f"checkpoint.pt: round {ckpt.get('round')!r} is not within the run's "
-                          f"{saved['rounds']} rounds")
+        raise PrivzvError(
+            f"checkpoint.pt: round {ckpt.get('round')!r} is not within the run's {saved['rounds']} rounds"
+        )
 
 
 def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt) -> None:
@@ -322,31 +460,64 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
 
         fixed = dataclasses.replace(config, sigma=p.sigma)
         plan = privacy.plan(fixed, method_cls, len(dataset.y_train), rounds)
-        planned = accounting.account(plan.release, plan.schedule, config.delta,
-                                     accountant=config.accountant).epsilon
+        planned = accounting.account(
+            plan.release, plan.schedule, config.delta, accountant=config.accountant
+        ).epsilon
         if config.sigma is None and planned > config.epsilon * (1 + 1e-9):
-            raise PrivzvError(f"--epochs {config.epochs:g}: sigma {p.sigma:.4g} was calibrated for "
-                              f"{saved_config.epochs:g} epochs; {config.epochs:g} would spend epsilon "
-                              f"{planned:.4g} > the budget {config.epsilon:g} (start a new run)")
-    extensions = [*saved.get("extensions", []), {"round": ckpt["round"], "epochs": saved_config.epochs,
-                                                  "rounds": saved["rounds"], "epsilon_planned": planned}]
-    folder.write_config({**_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
-                         "calibration": saved.get("calibration"), "defaults": saved.get("defaults")})
+            raise PrivzvError(
+                f"--epochs {config.epochs:g}: sigma {p.sigma:.4g} was calibrated for "
+                f"{saved_config.epochs:g} epochs; {config.epochs:g} would spend epsilon "
+                f"{planned:.4g} > the budget {config.epsilon:g} (start a new run)"
+            )
+    extensions = [
+        *saved.get("extensions", []),
+        {
+            "round": ckpt["round"],
+            "epochs": saved_config.epochs,
+            "rounds": saved["rounds"],
+            "epsilon_planned": planned,
+        },
+    ]
+    folder.write_config(
+        {
+            **_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
+            "calibration": saved.get("calibration"),
+            "defaults": saved.get("defaults"),
+        }
+    )
 
 
 def _ledger_expected(config: TrainConfig, p, records: int) -> dict:
     """The ledger parameters the saved config makes (the journal's must equal them)."""
-    return {"release": _release_dict(p.release), "delta": config.delta, "accountant": config.accountant,
-            "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
-            "schedule": {"devices": config.devices, "dataset_size": records, "threat": config.threat,
-                         "super_batch": config.super_batch}}
+    return {
+        "release": _release_dict(p.release),
+        "delta": config.delta,
+        "accountant": config.accountant,
+        "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
+        "schedule": {
+            "devices": config.devices,
+            "dataset_size": records,
+            "threat": config.threat,
+            "super_batch": config.super_batch,
+        },
+    }
 
 
 class _Loop:
     """The training loop of a run folder: evaluations, checkpoints, the finish."""
 
-    def __init__(self, folder: RunFolder, config, dataset, sched: Scheduler, p, rounds: int,
-                 every: int, wall_before: float = 0.0, signals: stopping.Signals | None = None):
+    def __init__(
+        self,
+        folder: RunFolder,
+        config,
+        dataset,
+        sched: Scheduler,
+        p,
+        rounds: int,
+        every: int,
+        wall_before: float = 0.0,
+        signals: stopping.Signals | None = None,
+    ):
         self.signals = signals or stopping.Signals()
         self.folder, self.config, self.dataset, self.sched, self.p = folder, config, dataset, sched, p
         self.rounds, self.every, self.wall_before = rounds, every, wall_before
@@ -361,22 +532,31 @@ class _Loop:
         ev = self.sched.evaluate(self.dataset.x_test, self.dataset.y_test)
         divergence.check(self.sched, ev)
         ledger = self.sched.ledger
-        self.folder.append_metrics({
-            "round": r, "epoch": r / self.epoch_rounds, "test_accuracy": ev.test_accuracy,
-            "test_loss": ev.test_loss, "bytes_up": _public_up(self.config, ev.bytes_up),
-            "bytes_down": ev.bytes_down,
-            "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
-            "wall_seconds": self.wall_before + time.perf_counter() - self.start,
-            **({"stopped": stopped} if stopped else {})})
+        self.folder.append_metrics(
+            {
+                "round": r,
+                "epoch": r / self.epoch_rounds,
+                "test_accuracy": ev.test_accuracy,
+                "test_loss": ev.test_loss,
+                "bytes_up": _public_up(self.config, ev.bytes_up),
+                "bytes_down": ev.bytes_down,
+                "epsilon_spent": ledger.epsilon_spent() if ledger is not None else None,
+                "wall_seconds": self.wall_before + time.perf_counter() - self.start,
+                **({"stopped": stopped} if stopped else {}),
+            }
+        )
 
     def checkpoint(self) -> None:
         at = (self.sched.round, len(self.folder.metrics))
         if at == self.saved_at:
             return
-        self.folder.save_checkpoint(self.sched.round, self.sched.state_dict(), self.sched.recorder,
-                                    self.sched.traffic.state_dict(),
-                                    {"config": self.config.to_dict(), "sigma": self.p.sigma,
-                                     "rounds": self.rounds})
+        self.folder.save_checkpoint(
+            self.sched.round,
+            self.sched.state_dict(),
+            self.sched.recorder,
+            self.sched.traffic.state_dict(),
+            {"config": self.config.to_dict(), "sigma": self.p.sigma, "rounds": self.rounds},
+        )
         self.saved_at = at
 
     def _at(self, r: int) -> None:
@@ -408,15 +588,14 @@ class _Loop:
         try:
             try:
                 self.signals.check()
-                sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at,
-                          tick=tick)
+                sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
             except stopping.Stop as stop:
                 sched.stopped = stop.reason
                 self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
             finally:
                 if bar:
                     bar.close()
-        except divergence.Diverged as exc:   # at an evaluation, or a NaN about to be released
+        except divergence.Diverged as exc:  # at an evaluation, or a NaN about to be released
             # a complete folder that says so (its state up to the last checkpoint, no NaN saved);
             # --resume refuses it rather than diverge again
             advised = divergence.advised(exc, sched.method)
@@ -457,16 +636,27 @@ def _summary(config, p, sched, ledger, rows: list[dict], rounds) -> dict:
     spent = ledger.epsilon_spent() if ledger is not None else None
     if label_dp(config):
         spent = config.epsilon if math.isfinite(config.epsilon) else None
-    return {"dataset": config.dataset, "method": config.method, "devices": config.devices,
-            "test_accuracy": last["test_accuracy"], "test_loss": last["test_loss"],
-            "rounds": sched.round, "rounds_planned": rounds,
-            "bytes_up": _public_up(config, sched.traffic.total_up), "bytes_down": sched.traffic.total_down,
-            "epsilon_spent": spent,
-            "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
-            "delta": 0.0 if label_dp(config) else config.delta,
-            "protects": methods.get(config.method).PROTECTS, "threat": config.threat,
-            "accountant": config.accountant,
-            "sigma": p.sigma, "mechanisms": privacy.mechanisms(p, ledger),
-            "stopped": sched.stopped, "wall_seconds": last["wall_seconds"],
-            "seed": config.seed, "best": {k: best[k] for k in CURVE_KEYS},
-            "curve": [{k: r[k] for k in CURVE_KEYS} for r in rows]}
+    return {
+        "dataset": config.dataset,
+        "method": config.method,
+        "devices": config.devices,
+        "test_accuracy": last["test_accuracy"],
+        "test_loss": last["test_loss"],
+        "rounds": sched.round,
+        "rounds_planned": rounds,
+        "bytes_up": _public_up(config, sched.traffic.total_up),
+        "bytes_down": sched.traffic.total_down,
+        "epsilon_spent": spent,
+        "epsilon_budget": config.epsilon if math.isfinite(config.epsilon) else None,
+        "delta": 0.0 if label_dp(config) else config.delta,
+        "protects": methods.get(config.method).PROTECTS,
+        "threat": config.threat,
+        "accountant": config.accountant,
+        "sigma": p.sigma,
+        "mechanisms": privacy.mechanisms(p, ledger),
+        "stopped": sched.stopped,
+        "wall_seconds": last["wall_seconds"],
+        "seed": config.seed,
+        "best": {k: best[k] for k in CURVE_KEYS},
+        "curve": [{k: r[k] for k in CURVE_KEYS} for r in rows],
+    }

@@ -43,6 +43,7 @@ and resume markers record the platform, the markers whether the replay counts on
 Transcripts are appended, not replaced: each checkpoint fsyncs them and records their sizes; a
 resume cuts them back to those sizes.
 """
+
 from __future__ import annotations
 
 import collections
@@ -56,8 +57,8 @@ import re
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -83,15 +84,17 @@ PRIVATE, SECRETS = "private", "secrets.json"
 # server, or "device" (the device whose index the "*" matched: a list index or a dict key).
 # A new secret of the scheduler (e.g. a sampler the server keeps) is one more path here; a
 # method's own secrets are its ``Method.SECRET_STATE`` (under "method": :func:`secret_state`).
-SECRET_STATE = ((("server", "noise"), SERVER),
-                # h~[m, i]: every device's latest raw embedding of every record (non-DP)
-                (("server", "table"), SERVER),
-                # bytes per round: under eavesdropper the Poisson batch sizes
-                (("traffic",), SERVER),
-                # a device's model (first-order updates are non-DP functions of its features),
-                # step and noise generator
-                (("devices", "*"), "device"))
-ANY = "*"   # a kind in secret_entries: every kind of that party and direction
+SECRET_STATE = (
+    (("server", "noise"), SERVER),
+    # h~[m, i]: every device's latest raw embedding of every record (non-DP)
+    (("server", "table"), SERVER),
+    # bytes per round: under eavesdropper the Poisson batch sizes
+    (("traffic",), SERVER),
+    # a device's model (first-order updates are non-DP functions of its features),
+    # step and noise generator
+    (("devices", "*"), "device"),
+)
+ANY = "*"  # a kind in secret_entries: every kind of that party and direction
 
 
 def secret_entries(threat: str, parties) -> set:
@@ -106,8 +109,7 @@ def secret_entries(threat: str, parties) -> set:
     entries = {(SERVER, "local", "keep")}
     if sampling.ASSUMED[threat] == sampling.POISSON:
         entries |= {(SERVER, "received", ANY), (SERVER, "local", "refused")}
-        entries |= {(p, d, k) for p in parties if p != SERVER
-                    for d, k in (("sent", ANY), ("local", "batch"))}
+        entries |= {(p, d, k) for p in parties if p != SERVER for d, k in (("sent", ANY), ("local", "batch"))}
     return entries
 
 
@@ -141,7 +143,7 @@ def atomic_write(path: Path, write: Callable, *, private: bool = False) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600 if private else 0o666 & ~_umask())
         os.replace(tmp, path)
-    except OSError as exc:   # e.g. a full disk: name the file, not its temp file
+    except OSError as exc:  # e.g. a full disk: name the file, not its temp file
         Path(tmp).unlink(missing_ok=True)
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
@@ -155,8 +157,10 @@ def _dumps(obj, what: str, **kw) -> str:
     try:
         return json.dumps(obj, allow_nan=False, **kw)
     except ValueError:
-        raise PrivzvError(f"{what}: a value is NaN or infinite (did the run diverge?); the run "
-                          "folder keeps its last checkpoint") from None
+        raise PrivzvError(
+            f"{what}: a value is NaN or infinite (did the run diverge?); the run "
+            "folder keeps its last checkpoint"
+        ) from None
 
 
 def _write_json(path: Path, obj, *, private: bool = False) -> None:
@@ -182,11 +186,13 @@ def _torch_load(path: Path, what: str, sha256: str | None = None):
     if not path.is_file():
         raise PrivzvError(f"{what}: missing")
     data = path.read_bytes()
-    _expect(sha256 is None or hashlib.sha256(data).hexdigest() == sha256,
-            f"{what}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)")
+    _expect(
+        sha256 is None or hashlib.sha256(data).hexdigest() == sha256,
+        f"{what}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)",
+    )
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as exc:   # a truncated or foreign file: torch raises many kinds
+    except Exception as exc:  # a truncated or foreign file: torch raises many kinds
         raise PrivzvError(f"{what}: corrupt ({type(exc).__name__})") from None
 
 
@@ -222,8 +228,9 @@ def check_format(saved, where: str) -> None:
     """Refuse a config.json (``saved``) of a run folder format other than ``FORMAT``."""
     found = saved.get("format") if isinstance(saved, dict) else None
     old = " (format 1: written by privzv before transcripts were streamed; re-run it)" if found == 1 else ""
-    _expect(found == FORMAT, f"{where}: run folder format {found!r}; this privzv reads format "
-                             f"{FORMAT} only{old}")
+    _expect(
+        found == FORMAT, f"{where}: run folder format {found!r}; this privzv reads format {FORMAT} only{old}"
+    )
 
 
 # --------------------------------------------------------------------------- secret state
@@ -231,8 +238,11 @@ def secret_state() -> tuple:
     """``SECRET_STATE`` and every registered method's ``SECRET_STATE`` under ``"method"``."""
     from privzv.training import methods
 
-    declared = [(("method", *path), owner) for name in methods.METHODS
-                for path, owner in methods.get(name).SECRET_STATE]
+    declared = [
+        (("method", *path), owner)
+        for name in methods.METHODS
+        for path, owner in methods.get(name).SECRET_STATE
+    ]
     return SECRET_STATE + tuple(dict.fromkeys(declared))
 
 
@@ -245,8 +255,7 @@ def split_state(state: dict) -> tuple[dict, dict]:
     for path, owner in secret_state():
         for keys, parent in _parents(public, path[:-1], ()):
             for key in _keys(parent, path[-1]):
-                party = owner if owner != "device" else device_name(int(
-                    (keys + (key,))[path.index(ANY)]))
+                party = owner if owner != "device" else device_name(int((keys + (key,))[path.index(ANY)]))
                 if isinstance(parent, list):
                     value, parent[key] = parent[key], None
                 else:
@@ -293,7 +302,7 @@ def _parents(tree, path: tuple, keys: tuple) -> Iterator[tuple[tuple, dict]]:
     head, rest = path[0], path[1:]
     if head == ANY:
         items = tree.items() if isinstance(tree, dict) else enumerate(tree)
-    else:   # a path that this state does not have is skipped
+    else:  # a path that this state does not have is skipped
         items = [(head, tree[head])] if isinstance(tree, dict) and head in tree else []
     for k, child in items:
         yield from _parents(child, rest, keys + (k,))
@@ -311,17 +320,20 @@ def _ledger_json(state: dict) -> dict:
 JOURNAL_LINES = {
     "ids": {"device": _count, "ids": lambda v: isinstance(v, list)},
     "checkpoint": {"checkpoint": _is_id, "round": _count, "releases": _count},
-    "resume": {"resume": _is_id, "round": _count, "discarded": _count,
-               "replayed": lambda v: isinstance(v, bool),
-               "platform": lambda v: v is None or isinstance(v, dict)},
+    "resume": {
+        "resume": _is_id,
+        "round": _count,
+        "discarded": _count,
+        "replayed": lambda v: isinstance(v, bool),
+        "platform": lambda v: v is None or isinstance(v, dict),
+    },
 }
 
 
 def _journal_kind(line, number: int) -> str:
     """The kind of journal line ``number`` (``JOURNAL_LINES``), its fields checked."""
     kinds = [k for k in JOURNAL_LINES if isinstance(line, dict) and k in line]
-    _expect(len(kinds) == 1, f"{JOURNAL}: line {number} corrupt (not a release, checkpoint or "
-                             "resume line)")
+    _expect(len(kinds) == 1, f"{JOURNAL}: line {number} corrupt (not a release, checkpoint or resume line)")
     _check_fields(line, JOURNAL_LINES[kinds[0]], f"{JOURNAL}: line {number}")
     return kinds[0]
 
@@ -330,7 +342,7 @@ class JournaledLedger(PrivacyLedger):
     """A PrivacyLedger that appends each release to an fsync'd journal before ``record`` returns,
     so the release it counts leaves the server only once it is on disk."""
 
-    journal = None   # an open binary file (set by RunFolder)
+    journal = None  # an open binary file (set by RunFolder)
 
     def record(self, device: int, batch_ids) -> None:
         super().record(device, batch_ids)
@@ -348,12 +360,17 @@ class JournaledLedger(PrivacyLedger):
         return {k: v for k, v in state.items() if k not in ("counts", "releases")}
 
     @classmethod
-    def from_params(cls, params: dict) -> "JournaledLedger":
+    def from_params(cls, params: dict) -> JournaledLedger:
         s = params["schedule"]
         budget = params["epsilon_budget"]
-        return cls.from_state_dict({**params, "epsilon_budget": math.inf if budget is None else budget,
-                                    "releases": 0,
-                                    "counts": [[0] * s["dataset_size"] for _ in range(s["devices"])]})
+        return cls.from_state_dict(
+            {
+                **params,
+                "epsilon_budget": math.inf if budget is None else budget,
+                "releases": 0,
+                "counts": [[0] * s["dataset_size"] for _ in range(s["devices"])],
+            }
+        )
 
 
 # --------------------------------------------------------------------------- the folder
@@ -366,9 +383,12 @@ def _check_new_target(final: Path, out, overwrite: bool) -> None:
             raise PrivzvError(f"--out {str(out)!r}: folder exists and is not empty (choose a new one)")
         if not overwrite:
             diverged = _diverged_at(final)
-            raise PrivzvError(f"--out {str(out)!r}: holds a run; continue it with --resume or replace"
-                              " it with --overwrite" if diverged is None else f"--out {str(out)!r}: "
-                              f"holds a run that diverged at round {diverged}; replace it with --overwrite")
+            raise PrivzvError(
+                f"--out {str(out)!r}: holds a run; continue it with --resume or replace it with --overwrite"
+                if diverged is None
+                else f"--out {str(out)!r}: "
+                f"holds a run that diverged at round {diverged}; replace it with --overwrite"
+            )
 
 
 def _diverged_at(final: Path):
@@ -377,8 +397,11 @@ def _diverged_at(final: Path):
         summary = read_json(final / SUMMARY, SUMMARY)
     except PrivzvError:
         return None
-    return summary.get("rounds") if isinstance(summary, dict) and summary.get(
-        "stopped") == stopping.DIVERGED else None
+    return (
+        summary.get("rounds")
+        if isinstance(summary, dict) and summary.get("stopped") == stopping.DIVERGED
+        else None
+    )
 
 
 def _resolved(out, flag: str) -> Path:
@@ -389,7 +412,7 @@ def _resolved(out, flag: str) -> Path:
         os.stat(final)
     except (FileNotFoundError, NotADirectoryError):
         return final
-    except RuntimeError:   # Python < 3.13: a loop met while resolving
+    except RuntimeError:  # Python < 3.13: a loop met while resolving
         raise PrivzvError(f"{flag} {str(out)!r}: cannot be used (a symbolic link loop)") from None
     except OSError as exc:
         raise PrivzvError(f"{flag} {str(out)!r}: cannot be used ({exc.strerror})") from None
@@ -412,7 +435,7 @@ class FolderLock:
         self.path, self._fd = path, fd
 
     @classmethod
-    def take(cls, path: Path, attempts: int = 3) -> "FolderLock | None":
+    def take(cls, path: Path, attempts: int = 3) -> FolderLock | None:
         """The lock on ``path``, or None while another process holds it. A file unlinked by a
         holder that finished meanwhile is tried again, ``attempts`` times in all."""
         import fcntl
@@ -433,7 +456,7 @@ class FolderLock:
                 current = None
             if current is not None and os.path.samestat(current, os.fstat(fd)):
                 return cls(path, fd)
-            os.close(fd)    # the holder removed this file as we opened it
+            os.close(fd)  # the holder removed this file as we opened it
         return None
 
     def release(self) -> None:
@@ -454,11 +477,11 @@ class RunFolder:
     def __init__(self, final: Path, path: Path, lock):
         self.final, self.path, self._lock = final, path, lock
         self.run_id: str | None = None
-        self.threat: str | None = None   # the run's threat: which files and entries are secret
+        self.threat: str | None = None  # the run's threat: which files and entries are secret
         self.metrics: list[dict] = []
         self.ledger: JournaledLedger | None = None
-        self._recorder = None   # the run's transcript Recorder, once it streams into the folder
-        self._manifest: dict | None = None       # of the checkpoint a resume loaded
+        self._recorder = None  # the run's transcript Recorder, once it streams into the folder
+        self._manifest: dict | None = None  # of the checkpoint a resume loaded
         self._secrets_sha256: str | None = None  # of secrets.json, as written or verified
 
     # ------------------------------------------------------------------ locking and creation
@@ -470,23 +493,24 @@ class RunFolder:
         except OSError as exc:
             raise PrivzvError(f"{flag} {str(shown)!r}: cannot use this folder ({exc.strerror})") from None
         if lock is None:
-            raise PrivzvError(f"{flag} {str(shown)!r}: another privzv run is using this folder "
-                              "(wait for it to finish)")
+            raise PrivzvError(
+                f"{flag} {str(shown)!r}: another privzv run is using this folder (wait for it to finish)"
+            )
         name = _glob_escape(final.name)
         for leftover in [*final.parent.glob(f".{name}.new-*"), *final.parent.glob(f".{name}.old-*")]:
-            shutil.rmtree(leftover, ignore_errors=True)   # a killed creation or overwrite
+            shutil.rmtree(leftover, ignore_errors=True)  # a killed creation or overwrite
         return lock
 
     @classmethod
     @contextlib.contextmanager
-    def create(cls, out, *, overwrite: bool = False) -> Iterator["RunFolder"]:
+    def create(cls, out, *, overwrite: bool = False) -> Iterator[RunFolder]:
         """A new run for ``out``, built hidden and renamed into place by :meth:`commit`.
 
         ``out`` must not exist, be an empty folder, or (with ``overwrite``) hold a run folder.
         Before ``commit`` an error removes everything; after it the run stays resumable.
         """
         final = _resolved(out, "--out")
-        _check_new_target(final, out, overwrite)     # before the lock: a refusal leaves no lock file
+        _check_new_target(final, out, overwrite)  # before the lock: a refusal leaves no lock file
         lock = cls._locked(final, "--out", out)
         folder = None
         try:
@@ -517,7 +541,7 @@ class RunFolder:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, out) -> Iterator["RunFolder"]:
+    def open(cls, out) -> Iterator[RunFolder]:
         """An existing run, locked, for ``--resume`` (its files are read by :meth:`read_config`,
         :meth:`load_checkpoint`, :meth:`load_ledger`...)."""
         final = _resolved(out, "--resume")
@@ -525,10 +549,13 @@ class RunFolder:
             raise PrivzvError(f"--resume {str(out)!r}: not a run folder (no {CONFIG})")
         folder = cls(final, final, cls._locked(final, "--resume", out))
         try:
-            for stray in [*final.glob(".*.tmp"), *final.glob(f"{PRIVATE}/.*.tmp"),
-                          *final.glob(f"{PRIVATE}/*/.*.tmp"),
-                          *final.glob(f"{TRANSCRIPTS}/.*.tmp")]:
-                stray.unlink()               # a write interrupted by a kill
+            for stray in [
+                *final.glob(".*.tmp"),
+                *final.glob(f"{PRIVATE}/.*.tmp"),
+                *final.glob(f"{PRIVATE}/*/.*.tmp"),
+                *final.glob(f"{TRANSCRIPTS}/.*.tmp"),
+            ]:
+                stray.unlink()  # a write interrupted by a kill
             yield folder
         finally:
             folder.close()
@@ -547,8 +574,16 @@ class RunFolder:
         return self.path / PRIVATE
 
     def write_secrets(self, secret_seed: int, given: bool) -> None:
-        text = _dumps({"format": FORMAT, "run_id": self.run_id, "secret_seed": secret_seed,
-                       "source": "given" if given else "os-entropy"}, SECRETS, indent=1).encode()
+        text = _dumps(
+            {
+                "format": FORMAT,
+                "run_id": self.run_id,
+                "secret_seed": secret_seed,
+                "source": "given" if given else "os-entropy",
+            },
+            SECRETS,
+            indent=1,
+        ).encode()
         atomic_write(self.private / SECRETS, lambda fh: fh.write(text), private=True)
         self._secrets_sha256 = hashlib.sha256(text).hexdigest()
 
@@ -557,8 +592,10 @@ class RunFolder:
         (:meth:`load_checkpoint` first)."""
         name = f"{PRIVATE}/{SECRETS}"
         s = read_json(self.path / name, name)
-        _expect(isinstance(s, dict) and s.get("run_id") == self.run_id, f"{name}: does not belong "
-                f"to run {self.run_id} (or is corrupt)")
+        _expect(
+            isinstance(s, dict) and s.get("run_id") == self.run_id,
+            f"{name}: does not belong to run {self.run_id} (or is corrupt)",
+        )
         _check_fields(s, {"secret_seed": lambda v: _count(v) and v < 2**63}, name)
         self._verify(name)
         self._secrets_sha256 = self._manifest_sha256(name)
@@ -567,9 +604,12 @@ class RunFolder:
     def check_not_diverged(self, flag: str) -> None:
         """Refuse a run that diverged (resuming it would only diverge again)."""
         at = _diverged_at(self.path)
-        _expect(at is None, f"{flag} {str(self.final)!r}: the run diverged at round {at} ({SUMMARY}); "
-                "it cannot be resumed: start a new run with lower learning rates (--lr-device, "
-                "--lr-server) or --lam (--overwrite replaces this one)")
+        _expect(
+            at is None,
+            f"{flag} {str(self.final)!r}: the run diverged at round {at} ({SUMMARY}); "
+            "it cannot be resumed: start a new run with lower learning rates (--lr-device, "
+            "--lr-server) or --lam (--overwrite replaces this one)",
+        )
 
     def write_config(self, saved: dict) -> None:
         _write_json(self.path / CONFIG, {"format": FORMAT, "run_id": self.run_id, **saved})
@@ -579,17 +619,28 @@ class RunFolder:
         """The saved config.json (format checked); sets ``run_id``."""
         saved = read_json(self.path / CONFIG, CONFIG)
         check_format(saved, CONFIG)
-        _expect(isinstance(saved.get("run_id"), str) and isinstance(saved.get("config"), dict),
-                f"{CONFIG}: corrupt (no run_id or config)")
+        _expect(
+            isinstance(saved.get("run_id"), str) and isinstance(saved.get("config"), dict),
+            f"{CONFIG}: corrupt (no run_id or config)",
+        )
         sigma = saved.get("sigma")
-        _expect(isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma)
-                and sigma >= 0, f"{CONFIG}: sigma {sigma!r} is not a number >= 0")
+        _expect(
+            isinstance(sigma, (int, float))
+            and not isinstance(sigma, bool)
+            and math.isfinite(sigma)
+            and sigma >= 0,
+            f"{CONFIG}: sigma {sigma!r} is not a number >= 0",
+        )
         for name in ("rounds", "checkpoint_every"):
             value = saved.get(name)
-            _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"{CONFIG}: {name} {value!r} is not an integer >= 1")
-        _expect(saved["config"].get("threat") in sampling.ASSUMED,
-                f"{CONFIG}: threat {saved['config'].get('threat')!r} unknown")
+            _expect(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"{CONFIG}: {name} {value!r} is not an integer >= 1",
+            )
+        _expect(
+            saved["config"].get("threat") in sampling.ASSUMED,
+            f"{CONFIG}: threat {saved['config'].get('threat')!r} unknown",
+        )
         self.run_id, self.threat = saved["run_id"], saved["config"]["threat"]
         return saved
 
@@ -614,10 +665,17 @@ class RunFolder:
         """The run's ledger, journaled from now on (a new private run); ``platform``: what its
         releases are made on (``privzv.training.run.replay_platform``)."""
         self.ledger = JournaledLedger.from_state_dict(ledger.state_dict())
-        header = {"format": FORMAT, "run_id": self.run_id, "ledger": self.ledger.params(),
-                  "platform": platform}
-        atomic_write(self.private / JOURNAL, lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()),
-                     private=True)
+        header = {
+            "format": FORMAT,
+            "run_id": self.run_id,
+            "ledger": self.ledger.params(),
+            "platform": platform,
+        }
+        atomic_write(
+            self.private / JOURNAL,
+            lambda fh: fh.write((_dumps(header, JOURNAL) + "\n").encode()),
+            private=True,
+        )
         self._open_journal()
         self._write_ledger()
         return self.ledger
@@ -631,19 +689,25 @@ class RunFolder:
     def _read_journal(self) -> tuple[dict, list[dict]]:
         path = self.private / JOURNAL
         if not path.is_file():
-            raise PrivzvError(f"{JOURNAL}: missing (a private run's ledger; its spent budget is unknown,"
-                              " so it cannot continue)")
+            raise PrivzvError(
+                f"{JOURNAL}: missing (a private run's ledger; its spent budget is unknown,"
+                " so it cannot continue)"
+            )
         data = path.read_bytes()
-        end = data.rfind(b"\n") + 1     # after it: a line torn by a kill (its release never left)
+        end = data.rfind(b"\n") + 1  # after it: a line torn by a kill (its release never left)
         self._journal_end = end
         try:
             lines = [json.loads(x) for x in data[:end].decode().splitlines()]
         except (UnicodeDecodeError, ValueError):
             raise PrivzvError(f"{JOURNAL}: corrupt (a line is not JSON)") from None
-        _expect(bool(lines) and isinstance(lines[0], dict) and lines[0].get("format") == FORMAT,
-                f"{JOURNAL}: corrupt (no header)")
-        _expect(lines[0].get("run_id") == self.run_id,
-                f"{JOURNAL}: belongs to run {lines[0].get('run_id')!r}, not {self.run_id!r}")
+        _expect(
+            bool(lines) and isinstance(lines[0], dict) and lines[0].get("format") == FORMAT,
+            f"{JOURNAL}: corrupt (no header)",
+        )
+        _expect(
+            lines[0].get("run_id") == self.run_id,
+            f"{JOURNAL}: belongs to run {lines[0].get('run_id')!r}, not {self.run_id!r}",
+        )
         return lines[0], lines[1:]
 
     def load_ledger(self, expected: dict, checkpoint: dict) -> JournaledLedger:
@@ -658,13 +722,16 @@ class RunFolder:
                 got = {k: got.get(k) for k in want}
             _expect(got == want, f"{JOURNAL}: ledger {key} {got!r} differs from {CONFIG}'s {want!r}")
         saved = read_json(self.private / LEDGER, LEDGER)
-        _expect(isinstance(saved, dict) and isinstance(saved.get("releases"), int)
-                and not isinstance(saved.get("releases"), bool),
-                f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
-                " is not an integer)")
+        _expect(
+            isinstance(saved, dict)
+            and isinstance(saved.get("releases"), int)
+            and not isinstance(saved.get("releases"), bool),
+            f"{LEDGER}: corrupt (releases {saved.get('releases') if isinstance(saved, dict) else None!r}"
+            " is not an integer)",
+        )
         kinds = [_journal_kind(line, number) for number, line in enumerate(lines, 2)]
         markers, last = [], None
-        self._made_on = header.get("platform")   # the platform of the releases since the last resume
+        self._made_on = header.get("platform")  # the platform of the releases since the last resume
         try:
             ledger = JournaledLedger.from_params(params)
             # ledger.json is the state at the last checkpoint marker, or at the one before it (a
@@ -672,7 +739,7 @@ class RunFolder:
             # written before head_position was kept lacks it
             states = collections.deque([_ledger_json(ledger.state_dict())], maxlen=2)
             for kind, line in zip(kinds, lines):
-                if kind == "ids":   # as written: a float, bool or huge id is refused, not cast
+                if kind == "ids":  # as written: a float, bool or huge id is refused, not cast
                     ledger.record(line["device"], np.asarray(line["ids"]))
                 elif kind == "checkpoint":
                     ledger.mark()
@@ -680,7 +747,7 @@ class RunFolder:
                     last = line["checkpoint"]
                     states.append(_ledger_json(ledger.state_dict()))
                 else:
-                    if line["resume"] != last:   # resumed from a checkpoint killed before its marker
+                    if line["resume"] != last:  # resumed from a checkpoint killed before its marker
                         ledger.mark()
                         last = line["resume"]
                     ledger.rewind(line["replayed"])
@@ -689,19 +756,29 @@ class RunFolder:
             raise PrivzvError(f"{JOURNAL}: corrupt ({str(exc)[:80]})") from None
         if isinstance(saved, dict) and "window_counts" in saved and "head_position" not in saved:
             states = [{k: v for k, v in state.items() if k != "head_position"} for state in states]
-        _expect(saved in states, f"{LEDGER}: differs from the journal's ledger at its last "
-                "checkpoint (edited, or another run's)")
+        _expect(
+            saved in states,
+            f"{LEDGER}: differs from the journal's ledger at its last checkpoint (edited, or another run's)",
+        )
         done = checkpoint["releases"]
-        _expect(ledger.releases >= done, f"{JOURNAL}: {ledger.releases} releases, fewer than the "
-                f"{done} of {CHECKPOINT} (round {checkpoint['round']})")
+        _expect(
+            ledger.releases >= done,
+            f"{JOURNAL}: {ledger.releases} releases, fewer than the "
+            f"{done} of {CHECKPOINT} (round {checkpoint['round']})",
+        )
         ids = [m["checkpoint"] for m in markers]
         if checkpoint["id"] in ids:
-            _expect(ids[-1] == checkpoint["id"], f"{CHECKPOINT}: an older checkpoint (round "
-                    f"{checkpoint['round']}) than the ledger's last (round {markers[-1]['round']})")
-        else:   # killed between writing the checkpoint and marking it
-            _expect(not markers or markers[-1]["round"] <= checkpoint["round"],
-                    f"{CHECKPOINT}: round {checkpoint['round']} is not in the ledger's history (last "
-                    f"checkpoint round {markers[-1]['round'] if markers else None})")
+            _expect(
+                ids[-1] == checkpoint["id"],
+                f"{CHECKPOINT}: an older checkpoint (round "
+                f"{checkpoint['round']}) than the ledger's last (round {markers[-1]['round']})",
+            )
+        else:  # killed between writing the checkpoint and marking it
+            _expect(
+                not markers or markers[-1]["round"] <= checkpoint["round"],
+                f"{CHECKPOINT}: round {checkpoint['round']} is not in the ledger's history (last "
+                f"checkpoint round {markers[-1]['round'] if markers else None})",
+            )
         self.ledger = ledger
         self._unmarked = checkpoint["id"] != last
         return ledger
@@ -715,18 +792,24 @@ class RunFolder:
         if self.ledger is not None:
             os.truncate(self.private / JOURNAL, self._journal_end)
             self._open_journal()
-            if self._unmarked:   # nothing was journaled after that checkpoint
+            if self._unmarked:  # nothing was journaled after that checkpoint
                 self.ledger.mark()
             replayed = seeded and self._made_on == platform
             discarded = self.ledger.rewind(replayed)
-            self.ledger._append({"resume": checkpoint["id"], "round": checkpoint["round"],
-                                 "discarded": discarded, "replayed": replayed,
-                                 "platform": platform})
+            self.ledger._append(
+                {
+                    "resume": checkpoint["id"],
+                    "round": checkpoint["round"],
+                    "discarded": discarded,
+                    "replayed": replayed,
+                    "platform": platform,
+                }
+            )
         rows, self.metrics = self.metrics, []
         for row in rows:
             self.append_metrics(row)
         (self.path / SUMMARY).unlink(missing_ok=True)
-        self._drop_checkpoints_but(checkpoint["id"])   # a newer one whose commit was killed
+        self._drop_checkpoints_but(checkpoint["id"])  # a newer one whose commit was killed
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, round_: int, state: dict, recorder, traffic: dict, meta: dict) -> None:
@@ -740,28 +823,58 @@ class RunFolder:
             folder = self.private / party
             folder.mkdir(mode=0o700, exist_ok=True)
             name = f"{PRIVATE}/{party}/checkpoint-{ckpt_id}.pt"
-            files[name] = _torch_save(self.path / name, {
-                "format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                "party": party, "state": entries}, private=True)
+            files[name] = _torch_save(
+                self.path / name,
+                {
+                    "format": FORMAT,
+                    "run_id": self.run_id,
+                    "id": ckpt_id,
+                    "round": round_,
+                    "party": party,
+                    "state": entries,
+                },
+                private=True,
+            )
         releases = self.ledger.releases if self.ledger is not None else 0
         import torch
 
         buffer = io.BytesIO()
-        torch.save({"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "round": round_,
-                    "releases": releases, "metrics": list(self.metrics), "parties": sorted(secret),
-                    "transcripts": counts, **meta, "state": public}, buffer)
+        torch.save(
+            {
+                "format": FORMAT,
+                "run_id": self.run_id,
+                "id": ckpt_id,
+                "round": round_,
+                "releases": releases,
+                "metrics": list(self.metrics),
+                "parties": sorted(secret),
+                "transcripts": counts,
+                **meta,
+                "state": public,
+            },
+            buffer,
+        )
         files[CHECKPOINT] = hashlib.sha256(buffer.getvalue()).hexdigest()
-        _write_json(self.private / _manifest_name(ckpt_id),   # before the commit point it covers
-                    {"format": FORMAT, "run_id": self.run_id, "id": ckpt_id, "files": files,
-                     "transcripts": recorder.digests() if counts is not None else None}, private=True)
+        _write_json(
+            self.private / _manifest_name(ckpt_id),  # before the commit point it covers
+            {
+                "format": FORMAT,
+                "run_id": self.run_id,
+                "id": ckpt_id,
+                "files": files,
+                "transcripts": recorder.digests() if counts is not None else None,
+            },
+            private=True,
+        )
         atomic_write(self.path / CHECKPOINT, lambda fh: fh.write(buffer.getvalue()))
         if self.ledger is not None:
             self.ledger.mark()
             self.ledger._append({"checkpoint": ckpt_id, "round": round_, "releases": releases})
             self._write_ledger()
         traffic_at = self.private if sizes_secret(self.threat) else self.path
-        atomic_write(traffic_at / TRAFFIC, lambda fh: np.savez(fh, **traffic),
-                     private=traffic_at == self.private)
+        atomic_write(
+            traffic_at / TRAFFIC, lambda fh: np.savez(fh, **traffic), private=traffic_at == self.private
+        )
         self._drop_checkpoints_but(ckpt_id)
 
     def _drop_checkpoints_but(self, ckpt_id: str) -> None:
@@ -777,17 +890,30 @@ class RunFolder:
         fields checked, each file against the digest its manifest keeps (:meth:`save_checkpoint`)."""
         ckpt = _public_checkpoint(self.path, self.run_id)
         name = f"{PRIVATE}/{_manifest_name(ckpt['id'])}"
-        _expect((self.path / name).exists(), f"{name}: missing, so {CHECKPOINT} (round {ckpt['round']}) "
-                "cannot be verified (an older checkpoint put back, or one written without a manifest)")
+        _expect(
+            (self.path / name).exists(),
+            f"{name}: missing, so {CHECKPOINT} (round {ckpt['round']}) "
+            "cannot be verified (an older checkpoint put back, or one written without a manifest)",
+        )
         manifest = read_json(self.path / name, name)
-        _check_fields(manifest, {"run_id": lambda v: v == self.run_id, "id": lambda v: v == ckpt["id"],
-                                 "files": lambda v: isinstance(v, dict) and all(
-                                     isinstance(x, str) for x in v.values()),
-                                 "transcripts": lambda v: v is None or isinstance(v, dict)}, name)
+        _check_fields(
+            manifest,
+            {
+                "run_id": lambda v: v == self.run_id,
+                "id": lambda v: v == ckpt["id"],
+                "files": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+                "transcripts": lambda v: v is None or isinstance(v, dict),
+            },
+            name,
+        )
         self._manifest = manifest
         self._verify(CHECKPOINT)
-        secret = {party: _party_entries(self.path, ckpt, party, self._manifest_sha256(
-            f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt")) for party in ckpt["parties"]}
+        secret = {
+            party: _party_entries(
+                self.path, ckpt, party, self._manifest_sha256(f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt")
+            )
+            for party in ckpt["parties"]
+        }
         ckpt["state"] = merge_state(ckpt["state"], secret)
         return ckpt
 
@@ -802,14 +928,18 @@ class RunFolder:
         from privzv.training import transcript
 
         want = digest if digest is not None else self._manifest_sha256(name)
-        _expect(transcript.file_sha256(self.path / name, size).hexdigest() == want,
-                f"{name}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)")
+        _expect(
+            transcript.file_sha256(self.path / name, size).hexdigest() == want,
+            f"{name}: differs from the digest its checkpoint kept in {PRIVATE}/ (edited or corrupt)",
+        )
 
     def load_metrics(self, checkpoint: dict) -> None:
         """The metrics rows of the checkpoint (rows written after it are dropped)."""
         rows, want = self._read_metrics(), checkpoint["metrics"]
-        _expect(rows[:len(want)] == want, f"{METRICS}: differs from the {len(want)} rows of "
-                f"{CHECKPOINT} (round {checkpoint['round']})")
+        _expect(
+            rows[: len(want)] == want,
+            f"{METRICS}: differs from the {len(want)} rows of {CHECKPOINT} (round {checkpoint['round']})",
+        )
         self.metrics = list(want)
 
     def _folders(self) -> tuple[Path, Path]:
@@ -835,23 +965,34 @@ class RunFolder:
         from privzv.training import transcript
 
         sizes, digests = checkpoint["transcripts"], self._manifest["transcripts"]
-        _expect(isinstance(sizes, dict) and all(isinstance(v, dict) for v in sizes.values()),
-                f"{CHECKPOINT}: the run was saved without transcripts (or in an older format)")
-        _expect(isinstance(digests, dict) and set(digests) == set(sizes) == set(recorder.transcripts),
-                f"{CHECKPOINT}: transcripts of parties {sorted(sizes)}, the run has "
-                f"{sorted(recorder.transcripts)} (and its manifest {sorted(digests or {})})")
+        _expect(
+            isinstance(sizes, dict) and all(isinstance(v, dict) for v in sizes.values()),
+            f"{CHECKPOINT}: the run was saved without transcripts (or in an older format)",
+        )
+        _expect(
+            isinstance(digests, dict) and set(digests) == set(sizes) == set(recorder.transcripts),
+            f"{CHECKPOINT}: transcripts of parties {sorted(sizes)}, the run has "
+            f"{sorted(recorder.transcripts)} (and its manifest {sorted(digests or {})})",
+        )
         for party, size in sizes.items():
             _check_fields(size, TRANSCRIPT_SIZES, f"{CHECKPOINT}: transcripts {party}")
             for folder, part in zip((TRANSCRIPTS, f"{PRIVATE}/{TRANSCRIPTS}"), ("public", "private")):
                 if size[part] is None:
                     continue
-                for suffix, want, digest in zip((transcript.INDEX, transcript.DATA), size[part],
-                                                digests[party][part] or ()):
+                for suffix, want, digest in zip(
+                    (transcript.INDEX, transcript.DATA), size[part], digests[party][part] or ()
+                ):
                     path = self.path / folder / f"{party}{suffix}"
-                    _expect(path.is_file(), f"{folder}/{party}: missing ({CHECKPOINT} of round "
-                            f"{checkpoint['round']} expects {path.name})")
-                    _expect(path.stat().st_size >= want, f"{folder}/{path.name}: {path.stat().st_size}"
-                            f" bytes, {CHECKPOINT} of round {checkpoint['round']} expects {want}")
+                    _expect(
+                        path.is_file(),
+                        f"{folder}/{party}: missing ({CHECKPOINT} of round "
+                        f"{checkpoint['round']} expects {path.name})",
+                    )
+                    _expect(
+                        path.stat().st_size >= want,
+                        f"{folder}/{path.name}: {path.stat().st_size}"
+                        f" bytes, {CHECKPOINT} of round {checkpoint['round']} expects {want}",
+                    )
                     self._verify(f"{folder}/{path.name}", want, digest)
         self._stream(recorder, sizes)
 
@@ -859,7 +1000,6 @@ class RunFolder:
     def finish(self, summary: dict) -> None:
         """Write summary.json (atomically): the run is finished."""
         _write_json(self.path / SUMMARY, summary)
-
 
 
 def _glob_escape(name: str) -> str:
@@ -876,13 +1016,16 @@ def public_config(run_dir, flag: str = "--run") -> dict:
     """The public config.json of a run folder, for a reader that must see nothing secret."""
     run = Path(run_dir)
     if is_private(run):
-        raise PrivzvError(f"{flag} {str(run)!r}: is inside a run's private area; attacks read only "
-                          "public files")
+        raise PrivzvError(
+            f"{flag} {str(run)!r}: is inside a run's private area; attacks read only public files"
+        )
     if not (run / CONFIG).is_file():
         raise PrivzvError(f"{flag} {str(run)!r}: not a training run (no {CONFIG})")
     saved = read_json(run / CONFIG, f"{flag} {str(run)!r}: {CONFIG}")
-    _expect(isinstance(saved, dict) and isinstance(saved.get("config"), dict),
-            f"{flag} {str(run)!r}: {CONFIG} is not a run's config")
+    _expect(
+        isinstance(saved, dict) and isinstance(saved.get("config"), dict),
+        f"{flag} {str(run)!r}: {CONFIG} is not a run's config",
+    )
     check_format(saved, f"{flag} {str(run)!r}")
     return saved
 
@@ -895,11 +1038,16 @@ def _manifest_name(ckpt_id: str) -> str:
 
 # checkpoint.pt's fields besides the state (a resume and an attack read them), and their checks
 CHECKPOINT_FIELDS = {
-    "id": _is_id, "run_id": lambda v: isinstance(v, str), "round": _count, "releases": _count,
+    "id": _is_id,
+    "run_id": lambda v: isinstance(v, str),
+    "round": _count,
+    "releases": _count,
     "metrics": lambda v: isinstance(v, list) and all(isinstance(row, dict) for row in v),
     "parties": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
-    "transcripts": lambda v: v is None or isinstance(v, dict), "config": lambda v: isinstance(v, dict),
-    "rounds": _count, "state": lambda v: isinstance(v, dict),
+    "transcripts": lambda v: v is None or isinstance(v, dict),
+    "config": lambda v: isinstance(v, dict),
+    "rounds": _count,
+    "state": lambda v: isinstance(v, dict),
 }
 _PAIR = lambda v: isinstance(v, list) and len(v) == 2 and all(map(_count, v))  # noqa: E731
 TRANSCRIPT_SIZES = {"entries": _count, "public": _PAIR, "private": lambda v: v is None or _PAIR(v)}
@@ -909,11 +1057,15 @@ def _public_checkpoint(run: Path, run_id: str | None) -> dict:
     """``checkpoint.pt`` of ``run``, format and fields checked (and its run, when ``run_id`` is
     given)."""
     ckpt = _torch_load(run / CHECKPOINT, CHECKPOINT)
-    _expect(isinstance(ckpt, dict) and ckpt.get("format") == FORMAT,
-            f"{CHECKPOINT}: not a format-{FORMAT} checkpoint")
+    _expect(
+        isinstance(ckpt, dict) and ckpt.get("format") == FORMAT,
+        f"{CHECKPOINT}: not a format-{FORMAT} checkpoint",
+    )
     _check_fields(ckpt, CHECKPOINT_FIELDS, CHECKPOINT)
-    _expect(run_id is None or ckpt.get("run_id") == run_id,
-            f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {run_id!r}")
+    _expect(
+        run_id is None or ckpt.get("run_id") == run_id,
+        f"{CHECKPOINT}: belongs to run {ckpt.get('run_id')!r}, not {run_id!r}",
+    )
     return ckpt
 
 
@@ -922,9 +1074,14 @@ def _party_entries(run: Path, ckpt: dict, party: str, sha256: str | None = None)
     ``sha256``: the file's bytes must have it)."""
     name = f"{PRIVATE}/{party}/checkpoint-{ckpt['id']}.pt"
     secret = _torch_load(run / name, name, sha256)
-    _expect(isinstance(secret, dict) and secret.get("run_id") == ckpt["run_id"]
-            and secret.get("round") == ckpt["round"] and secret.get("party") == party
-            and isinstance(secret.get("state"), list), f"{name}: does not match {CHECKPOINT}")
+    _expect(
+        isinstance(secret, dict)
+        and secret.get("run_id") == ckpt["run_id"]
+        and secret.get("round") == ckpt["round"]
+        and secret.get("party") == party
+        and isinstance(secret.get("state"), list),
+        f"{name}: does not match {CHECKPOINT}",
+    )
     return secret["state"]
 
 

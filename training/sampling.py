@@ -19,9 +19,10 @@ Batches, by threat (what :mod:`privzv.threats` counts):
 
 :func:`refusal` is the server's check of an uplink before it computes anything.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -81,8 +82,8 @@ class SharedWalk:
     def __init__(self, records: int, batch: int, seed: int):
         self.records, self.batch, self.seed = records, batch, seed
         self.per_epoch = -(-records // batch)
-        self._perms: dict[int, torch.Tensor] = {}     # epoch -> its permutation
-        self._epochs: dict[object, int] = {}          # walker (a device index) -> its epoch
+        self._perms: dict[int, torch.Tensor] = {}  # epoch -> its permutation
+        self._epochs: dict[object, int] = {}  # walker (a device index) -> its epoch
 
     def permutation(self, epoch: int) -> torch.Tensor:
         perm = self._perms.get(epoch)
@@ -100,7 +101,7 @@ class SharedWalk:
             in_use = set(self._epochs.values())
             for done in [e for e in self._perms if e not in in_use]:
                 del self._perms[done]
-        return perm[pos * self.batch:(pos + 1) * self.batch].clone()
+        return perm[pos * self.batch : (pos + 1) * self.batch].clone()
 
     def draw(self, device, server) -> torch.Tensor:
         """The ids of ``device``'s current step (known to the device and to the server)."""
@@ -130,8 +131,10 @@ def sampler_for(threat: str, records: int, batch: int, seed: int):
 def check_matches(threat: str, sampler) -> None:
     """Refuse a sampler other than the one the threat's accountant assumes."""
     if getattr(sampler, "kind", None) != ASSUMED[threat]:
-        raise PrivzvError(f"sampler {type(sampler).__name__}: threat {threat!r} is accounted for "
-                          f"{ASSUMED[threat]} batches; a run must sample that way")
+        raise PrivzvError(
+            f"sampler {type(sampler).__name__}: threat {threat!r} is accounted for "
+            f"{ASSUMED[threat]} batches; a run must sample that way"
+        )
 
 
 def malformed(up, records: int) -> str | None:
@@ -174,6 +177,8 @@ def refusal(up, expected: torch.Tensor, records: int, shapes: dict[str, tuple[in
     for name in names:
         t = up.tensors[name]
         if t.dtype != torch.float32 or tuple(t.shape) != shapes[name]:
-            return (f"{name}: {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, expected "
-                    f"float32 {list(shapes[name])}")
+            return (
+                f"{name}: {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, expected "
+                f"float32 {list(shapes[name])}"
+            )
     return None

@@ -23,12 +23,13 @@ on an engine (``privzv.training.engines``): in this process (the default) or ove
 messages. The scheduler counts the messages' bytes (eq. (23)), records the server's transcript
 (in process, the engine's devices share its recorder) and evaluates on the test split.
 """
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -63,10 +64,21 @@ class Scheduler:
     (default: ``InProcessEngine(devices)``; another engine is given ``devices=[]``).
     """
 
-    def __init__(self, method: Method, devices: Sequence[Device], server: Server, *,
-                 batch: int, seed: int, threat: str = "device",
-                 activation: Sequence[float] | None = None, recorder: Recorder | None = None,
-                 ledger=None, sampler=None, engine=None):
+    def __init__(
+        self,
+        method: Method,
+        devices: Sequence[Device],
+        server: Server,
+        *,
+        batch: int,
+        seed: int,
+        threat: str = "device",
+        activation: Sequence[float] | None = None,
+        recorder: Recorder | None = None,
+        ledger=None,
+        sampler=None,
+        engine=None,
+    ):
         self.engine = engine if engine is not None else InProcessEngine(devices)
         self.method, self.devices, self.server = method, self.engine.devices, server
         self.records = len(server.labels)
@@ -98,11 +110,16 @@ class Scheduler:
         Returns the downlink, or "refused" (nothing sent)."""
         reason = sampling.refusal(up, expected, self.records, self.method.uplink_shapes(len(expected)))
         if reason is not None:
-            self.server.note("refused", {"device": torch.tensor([m]),
-                                         "reason": torch.tensor(list(reason.encode()), dtype=torch.uint8)})
+            self.server.note(
+                "refused",
+                {
+                    "device": torch.tensor([m]),
+                    "reason": torch.tensor(list(reason.encode()), dtype=torch.uint8),
+                },
+            )
             return "refused"
         if self.method.RELEASED_BY == "server":
-            self._record(m, up["ids"])   # refusal() checked that these are the round's batch
+            self._record(m, up["ids"])  # refusal() checked that these are the round's batch
         return self.method.server_reply(self.server, up)
 
     def step(self) -> bool:
@@ -110,8 +127,11 @@ class Scheduler:
         m = self.activation.device(self.round)
         self.method.round = self.server.round = self.server.table.round = self.round
         # a Poisson draw comes from the server's secret generator: undone at a budget stop
-        undo = (self.server.noise.state_dict()
-                if self.ledger is not None and self.sampler.kind == sampling.POISSON else None)
+        undo = (
+            self.server.noise.state_dict()
+            if self.ledger is not None and self.sampler.kind == sampling.POISSON
+            else None
+        )
         ids = self.sampler.draw(self.engine.clock(m), self.server)
         if not self._budget_allows(m, ids):
             return self._stop_for_budget(undo)
@@ -122,7 +142,7 @@ class Scheduler:
         down = self._serve(m, up, ids)
         if isinstance(down, str):
             self.engine.abort(m)
-            self.refused += 1       # the round is spent; the device's step (its batch) is not
+            self.refused += 1  # the round is spent; the device's step (its batch) is not
             self.round += 1
             return True
         self.recorder.message(down)
@@ -137,8 +157,13 @@ class Scheduler:
         self.stopped = "budget"
         return False
 
-    def run(self, rounds: int, eval_at: Callable[[int], bool], on_eval: Callable[[int], None],
-            tick: Callable[[], None] = lambda: None) -> None:
+    def run(
+        self,
+        rounds: int,
+        eval_at: Callable[[int], bool],
+        on_eval: Callable[[int], None],
+        tick: Callable[[], None] = lambda: None,
+    ) -> None:
         """Run until global round ``rounds`` (or the budget stops it); ``on_eval`` where due."""
         while self.round < rounds:
             if not self.step():
@@ -182,8 +207,11 @@ class Scheduler:
         return {
             "round": self.round,
             "devices": self.engine.state_dict(),
-            "server": {"head": self.server.head.state_dict(), "noise": self.server.noise.state_dict(),
-                       "table": self.server.table.state_dict()},
+            "server": {
+                "head": self.server.head.state_dict(),
+                "noise": self.server.noise.state_dict(),
+                "table": self.server.table.state_dict(),
+            },
             "refused": self.refused,
             "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
             "method": self.method.extra_state(),

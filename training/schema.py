@@ -10,6 +10,7 @@ fields together are not field declarations: the config keeps them as named rules
 The number checks go through :func:`number_problem` and :func:`integer_problem`, one place to
 swap for a shared validation layer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,13 +19,14 @@ import math
 import sys
 import types
 import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from privzv import cliutil
 from privzv.errors import PrivzvError
 
-VALUE, ON, OFF, NONE = "value", "on", "off", ""   # flag shapes: --name X, --name, --no-name, none
+VALUE, ON, OFF, NONE = "value", "on", "off", ""  # flag shapes: --name X, --name, --no-name, none
 BEYOND = "must be within float range (|x| < 1.8e308)"
 BEGIN, END = "<!-- config-reference:begin -->", "<!-- config-reference:end -->"
 
@@ -39,13 +41,16 @@ class Spec:
     low_open: bool = False
     high_open: bool = False
     allow_inf: bool = False
-    cap: float | None = None          # against exhausting memory or time (docs/cli.md, "Caps")
-    choices: tuple | Callable[[], Iterable] | None = None   # a callable: a registry read lazily
-    flag: str = VALUE                 # VALUE, ON, OFF or NONE (--config only)
+    cap: float | None = None  # against exhausting memory or time (docs/cli.md, "Caps")
+    choices: tuple | Callable[[], Iterable] | None = None  # a callable: a registry read lazily
+    flag: str = VALUE  # VALUE, ON, OFF or NONE (--config only)
 
     def allowed(self) -> tuple | None:
-        return None if self.choices is None else tuple(
-            self.choices() if callable(self.choices) else self.choices)
+        return (
+            None
+            if self.choices is None
+            else tuple(self.choices() if callable(self.choices) else self.choices)
+        )
 
 
 def field(default: Any, help: str, **spec: Any) -> Any:
@@ -85,8 +90,9 @@ class Field:
 def fields(cls) -> tuple[Field, ...]:
     """The declared fields of config dataclass ``cls``, in declaration order."""
     hints = typing.get_type_hints(cls)
-    return tuple(Field(f.name, f.default, f.metadata["spec"], *_kinds(hints[f.name]))
-                 for f in dataclasses.fields(cls))
+    return tuple(
+        Field(f.name, f.default, f.metadata["spec"], *_kinds(hints[f.name])) for f in dataclasses.fields(cls)
+    )
 
 
 def _kinds(hint) -> tuple[tuple[type, ...], bool, tuple[type, ...] | None]:
@@ -145,8 +151,9 @@ def _range_text(spec: Spec) -> str:
 
 
 def _out_of_range(spec: Spec, value) -> bool:
-    return ((spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low))
-            or (spec.high is not None and (value >= spec.high if spec.high_open else value > spec.high)))
+    return (spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low)) or (
+        spec.high is not None and (value >= spec.high if spec.high_open else value > spec.high)
+    )
 
 
 def check_types(cls, d: dict) -> None:
@@ -200,8 +207,9 @@ def field_problem(f: Field, value) -> str | None:
 def add_flags(parser, cls) -> None:
     """One flag per field of ``cls`` that declares one (its default stays None: "not given")."""
     for f in fields(cls):
-        help_text = f.spec.help + ("" if f.default is None or f.spec.flag != VALUE
-                                   else f" (default {_text(f.default)})")
+        help_text = f.spec.help + (
+            "" if f.default is None or f.spec.flag != VALUE else f" (default {_text(f.default)})"
+        )
         if f.spec.flag in (ON, OFF):
             parser.add_argument(f.label, action="store_true", help=help_text)
         elif f.spec.flag == VALUE:
@@ -209,9 +217,15 @@ def add_flags(parser, cls) -> None:
             if f.spec.choices is not None:
                 kw["choices"] = f.spec.allowed()
             elif f.numeric:
-                kw["type"] = cliutil.number(f.label, low=f.spec.low, high=f.spec.high,
-                                            low_open=f.spec.low_open, high_open=f.spec.high_open,
-                                            integer=f.integer, allow_inf=f.spec.allow_inf)
+                kw["type"] = cliutil.number(
+                    f.label,
+                    low=f.spec.low,
+                    high=f.spec.high,
+                    low_open=f.spec.low_open,
+                    high_open=f.spec.high_open,
+                    integer=f.integer,
+                    allow_inf=f.spec.allow_inf,
+                )
             parser.add_argument(f.label, **kw)
 
 

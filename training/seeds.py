@@ -8,6 +8,7 @@ its own stream; HMAC is a PRF, so it reveals neither the root nor another party'
 secret root is drawn from the operating system's entropy unless a config fixes it (see
 ``privzv.training.config``).
 """
+
 from __future__ import annotations
 
 import hashlib

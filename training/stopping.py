@@ -9,6 +9,7 @@ resume re-makes nothing. The run's summary says ``stopped``: ``REASONS[signal]``
 ``privzv train`` exits 128 + the signal's number (130, 143, 129). Handlers are installed from the
 main thread only (Python's rule); elsewhere the signals keep their defaults.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ class Signals:
         self._deferring = False
         self._previous: dict = {}
 
-    def __enter__(self) -> "Signals":
+    def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
             for sig in REASONS:
                 self._previous[sig] = signal.signal(sig, self._handle)

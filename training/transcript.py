@@ -23,6 +23,7 @@ holds every message it sent and received and its own ``local`` facts; nothing of
 private state. Entries a run folder marks secret go to ``RUN/private/transcripts/`` instead, each
 with a ``_position`` field (its index among all of its party's entries).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,6 +32,7 @@ import json
 import math
 import os
 from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -41,7 +43,7 @@ FORMAT = 2
 DIRECTIONS = ("sent", "received", "local")
 INDEX, DATA = ".jsonl", ".bin"
 POSITION = "_position"
-NUMERIC_KINDS = "biufc"   # the dtypes a transcript field may have: bool, int, uint, float, complex
+NUMERIC_KINDS = "biufc"  # the dtypes a transcript field may have: bool, int, uint, float, complex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +67,11 @@ class Transcript:
 
     def select(self, direction: str | None = None, kind: str | None = None) -> list:
         """The entries of one direction and/or kind, in order."""
-        return [e for e in self.entries
-                if (direction is None or e.direction == direction) and (kind is None or e.kind == kind)]
+        return [
+            e
+            for e in self.entries
+            if (direction is None or e.direction == direction) and (kind is None or e.kind == kind)
+        ]
 
 
 def file_sha256(path: Path, size: int | None = None):
@@ -86,8 +91,9 @@ class _Sink:
     for continued files None until :meth:`digest` first reads them, so continuing costs nothing
     more than the entries appended."""
 
-    def __init__(self, folder: Path, party: str, meta: dict, sizes: list | None = None,
-                 private: bool = False):
+    def __init__(
+        self, folder: Path, party: str, meta: dict, sizes: list | None = None, private: bool = False
+    ):
         index, data = folder / f"{party}{INDEX}", folder / f"{party}{DATA}"
         mode = 0o600 if private else 0o666
         if sizes is None:
@@ -145,9 +151,9 @@ class Recorder:
     def __init__(self, parties: list[str], meta: dict[str, dict], enabled: bool = True):
         self.enabled = enabled
         self.transcripts = {p: Transcript(p, dict(meta.get(p, {})), []) for p in parties}
-        self.counts = {p: 0 for p in parties}     # entries so far, per party
+        self.counts = {p: 0 for p in parties}  # entries so far, per party
         self._sinks: dict[str, list] | None = None
-        self._secret: frozenset = frozenset()   # (party, direction, kind or "*")
+        self._secret: frozenset = frozenset()  # (party, direction, kind or "*")
 
     @property
     def streaming(self) -> bool:
@@ -168,7 +174,7 @@ class Recorder:
             self._add(party, Entry(round_, "local", kind, party, _numpy(fields)))
 
     def _add(self, party: str, e: Entry) -> None:
-        if party not in self.transcripts:   # another party's half of a message
+        if party not in self.transcripts:  # another party's half of a message
             return
         if self._sinks is None:
             self.transcripts[party].entries.append(e)
@@ -179,8 +185,9 @@ class Recorder:
             self._sinks[party][0].append(e)
         self.counts[party] += 1
 
-    def stream_to(self, public: Path, private: Path | None = None, secret=frozenset(),
-                  sizes: dict | None = None) -> None:
+    def stream_to(
+        self, public: Path, private: Path | None = None, secret=frozenset(), sizes: dict | None = None
+    ) -> None:
         """From now on append every entry to ``public``/PARTY.*, and the entries of ``secret``
         (a set of (party, direction, kind)) to ``private``/PARTY.* (for the parties named there);
         the entries held so far go first. ``sizes``: continue the files from :meth:`sync`'s
@@ -195,8 +202,8 @@ class Recorder:
             meta = {**t.meta, "private": hidden}
             self._sinks[party] = [
                 _Sink(public, party, meta, saved and saved["public"]),
-                _Sink(private, party, meta, saved and saved["private"], private=True)
-                if hidden else None]
+                _Sink(private, party, meta, saved and saved["private"], private=True) if hidden else None,
+            ]
             held, t.entries = t.entries, []
             self.counts[party] -= len(held)
             for e in held:
@@ -205,16 +212,25 @@ class Recorder:
     def sync(self) -> dict:
         """Flush and fsync the files; per party, ``entries`` and the ``public`` / ``private``
         [index, data] sizes (None: no private file) to continue them from with :meth:`stream_to`."""
-        return {party: {"entries": self.counts[party], "public": sinks[0].sync(),
-                        "private": sinks[1].sync() if sinks[1] is not None else None}
-                for party, sinks in self._sinks.items()}
+        return {
+            party: {
+                "entries": self.counts[party],
+                "public": sinks[0].sync(),
+                "private": sinks[1].sync() if sinks[1] is not None else None,
+            }
+            for party, sinks in self._sinks.items()
+        }
 
     def digests(self) -> dict:
         """Per party, the ``public`` / ``private`` [index, data] SHA-256 of the files at their
         sizes (those of :meth:`sync`, called first; None: no private file)."""
-        return {party: {"public": sinks[0].digest(),
-                        "private": sinks[1].digest() if sinks[1] is not None else None}
-                for party, sinks in self._sinks.items()}
+        return {
+            party: {
+                "public": sinks[0].digest(),
+                "private": sinks[1].digest() if sinks[1] is not None else None,
+            }
+            for party, sinks in self._sinks.items()
+        }
 
     def close(self) -> None:
         for sinks in (self._sinks or {}).values():
@@ -242,12 +258,16 @@ def load(run_dir: str | Path, party: str) -> Transcript:
     """The transcript of ``party`` (``"server"``, ``"device0"``, ...) saved in ``run_dir``."""
     folder = Path(run_dir) / "transcripts"
     if not (folder / f"{party}{INDEX}").exists() and (folder / f"{party}.json").exists():
-        raise PrivzvError(f"transcript {party!r}: format 1 ({party}.json + {party}.npz, written by "
-                          f"privzv before transcripts were streamed); this privzv reads format {FORMAT} only")
+        raise PrivzvError(
+            f"transcript {party!r}: format 1 ({party}.json + {party}.npz, written by "
+            f"privzv before transcripts were streamed); this privzv reads format {FORMAT} only"
+        )
     if not (folder / f"{party}{INDEX}").exists():
         known = sorted(p.stem for p in folder.glob(f"*{INDEX}")) if folder.exists() else []
-        raise PrivzvError(f"party {party!r}: no transcript in {str(folder)!r}"
-                          + (f" (have: {', '.join(known)})" if known else " (run without transcripts?)"))
+        raise PrivzvError(
+            f"party {party!r}: no transcript in {str(folder)!r}"
+            + (f" (have: {', '.join(known)})" if known else " (run without transcripts?)")
+        )
     return read_folder(folder, party)
 
 
@@ -267,12 +287,13 @@ def read_folder(folder: Path, party: str) -> Transcript:
     index, values = folder / f"{party}{INDEX}", folder / f"{party}{DATA}"
     raw, data = _read(index, lambda p: p.read_bytes()), _read(values, _bytes)
     try:
-        lines = raw[:raw.rfind(b"\n") + 1].decode().splitlines()   # a line cut by a kill: dropped
+        lines = raw[: raw.rfind(b"\n") + 1].decode().splitlines()  # a line cut by a kill: dropped
     except UnicodeDecodeError as exc:
         raise PrivzvError(f"transcript {str(index)!r}: not UTF-8 text (byte {exc.start})") from None
     header = _json_line(index, lines[0], 1) if lines else {}
-    if not (isinstance(header, dict) and header.get("format") == FORMAT
-            and isinstance(header.get("meta"), dict)):
+    if not (
+        isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("meta"), dict)
+    ):
         found = header.get("format") if isinstance(header, dict) else type(header).__name__
         raise PrivzvError(f"transcript {str(index)!r}: format {found!r}, expected {FORMAT}")
     entries, cut, offset = [], None, 0
@@ -282,19 +303,23 @@ def read_folder(folder: Path, party: str) -> Transcript:
         for name, dt, shape, start in spec:
             end = start + dt.itemsize * math.prod(shape)
             if start != offset:
-                raise PrivzvError(f"transcript {str(index)!r}: line {number}: field {name!r} at "
-                                  f"byte {start}, expected {offset} (values are contiguous)")
+                raise PrivzvError(
+                    f"transcript {str(index)!r}: line {number}: field {name!r} at "
+                    f"byte {start}, expected {offset} (values are contiguous)"
+                )
             offset = end
             if end > len(data):
                 cut = number if cut is None else cut
             elif cut is None:
                 fields[name] = data[start:end].view(dt).reshape(shape)
-        if cut is not None:   # values cut by a kill: only the last entries may lack them
+        if cut is not None:  # values cut by a kill: only the last entries may lack them
             continue
         entries.append(Entry(round_, direction, kind, peer, fields))
     if cut is not None and offset <= len(data):
-        raise PrivzvError(f"transcript {str(values)!r}: line {cut}'s values lie beyond its end "
-                          "but later ones do not (not a run cut short)")
+        raise PrivzvError(
+            f"transcript {str(values)!r}: line {cut}'s values lie beyond its end "
+            "but later ones do not (not a run cut short)"
+        )
     return Transcript(party, header["meta"], entries)
 
 
@@ -306,8 +331,9 @@ def _read(path: Path, read):
     try:
         return read(path)
     except OSError as exc:
-        raise PrivzvError(f"transcript {str(path)!r}: cannot be read "
-                          f"({exc.strerror or type(exc).__name__})") from None
+        raise PrivzvError(
+            f"transcript {str(path)!r}: cannot be read ({exc.strerror or type(exc).__name__})"
+        ) from None
 
 
 def _json_line(index: Path, line: str, number: int):
@@ -320,24 +346,39 @@ def _json_line(index: Path, line: str, number: int):
 def _entry(index: Path, entry, number: int) -> tuple:
     """``(round, direction, kind, peer, [(name, dtype, shape, offset), ...])`` of one index line."""
     where = f"transcript {str(index)!r}: line {number}"
-    if not (isinstance(entry, list) and len(entry) == 5 and _count(entry[0])
-            and entry[1] in DIRECTIONS and isinstance(entry[2], str) and isinstance(entry[3], str)
-            and isinstance(entry[4], list)):
+    if not (
+        isinstance(entry, list)
+        and len(entry) == 5
+        and _count(entry[0])
+        and entry[1] in DIRECTIONS
+        and isinstance(entry[2], str)
+        and isinstance(entry[3], str)
+        and isinstance(entry[4], list)
+    ):
         raise PrivzvError(f"{where}: not an entry [round, direction, kind, peer, fields]")
     spec = []
     for field in entry[4]:
-        if not (isinstance(field, list) and len(field) == 4 and isinstance(field[0], str)
-                and isinstance(field[1], str) and isinstance(field[2], list)
-                and all(_count(n) for n in field[2]) and _count(field[3])):
-            raise PrivzvError(f"{where}: field {field!r}: not [name, dtype, shape of counts >= 0, "
-                              "offset >= 0]")
+        if not (
+            isinstance(field, list)
+            and len(field) == 4
+            and isinstance(field[0], str)
+            and isinstance(field[1], str)
+            and isinstance(field[2], list)
+            and all(_count(n) for n in field[2])
+            and _count(field[3])
+        ):
+            raise PrivzvError(
+                f"{where}: field {field!r}: not [name, dtype, shape of counts >= 0, offset >= 0]"
+            )
         try:
             dt = np.dtype(field[1])
         except TypeError:
             dt = None
         if dt is None or dt.kind not in NUMERIC_KINDS or dt.hasobject:
-            raise PrivzvError(f"{where}: field {field[0]!r}: dtype {field[1]!r}, allowed are "
-                              "numeric ones (bool, integer, float, complex)")
+            raise PrivzvError(
+                f"{where}: field {field[0]!r}: dtype {field[1]!r}, allowed are "
+                "numeric ones (bool, integer, float, complex)"
+            )
         spec.append((field[0], dt, tuple(field[2]), field[3]))
     return int(entry[0]), entry[1], entry[2], entry[3], spec
 

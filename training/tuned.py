@@ -6,6 +6,7 @@ and every sweep run: docs/results.md (``HPARAMS``, swept by benchmarks/bench_rep
 an MLP server) and docs/attacks.md (``HPARAMS_SUM``, swept by attacks/study_sweep.py with a summing
 server). The privacy cost of tuning is not accounted for.
 """
+
 from __future__ import annotations
 
 # benchmarks/bench_reproduction.py (seed 100, epsilon 1; docs/results.md). Rule: the most
@@ -18,14 +19,14 @@ from __future__ import annotations
 # mnist-5k unswept). The accuracies in the comments of the other values are from the old sweep.
 HPARAMS: dict[tuple[str, str], dict] = {
     ("digits", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05, "head_clip": 1.0},  # 0.950
-    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},        # 0.131 at eps 0.5
+    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},  # 0.131 at eps 0.5
     ("digits", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.939
-    ("digits", "zoo-vfl"): {"clip": 1.0, "lr_device": 5e-3, "lr_server": 5e-3},       # 0.631
+    ("digits", "zoo-vfl"): {"clip": 1.0, "lr_device": 5e-3, "lr_server": 5e-3},  # 0.631
     ("digits", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.942
     ("mnist-5k", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05, "head_clip": 1.0},  # 0.852
-    ("mnist-5k", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},      # digits' pick
+    ("mnist-5k", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},  # digits' pick
     ("mnist-5k", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.844
-    ("mnist-5k", "zoo-vfl"): {"clip": 3.0, "lr_device": 5e-3, "lr_server": 5e-3},     # 0.197
+    ("mnist-5k", "zoo-vfl"): {"clip": 3.0, "lr_device": 5e-3, "lr_server": 5e-3},  # 0.197
     ("mnist-5k", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.694
 }
 
@@ -33,12 +34,12 @@ HPARAMS: dict[tuple[str, str], dict] = {
 # summing server (no parameters, so only C and the device rate matter; same chance rule on
 # digits). Comment: its accuracy (breast-cancer: majority class 0.632 of 114 test records).
 HPARAMS_SUM: dict[tuple[str, str], dict] = {
-    ("digits", "dpzv"): {"clip": 0.3, "lr_device": 0.03},                 # 0.169
-    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.15},                 # 0.911
-    ("digits", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4},            # 0.183
-    ("breast-cancer", "dpzv"): {"clip": 1.0, "lr_device": 0.03},          # 0.868
-    ("breast-cancer", "vafl"): {"clip": 1.0, "lr_device": 0.05},          # 0.982
-    ("breast-cancer", "fo-vector"): {"clip": 0.3, "lr_device": 0.05},     # 0.833
+    ("digits", "dpzv"): {"clip": 0.3, "lr_device": 0.03},  # 0.169
+    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.15},  # 0.911
+    ("digits", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4},  # 0.183
+    ("breast-cancer", "dpzv"): {"clip": 1.0, "lr_device": 0.03},  # 0.868
+    ("breast-cancer", "vafl"): {"clip": 1.0, "lr_device": 0.05},  # 0.982
+    ("breast-cancer", "fo-vector"): {"clip": 0.3, "lr_device": 0.05},  # 0.833
 }
 
 # Entries of HPARAMS whose rates were picked for private runs only: vafl's default 0.05 diverged

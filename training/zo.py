@@ -11,14 +11,15 @@ draw, see :func:`_sizes`). u depends only on the seed and d, not on how the para
 stored: :func:`flatten_` puts a model's parameters into one buffer so that a pass is one add per
 chunk. A model of more than one chunk pays one extra pass of draws for ||g|| at a step's start.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
-CHUNK = 1 << 16   # values per transient draw (256 KiB of float32): the step's extra memory
+CHUNK = 1 << 16  # values per transient draw (256 KiB of float32): the step's extra memory
 
 # a model, one flat buffer (a 1-D tensor), or a sequence of tensors
 Params = torch.nn.Module | torch.Tensor | Sequence[torch.Tensor]
@@ -34,7 +35,7 @@ def flatten_(module: torch.nn.Module) -> torch.Tensor:
         flat = torch.cat([p.reshape(-1) for p in params]) if params else torch.zeros(0)
         offset = 0
         for p in params:
-            p.data = flat[offset:offset + p.numel()].view_as(p)
+            p.data = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
     return flat
 
@@ -95,7 +96,7 @@ def _pieces(params: list[torch.Tensor], start: int, n: int) -> Iterator[tuple[to
     for p in params:
         lo, hi = max(start, offset), min(start + n, offset + p.numel())
         if lo < hi:
-            yield p.data.view(-1)[lo - offset:hi - offset], slice(lo - start, hi - start)
+            yield p.data.view(-1)[lo - offset : hi - offset], slice(lo - start, hi - start)
         offset += p.numel()
 
 
@@ -118,8 +119,9 @@ def perturb_(params: Params, seed: int, scale: float, norm: float | None = None)
     return norm
 
 
-def sphere_chunks(d: int, seeds: Sequence[int], norms: Sequence[float],
-                  dtype: torch.dtype = torch.float32) -> Iterator[tuple[slice, list[torch.Tensor]]]:
+def sphere_chunks(
+    d: int, seeds: Sequence[int], norms: Sequence[float], dtype: torch.dtype = torch.float32
+) -> Iterator[tuple[slice, list[torch.Tensor]]]:
     """(positions, [u_k at them]) chunk by chunk, u_k = u(seeds[k]) = sqrt(d) g_k / ||g_k|| with
     ||g_k|| = ``norms[k]``: for updates that combine several directions with other buffers
     (momentum) without a d-size draw."""

@@ -1,6 +1,7 @@
 """Fu et al.'s active model completion: the malicious optimiser scales the attacker's own step
 (and nothing else); completion succeeds without noise and falls to the prior on labels that are
 independent of the features."""
+
 import dataclasses
 
 import numpy as np
@@ -17,9 +18,20 @@ from privzv.training.config import TrainConfig
 
 def _config(method, **kw):
     clip, rate = {"fo-vector": (1.0, 0.05), "vafl": (10.0, 0.05), "dpzv": (10.0, 0.03)}[method]
-    return TrainConfig(dataset="digits", method=method, server_kind="sum", embed_dim=10, epochs=1,
-                       batch_size=32, evals=1, seed=0, clip=clip, lr_device=rate,
-                       transcripts=False, **kw)
+    return TrainConfig(
+        dataset="digits",
+        method=method,
+        server_kind="sum",
+        embed_dim=10,
+        epochs=1,
+        batch_size=32,
+        evals=1,
+        seed=0,
+        clip=clip,
+        lr_device=rate,
+        transcripts=False,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +66,7 @@ def test_amplify_refuses_a_method_it_does_not_cover_and_a_scale_down(digits):
     sched = run.build(_config("fo-vector"), digits, secret_seed=3)
     with pytest.raises(PrivzvError, match="boost"):
         ac.amplify(sched.method, 0, 0.5)
-    czofo = run.build(dataclasses.replace(_config("fo-vector"), method="czofo"), digits,
-                      secret_seed=3)
+    czofo = run.build(dataclasses.replace(_config("fo-vector"), method="czofo"), digits, secret_seed=3)
     with pytest.raises(PrivzvError, match="active completion applies to"):
         ac.amplify(czofo.method, 0, 5.0)
 
@@ -70,7 +81,7 @@ def test_active_completion_reads_labels_without_noise_and_beats_passive(digits):
     passive, _ = ac.malicious_run(_config("fo-vector"), digits, 0, boost=1.0, secret_seed=1)
     active, accuracy = ac.malicious_run(_config("fo-vector"), digits, 0, secret_seed=1)
     out, base = _completion(active, digits, y), _completion(passive, digits, y)
-    assert accuracy > 0.5                       # the joint model still trains
+    assert accuracy > 0.5  # the joint model still trains
     assert out["advantage"] > 0.3
     assert out["accuracy"] > base["accuracy"]
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privzv.attacks import audit, clopper_pearson, likelihood_ratio, releases
 from privzv import gdp
+from privzv.attacks import audit, clopper_pearson, likelihood_ratio, releases
 from privzv.errors import PrivzvError
 from privzv.release import Release
 
@@ -13,7 +13,8 @@ from privzv.release import Release
 def single_gaussian(mu, trials, seed):
     """One per-sample release with sensitivity/sigma = mu (replace-one: sensitivity 2C)."""
     return likelihood_ratio.simulate(
-        Release(clip=0.5, batch_size=1, sigma=1.0 / mu, aggregate="per-sample"), 1, trials, seed)
+        Release(clip=0.5, batch_size=1, sigma=1.0 / mu, aggregate="per-sample"), 1, trials, seed
+    )
 
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (57, 1000)])
@@ -34,7 +35,7 @@ def test_clopper_pearson_upper_covers():
 def test_counts_and_bounds_on_a_perfect_split():
     s_in, s_out = np.full(1000, 1.0), np.full(1000, -1.0)
     eps, mu = audit.bounds_at(s_in, s_out, [0.0], 0.0, 0.025)
-    fpr_ub = 1 - 0.025 ** (1 / 1000)           # CP upper bound for 0 of 1000
+    fpr_ub = 1 - 0.025 ** (1 / 1000)  # CP upper bound for 0 of 1000
     assert eps[0] == pytest.approx(math.log((1 - fpr_ub) / fpr_ub))
     assert mu[0] == pytest.approx(2 * stats.norm.isf(fpr_ub))
 
@@ -70,11 +71,11 @@ def test_bound_falls_to_zero_on_pure_noise():
 
 
 def test_scalar_and_vector_release_same_attacker_power():
-    scalar = Release(clip=1.0, batch_size=64, sigma=2 / 64 / 0.4)            # mean, dim 1
+    scalar = Release(clip=1.0, batch_size=64, sigma=2 / 64 / 0.4)  # mean, dim 1
     vector = Release(clip=1.0, batch_size=8, sigma=2 / 0.4, aggregate="per-sample", dim=16)
     ts, tv = (likelihood_ratio.simulate(r, 9, 20_000, seed=4) for r in (scalar, vector))
     assert ts.mu == pytest.approx(1.2) and tv.mu == pytest.approx(1.2)
-    for t in (ts, tv):        # both z statistics are N(0,1) out and N(mu,1) in
+    for t in (ts, tv):  # both z statistics are N(0,1) out and N(mu,1) in
         assert abs(t.scores_out.mean()) < 0.03 and abs(t.scores_in.mean() - 1.2) < 0.03
         assert abs(t.scores_in.std() - 1) < 0.03
     bs, bv = (audit.audit_scores(t.scores_in, t.scores_out, 1e-3) for t in (ts, tv))
@@ -108,14 +109,15 @@ def test_bad_input():
 
 @pytest.mark.parametrize("noise", ["scalar", "vector"])
 def test_rigorous_sigma_keeps_lower_bound_below_upper_bound(noise):
-    from privzv.attacks.release_audit import audit_release
     from privzv import accounting
+    from privzv.attacks.release_audit import audit_release
     from privzv.release import Schedule
 
     vector = noise == "vector"
-    release = Release(clip=10.0, batch_size=64, aggregate="per-sample" if vector else "mean",
-                      dim=8 if vector else 1)
-    schedule = Schedule(steps=9375, dataset_size=60000, threat="device")     # 10 epochs, k = 10
+    release = Release(
+        clip=10.0, batch_size=64, aggregate="per-sample" if vector else "mean", dim=8 if vector else 1
+    )
+    schedule = Schedule(steps=9375, dataset_size=60000, threat="device")  # 10 epochs, k = 10
     cal = accounting.calibrate(1.0, 1e-3, release, schedule, "pld")
     out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, trials=20_000, seed=6)
     assert out["releases_per_record"] == 10
@@ -124,15 +126,14 @@ def test_rigorous_sigma_keeps_lower_bound_below_upper_bound(noise):
 
 
 def test_seed_formula_sigma_is_refuted_under_device_threat():
-    from privzv.attacks.release_audit import audit_release
     from privzv import accounting
+    from privzv.attacks.release_audit import audit_release
     from privzv.release import Schedule
 
     release = Release(clip=10.0, batch_size=64)
-    schedule = Schedule(steps=93750, dataset_size=60000, threat="device")   # MNIST, 100 epochs
+    schedule = Schedule(steps=93750, dataset_size=60000, threat="device")  # MNIST, 100 epochs
     cal = accounting.calibrate(1.0, 1e-3, release, schedule, "seed")
-    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed",
-                        trials=5000, seed=7)
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed", trials=5000, seed=7)
     assert out["upper"]["epsilon"] == pytest.approx(1.0) and not out["upper"]["rigorous"]
     assert out["lower"]["eps_lb"] > 1.0
 
@@ -140,15 +141,14 @@ def test_seed_formula_sigma_is_refuted_under_device_threat():
 def test_refuted_by_mu_where_eps_lb_saturates():
     """The paper's formula at a claimed epsilon 8: eps_lb caps below 8 (no false positive left
     to count at 5,000 trials) but mu_lb exceeds the claimed mu, so the claim is refuted."""
-    from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
+    from privzv.attacks.release_audit import audit_release, refutation
     from privzv.release import Schedule
 
     release = Release(clip=10.0, batch_size=64)
     schedule = Schedule(steps=93750, dataset_size=60000, threat="device")
     cal = accounting.calibrate(8.0, 1e-3, release, schedule, "seed")
-    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed",
-                        trials=5000, seed=7)
+    out = audit_release(release.with_sigma(cal.sigma), schedule, 1e-3, accountant="seed", trials=5000, seed=7)
     decision = refutation(out["lower"], out["upper"], 1e-3)
     assert out["lower"]["eps_lb"] < 8 < out["lower"]["eps_lb"] + 8
     assert decision["refuted"] and decision["refuted_by"] == ["mu"]
@@ -159,8 +159,8 @@ def test_refuted_by_mu_where_eps_lb_saturates():
 def test_claimed_mu_converts_epsilon_exactly_under_the_device_threat():
     """Without an accountant's mu the claim becomes the GDP mu through (eps, delta); under the
     device threat (k composed Gaussians, exactly GDP) that is the release's exact mu."""
-    from privzv.attacks.release_audit import claimed_mu, refutation
     from privzv import accounting
+    from privzv.attacks.release_audit import claimed_mu, refutation
     from privzv.release import Schedule
 
     release = Release(clip=10.0, batch_size=64)
@@ -175,14 +175,12 @@ def test_claimed_mu_converts_epsilon_exactly_under_the_device_threat():
     assert not refutation(lower, {"epsilon": 1.0, "mu": None}, 1e-3)["refuted"]
 
 
-@pytest.mark.parametrize("threat,extra", [("eavesdropper", {}),
-                                          ("secret-subsampling", {"super_batch": 256})])
-def test_subsampled_threats_lower_bound_below_rigorous_upper_and_refutes_a_small_sigma(threat,
-                                                                                        extra):
+@pytest.mark.parametrize("threat,extra", [("eavesdropper", {}), ("secret-subsampling", {"super_batch": 256})])
+def test_subsampled_threats_lower_bound_below_rigorous_upper_and_refutes_a_small_sigma(threat, extra):
     """Poisson-subsampled releases: the exact-LR attacker's bound is not vacuous (> 0.3 at 5,000
     trials) and stays below pld's; at a third of that sigma it proves more than the claimed 2."""
-    from privzv.attacks.release_audit import audit_release, refutation
     from privzv import accounting
+    from privzv.attacks.release_audit import audit_release, refutation
     from privzv.release import Schedule
 
     release = Release(clip=10.0, batch_size=64)
@@ -206,7 +204,7 @@ def test_subsampled_llr_is_the_exact_mixture_ratio():
     s, sigma = release.sensitivity, 0.3
     # replace-one: in shift +s/2, out -s/2, LLR per release = s y / sigma^2; sum ~ N(+-k s^2 / 2 sigma^2, k s^2 / sigma^2)
     k = 5
-    mean_in, var = k * s ** 2 / (2 * sigma ** 2), k * s ** 2 / sigma ** 2
+    mean_in, var = k * s**2 / (2 * sigma**2), k * s**2 / sigma**2
     big = likelihood_ratio.simulate_subsampled(release, k, 1.0, 20000, seed=1)
     assert big.scores_in.mean() == pytest.approx(mean_in, abs=0.05 * np.sqrt(var))
     assert big.scores_out.mean() == pytest.approx(-mean_in, abs=0.05 * np.sqrt(var))
@@ -225,6 +223,7 @@ def test_the_release_audit_refuses_a_pooled_head_instead_of_rounding_its_count()
     schedule = Schedule(steps=8, dataset_size=8, devices=2)
     with pytest.raises(PrivzvError, match="effective count .*head window 0"):
         audit_release(release, schedule, 1e-5, trials=100)
-    unpooled = Release(clip=1.0, batch_size=2, head=HeadUpdate(clip=0.1, batch_size=2),
-                       head_share=0.8).with_noise_multiplier(3.0)
-    assert audit_release(unpooled, schedule, 1e-5, trials=100)["releases_per_record"] == 2   # 1 per device
+    unpooled = Release(
+        clip=1.0, batch_size=2, head=HeadUpdate(clip=0.1, batch_size=2), head_share=0.8
+    ).with_noise_multiplier(3.0)
+    assert audit_release(unpooled, schedule, 1e-5, trials=100)["releases_per_record"] == 2  # 1 per device

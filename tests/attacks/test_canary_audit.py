@@ -10,9 +10,11 @@ from privzv.errors import PrivzvError
 
 def test_p_value_without_delta_is_the_binomial_tail():
     assert canary_audit.one_run_p_value(100, 40, 30, 1.0, 0.0) == pytest.approx(
-        stats.binom.sf(29, 40, special.expit(1.0)))
-    assert canary_audit.one_run_p_value(100, 40, 30, 1.0, 1e-3) > \
-        canary_audit.one_run_p_value(100, 40, 30, 1.0, 0.0)
+        stats.binom.sf(29, 40, special.expit(1.0))
+    )
+    assert canary_audit.one_run_p_value(100, 40, 30, 1.0, 1e-3) > canary_audit.one_run_p_value(
+        100, 40, 30, 1.0, 0.0
+    )
 
 
 def test_one_run_bound_respects_a_randomised_response_guesser():
@@ -27,7 +29,7 @@ def test_one_run_bound_respects_a_randomised_response_guesser():
         b = canary_audit.eps_lower_bound(scores, truth, delta=0.0, alpha=0.05)
         over += b["eps_lb"] > eps
     assert over <= 4
-    assert b["eps_lb"] > 0.5          # and it is not vacuous
+    assert b["eps_lb"] > 0.5  # and it is not vacuous
 
 
 def test_end_to_end_first_order_without_noise_leaks_and_noise_stops_it():
@@ -46,9 +48,8 @@ def test_fdp_one_run_bound_beats_steinke_and_matches_dp_accounting_conversion():
     b = canary_audit.eps_lower_bound(np.ones(400), np.ones(400, int), delta=1e-5)
     assert b["fdp_correct"] == b["fdp_guesses"] == 400
     assert b["fdp_eps_lb"] > 1.5 * b["eps_lb"] > 0
-    assert dp_accounting.get_sigma_gaussian(b["fdp_eps_lb"], 1e-5) == pytest.approx(
-        1 / b["mu_lb"], rel=1e-4)
-    assert canary_audit.fdp_mu(400, 400, 200, 0.01) == 0.0    # chance-level guesses: nothing
+    assert dp_accounting.get_sigma_gaussian(b["fdp_eps_lb"], 1e-5) == pytest.approx(1 / b["mu_lb"], rel=1e-4)
+    assert canary_audit.fdp_mu(400, 400, 200, 0.01) == 0.0  # chance-level guesses: nothing
 
 
 def test_fdp_one_run_bound_respects_a_gaussian_mechanism():
@@ -68,8 +69,9 @@ def test_a_whole_run_with_a_dp_mlp_head_stays_below_its_ledgers_epsilon():
     """Head included: the run's head is an MLP trained as a DP mechanism (on a secret sample of
     the table, the default); the ledger's epsilon covers it and the audit's lower bound stays
     below it."""
-    out = canary_audit.run("fo-vector", epsilon=2.0, canaries=100, epochs=1.0, secret_seed=0,
-                           server_kind="mlp")
+    out = canary_audit.run(
+        "fo-vector", epsilon=2.0, canaries=100, epochs=1.0, secret_seed=0, server_kind="mlp"
+    )
     assert out["server_kind"] == "mlp" and out["head_sigma"] > 0 and out["head_window"] == 0
     assert 0 < out["head_sampling_rate"] < 1
     assert 0 < out["epsilon_upper"] <= 2.0
@@ -83,11 +85,13 @@ def test_the_final_model_attacker_reads_canaries_without_noise_and_not_under_who
     DP at epsilon 1 its bounds stay below the ledger's epsilon. It is not strong enough to catch
     a head alone trained on clean labels (measured: a run whose head skipped its noise, or took
     the clean path at the private learning rate, still gave eps >= 0 at epsilon 0.1 and 1)."""
-    leak = canary_audit.run("fo-vector", epsilon=math.inf, epochs=10.0, secret_seed=0,
-                            server_kind="mlp", attacker="model")
+    leak = canary_audit.run(
+        "fo-vector", epsilon=math.inf, epochs=10.0, secret_seed=0, server_kind="mlp", attacker="model"
+    )
     assert leak["attacker"] == "model" and leak["eps_lb"] > 1.0 and leak["mu_lb"] > 0.4
-    private = canary_audit.run("fo-vector", epsilon=1.0, epochs=10.0, secret_seed=0,
-                               server_kind="mlp", attacker="model")
+    private = canary_audit.run(
+        "fo-vector", epsilon=1.0, epochs=10.0, secret_seed=0, server_kind="mlp", attacker="model"
+    )
     assert private["head_sigma"] > 0 and 0 < private["epsilon_upper"] <= 1.0
     assert private["eps_lb"] <= private["epsilon_upper"]
     assert private["fdp_eps_lb"] <= private["epsilon_upper"]

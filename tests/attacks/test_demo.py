@@ -1,4 +1,5 @@
 """The README's main job: `privzv demo` end to end (accounting, audit, two short DPZV runs)."""
+
 import json
 
 from privzv.cli import main
@@ -40,12 +41,28 @@ def test_demo_refuses_a_foreign_non_empty_folder(tmp_path, capsys):
 def test_demo_shows_a_runs_divergence_warning():
     from privzv.attacks import demo
 
-    run = {"test_accuracy": 0.3, "sigma": 0.33, "epsilon_spent": 1.0, "protects": "record", "bytes_up": 1, "bytes_down": 1,
-           "wall_seconds": 1.0, "diverged": None}
+    run = {
+        "test_accuracy": 0.3,
+        "sigma": 0.33,
+        "epsilon_spent": 1.0,
+        "protects": "record",
+        "bytes_up": 1,
+        "bytes_down": 1,
+        "wall_seconds": 1.0,
+        "diverged": None,
+    }
     runs = {name: dict(run) for name, _, _ in demo.RUNS}
     runs["epsilon-1"]["diverged"] = {"reason": "training diverged: test loss 4.51 is above 2.31"}
-    text = demo._human({"accounting": {"seed": {"sigma": 0.26}, "seed_sigma_under_device_pld": {"epsilon": 107},
-                                       "rigorous_device_pld": {"sigma": 8.0}},
-                        "audit": {"lower": {"eps_lb": 7.7}, "upper": {"epsilon": 107}, "trials": 100},
-                        "training": runs, "out": "runs/demo"})
+    text = demo._human(
+        {
+            "accounting": {
+                "seed": {"sigma": 0.26},
+                "seed_sigma_under_device_pld": {"epsilon": 107},
+                "rigorous_device_pld": {"sigma": 8.0},
+            },
+            "audit": {"lower": {"eps_lb": 7.7}, "upper": {"epsilon": 107}, "trials": 100},
+            "training": runs,
+            "out": "runs/demo",
+        }
+    )
     assert text.count("WARNING") == 1 and "WARNING: training diverged: test loss 4.51" in text

@@ -1,4 +1,5 @@
 """Feature inference on simulated releases: beats its baseline with no defense, not on noise."""
+
 import numpy as np
 import pytest
 
@@ -14,7 +15,7 @@ def records(n=1200, d=6, seed=0):
 @pytest.mark.parametrize("regressor", fi.REGRESSORS)
 def test_server_inverts_clean_embeddings(regressor):
     rng, x = records()
-    h = np.tanh(x @ rng.normal(size=(6, 16)) / 2)            # a device's bottom model
+    h = np.tanh(x @ rng.normal(size=(6, 16)) / 2)  # a device's bottom model
     out = fi.server_feature_inference(h, x, aux=300, regressor=regressor)
     assert out["r2"] > 0.8 and out["mse"] < 0.25 * out["baseline_mse"]
 
@@ -25,7 +26,7 @@ def test_forward_vector_noise_protects_and_pure_noise_is_baseline():
     clean = fi.server_feature_inference(h, x, aux=300)
     noisy = fi.server_feature_inference(h + rng.normal(scale=1.0, size=h.shape), x, aux=300)
     pure = fi.server_feature_inference(rng.normal(size=h.shape), x, aux=300)
-    assert noisy["mse"] > clean["mse"] + 0.2          # VAFL's forward noise hides features
+    assert noisy["mse"] > clean["mse"] + 0.2  # VAFL's forward noise hides features
     assert abs(pure["r2"]) < 0.05 and abs(pure["mse_gain"]) < 0.05 * pure["baseline_mse"]
 
 
@@ -51,7 +52,7 @@ def test_device_reads_other_features_from_gradient_downlink(regressor):
 
 def test_device_with_scalar_or_noise_downlink_is_baseline():
     rng, x0, x1, g = two_devices()
-    batch_scalar = np.repeat(rng.normal(size=len(x0) // 64 + 1), 64)[: len(x0)]   # DPZV-like
+    batch_scalar = np.repeat(rng.normal(size=len(x0) // 64 + 1), 64)[: len(x0)]  # DPZV-like
     for downlink in (batch_scalar, rng.normal(size=g.shape)):
         out = fi.device_feature_inference(x0, downlink, x1, aux=300)
         assert abs(out["mse_gain"]) < 0.05 * out["baseline_mse"]
@@ -71,7 +72,7 @@ def test_inputs_beyond_the_auxiliary_range_do_not_explode():
     rng, x = records()
     h = np.tanh(x @ rng.normal(size=(6, 16)) / 2)
     _, rest = fi.split_auxiliary(len(h), 300, seed=0)
-    h[rest[:5]] = 1e30                        # a diverged run's embeddings, unlike any aux row
+    h[rest[:5]] = 1e30  # a diverged run's embeddings, unlike any aux row
     out = fi.server_feature_inference(h, x, aux=300, seed=0)
     assert out["mse"] < 0.5 * out["baseline_mse"]
 

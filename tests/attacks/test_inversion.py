@@ -1,5 +1,6 @@
 """White-box model inversion (He et al. 2019 rMLE): recovers features through an injective
 model, beats the labels-only baseline, and learns nothing from embeddings that are pure noise."""
+
 import numpy as np
 import torch
 

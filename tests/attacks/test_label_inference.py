@@ -1,4 +1,5 @@
 """Label inference on simulated releases: beats the prior with no defense, chance on pure noise."""
+
 import numpy as np
 import pytest
 
@@ -22,30 +23,36 @@ def sum_server_rounds(n=2048, classes=10, batch=64, seed=0, zo=False, lam=1e-3, 
     y = rng.choice(classes, size=n, p=prior)
     x0 = rng.normal(size=(n, 8))
     w0 = rng.normal(size=(8, classes)) * 0.3
-    other = rng.normal(size=(n, classes))              # device 1's outputs
+    other = rng.normal(size=(n, classes))  # device 1's outputs
     steps = np.repeat(np.arange(n // batch), batch)
     onehot = np.eye(classes)[y]
     if not zo:
         grads = softmax(x0 @ w0 + other) - onehot
-        return View("device0", steps, grads, "gradient", embeddings=x0 @ w0,
-                    records=np.arange(n)), y
+        return View("device0", steps, grads, "gradient", embeddings=x0 @ w0, records=np.arange(n)), y
     loss = lambda z: -np.log(softmax(z)[np.arange(n), y])
-    u = rng.normal(size=(n // batch, 8, classes))       # a fresh parameter perturbation per step
+    u = rng.normal(size=(n // batch, 8, classes))  # a fresh parameter perturbation per step
     w_plus, w_minus = w0 + lam * u[steps], w0 - lam * u[steps]
     h_plus = np.einsum("nd,ndc->nc", x0, w_plus)
     h_minus = np.einsum("nd,ndc->nc", x0, w_minus)
     delta = np.clip((loss(h_plus + other) - loss(h_minus + other)) / (2 * lam), -1, 1)
     scalar = np.repeat(delta.reshape(-1, batch).mean(axis=1), batch)
-    return View("device0", steps, scalar, "scalar", embeddings=(h_plus + h_minus) / 2,
-                directions=(h_plus - h_minus)[:, None], records=np.arange(n)), y
+    return View(
+        "device0",
+        steps,
+        scalar,
+        "scalar",
+        embeddings=(h_plus + h_minus) / 2,
+        directions=(h_plus - h_minus)[:, None],
+        records=np.arange(n),
+    ), y
 
 
 def test_direct_first_order_sum_server_is_exact():
     view, y = sum_server_rounds()
     out = li.direct_label_inference(view, y)
     assert out["accuracy"] == 1.0 and out["advantage"] > 0.85
-    assert out["control_accuracy"] <= out["prior"] + 0.02     # nothing without the downlink
-    anonymous = View("wire", view.steps, view.feedback, "gradient")     # no record ids needed
+    assert out["control_accuracy"] <= out["prior"] + 0.02  # nothing without the downlink
+    anonymous = View("wire", view.steps, view.feedback, "gradient")  # no record ids needed
     assert li.direct_label_inference(anonymous, y)["accuracy"] == 1.0
 
 
@@ -87,8 +94,7 @@ def binary_rounds(noise_only=False, n=2048, batch=64, seed=0):
         grads = rng.normal(size=(n, 2))
     else:
         grads = softmax(np.log(prior) + 0.5 * rng.normal(size=(n, 2))) - np.eye(2)[y]
-    view = View("device0", np.repeat(np.arange(n // batch), batch), grads, "gradient",
-                records=np.arange(n))
+    view = View("device0", np.repeat(np.arange(n // batch), batch), grads, "gradient", records=np.arange(n))
     known = np.concatenate([np.flatnonzero(y == c)[:10] for c in (0, 1)])
     return view, y, known
 
@@ -117,11 +123,11 @@ def test_binary_scoring_under_zo_scalar_is_chance(scoring):
 
 def test_zo_cosine_equals_its_control_where_the_step_has_known_rows():
     view, y = sum_server_rounds(n=640, classes=2, zo=True, prior=[0.7, 0.3])
-    known = np.arange(640) % 64 == 0                  # the first row of every step
+    known = np.arange(640) % 64 == 0  # the first row of every step
     grads, ctrl = view.gradient_rows(), view.without_downlink().gradient_rows()
     s = li.cosine_scores(grads, view.steps, known, y[known])
     c = li.cosine_scores(ctrl, view.steps, known, y[known])
-    assert s == pytest.approx(c)              # the batch scalar's sign cancels
+    assert s == pytest.approx(c)  # the batch scalar's sign cancels
 
 
 def test_cosine_reference_fills_steps_without_known_rows():
@@ -164,14 +170,29 @@ def record(rounds, tmp_path=None):
     rec = Recorder(["server", "device0", "device1"], {})
     for r, m, ids, up, down in rounds:
         rec.local(f"device{m}", r, "batch", {"ids": t(ids)})
-        rec.message(Message(r, f"device{m}", "server", "embeddings",
-                            {"ids": t(ids), **{k: t(v) for k, v in up.items()}}))
+        rec.message(
+            Message(
+                r, f"device{m}", "server", "embeddings", {"ids": t(ids), **{k: t(v) for k, v in up.items()}}
+            )
+        )
         rec.message(Message(r, "server", f"device{m}", "reply", {k: t(v) for k, v in down.items()}))
     if tmp_path is not None:
         rec.save(tmp_path / "transcripts")
-        (tmp_path / "config.json").write_text(json.dumps({"format": run_folder.FORMAT, "config": {
-            "dataset": "digits", "devices": 2, "seed": 0, "method": "simulated",
-            "server_kind": "sum"}, "sigma": 0.0}))
+        (tmp_path / "config.json").write_text(
+            json.dumps(
+                {
+                    "format": run_folder.FORMAT,
+                    "config": {
+                        "dataset": "digits",
+                        "devices": 2,
+                        "seed": 0,
+                        "method": "simulated",
+                        "server_kind": "sum",
+                    },
+                    "sigma": 0.0,
+                }
+            )
+        )
     return rec
 
 
@@ -187,7 +208,7 @@ def recorded_sum_server(tmp_path, rounds=12, batch=64, protocol="fo"):
     ds = data.load("digits", 2)
     y = ds.y_train.numpy()
     rng = np.random.default_rng(0)
-    w = [rng.normal(size=(32, 10)) * 0.1 for _ in range(2)]   # 4 rows x 8 pixels per device
+    w = [rng.normal(size=(32, 10)) * 0.1 for _ in range(2)]  # 4 rows x 8 pixels per device
     lam, rounds_out = 1e-3, []
     for r in range(rounds):
         m, ids = r % 2, rng.choice(len(y), batch, replace=False)
@@ -204,7 +225,7 @@ def recorded_sum_server(tmp_path, rounds=12, batch=64, protocol="fo"):
             pert = outs[m][None] + lam * rng.normal(size=(5, batch, 10))
             up = {"h": outs[m], "h_perturbed": pert}
             down = {"d": np.stack([(loss(p) - loss(outs[m])) / lam for p in pert])}
-            if protocol == "czofo-batch-first":   # the same messages, batch axis first
+            if protocol == "czofo-batch-first":  # the same messages, batch axis first
                 up, down = {"h": outs[m], "h_perturbed": pert.transpose(1, 0, 2)}, {"d": down["d"].T}
         rounds_out.append((r, m, ids, up, down))
     return record(rounds_out, tmp_path), ds
@@ -262,13 +283,16 @@ def test_zo_transcripts_use_the_zo_estimate():
 
 def test_every_attack_asks_only_for_its_attackers_transcript():
     rec, ds = recorded_sum_server(None, rounds=40)
-    expected = {"direct-label": "device0", "direct-label-eavesdropper": "server",
-                "model-completion": "device0", "feature-server": "server",
-                "feature-device": "device0"}
+    expected = {
+        "direct-label": "device0",
+        "direct-label-eavesdropper": "server",
+        "model-completion": "device0",
+        "feature-server": "server",
+        "feature-device": "device0",
+    }
     for name, party in expected.items():
         asked = []
-        out = registry.attack_transcripts(
-            name, lambda p: asked.append(p) or rec.transcripts[p], ds, aux=100)
+        out = registry.attack_transcripts(name, lambda p: asked.append(p) or rec.transcripts[p], ds, aux=100)
         assert asked == [party] and out.party in (party, "eavesdropper")
     # device 1's embeddings are linear in its features: the server's inversion beats the mean
     out = registry.attack_transcripts("feature-server", lambda p: rec.transcripts[p], ds, aux=100)
@@ -287,9 +311,15 @@ def _zo_batch_scalar_view(n=200, classes=5, batch=8, steps=3000, noise=0.0, seed
     ids = np.stack([rng.choice(n, batch, replace=False) for _ in range(steps)])
     d = rng.normal(size=(steps, batch, classes))
     delta = np.einsum("sbe,sbe->s", g[ids], d) / batch + noise * rng.normal(size=steps)
-    view = View("device0", np.repeat(np.arange(steps), batch), np.repeat(delta, batch), "scalar",
-                embeddings=np.zeros((steps * batch, classes)),
-                directions=d.reshape(-1, 1, classes), records=ids.reshape(-1))
+    view = View(
+        "device0",
+        np.repeat(np.arange(steps), batch),
+        np.repeat(delta, batch),
+        "scalar",
+        embeddings=np.zeros((steps * batch, classes)),
+        directions=d.reshape(-1, 1, classes),
+        records=ids.reshape(-1),
+    )
     return view, y
 
 

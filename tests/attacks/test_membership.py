@@ -1,5 +1,5 @@
 """Membership inference (loss threshold): finds a memorising model's members, not a fresh one's."""
-import numpy as np
+
 import pytest
 import torch
 
@@ -18,8 +18,7 @@ def _memoriser(n=200, d=20, classes=4, fit=True, seed=0):
     x = torch.randn(2 * n, d, generator=gen)
     y = torch.randint(classes, (2 * n,), generator=gen)
     torch.manual_seed(seed)
-    bottom = torch.nn.Sequential(torch.nn.Linear(d, 256), torch.nn.ReLU(),
-                                 torch.nn.Linear(256, classes))
+    bottom = torch.nn.Sequential(torch.nn.Linear(d, 256), torch.nn.ReLU(), torch.nn.Linear(256, classes))
     if fit:
         opt = torch.optim.Adam(bottom.parameters(), lr=1e-2)
         for _ in range(300):

@@ -12,8 +12,13 @@ def test_classification_against_prior():
     y = np.array([0, 0, 0, 1])
     m = metrics.classification_metrics(y, np.array([0, 0, 0, 0]))
     ci = stats.binomtest(3, 4).proportion_ci(0.95, method="exact")
-    assert m == {"accuracy": 0.75, "prior": 0.75, "advantage": 0.0, "n": 4,
-                 "accuracy_ci": [pytest.approx(ci.low), pytest.approx(ci.high)]}
+    assert m == {
+        "accuracy": 0.75,
+        "prior": 0.75,
+        "advantage": 0.0,
+        "n": 4,
+        "accuracy_ci": [pytest.approx(ci.low), pytest.approx(ci.high)],
+    }
     m = metrics.classification_metrics(y, y)
     assert m["advantage"] == pytest.approx(0.25)
 
@@ -74,11 +79,11 @@ def test_summarize_and_bad_input():
 def test_weighted_auc_with_unit_weights_is_roc_auc_and_resamples_count_records():
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 500)
-    s = np.round(rng.normal(size=500) + y, 1)          # ties included
+    s = np.round(rng.normal(size=500) + y, 1)  # ties included
     assert metrics._weighted_auc(y, s, np.ones((1, 500)))[0] == pytest.approx(metrics.roc_auc(y, s))
     twice = np.concatenate([y, y[:100]]), np.concatenate([s, s[:100]])
     w = np.ones((1, 500))
-    w[0, :100] = 2                                       # a record drawn twice counts twice
+    w[0, :100] = 2  # a record drawn twice counts twice
     assert metrics._weighted_auc(y, s, w)[0] == pytest.approx(metrics.roc_auc(*twice))
 
 
@@ -94,6 +99,6 @@ def test_intervals_over_records_cover_and_separate():
     t = rng.normal(size=(400, 2))
     gain = metrics.regression_metrics(t, t + 0.5 * rng.normal(size=t.shape))
     assert gain["mse_gain_ci"][0] < gain["mse_gain"] < gain["mse_gain_ci"][1]
-    assert gain["mse_gain_ci"][0] > 0          # better than the mean guess (MSE 1 vs 0.25)
+    assert gain["mse_gain_ci"][0] > 0  # better than the mean guess (MSE 1 vs 0.25)
     small = metrics.regression_metrics(t[:40], t[:40] + 0.5 * rng.normal(size=(40, 2)))
     assert np.diff(small["mse_gain_ci"]) > np.diff(gain["mse_gain_ci"])

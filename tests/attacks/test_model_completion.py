@@ -1,4 +1,5 @@
 """Model completion on simulated bottom models: beats the prior, falls to it on noise."""
+
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ def bottom_model_outputs(n=1000, classes=5, noise_only=False, seed=0):
     rng = np.random.default_rng(seed)
     y = rng.integers(classes, size=n)
     means = rng.normal(size=(classes, 8))
-    raw = means[y] * 0.3 + rng.normal(size=(n, 8))               # weak raw features
+    raw = means[y] * 0.3 + rng.normal(size=(n, 8))  # weak raw features
     emb = rng.normal(size=(n, 8)) if noise_only else means[y] * 3 + rng.normal(size=(n, 8))
     return emb, y, raw
 
@@ -47,8 +48,18 @@ def test_vafl_device_completes_from_its_clean_bottom_model(tmp_path):
     from privzv.training.run import train
     from privzv.training.run_folder import CHECKPOINT
 
-    cfg = TrainConfig(dataset="digits", method="vafl", epsilon=1.0, server_kind="sum",
-                      embed_dim=10, epochs=1, batch_size=32, evals=1, seed=0, clip=0.1)
+    cfg = TrainConfig(
+        dataset="digits",
+        method="vafl",
+        epsilon=1.0,
+        server_kind="sum",
+        embed_dim=10,
+        epochs=1,
+        batch_size=32,
+        evals=1,
+        seed=0,
+        clip=0.1,
+    )
     train(cfg, tmp_path, secret_seed=1)
     clean = registry.run_attack("model-completion", tmp_path).metrics
     (tmp_path / CHECKPOINT).unlink()

@@ -16,12 +16,12 @@ def test_reply_is_clipped_mean_of_target_alone():
     ids = torch.arange(8)
     c = torch.zeros(8, 10)
     u = torch.zeros(8, 10)
-    u[0, int(LABELS[0])] = 1.0                  # move the target's true-class logit only
+    u[0, int(LABELS[0])] = 1.0  # move the target's true-class logit only
     got = probe._reply(setup, ids, c, u)
-    z = setup.server.table.data[1, 0]           # logits = attacker row (c) + benign row
+    z = setup.server.table.data[1, 0]  # logits = attacker row (c) + benign row
     p = torch.softmax(z, 0)[int(LABELS[0])]
-    assert got == pytest.approx(2 * float(p - 1) / 8, rel=1e-3)   # d CE / d z_y = p_y - 1
-    u[0] *= 1e4                                  # huge loss difference: clipped to -C
+    assert got == pytest.approx(2 * float(p - 1) / 8, rel=1e-3)  # d CE / d z_y = p_y - 1
+    u[0] *= 1e4  # huge loss difference: clipped to -C
     assert probe._reply(setup, ids, c, u) == pytest.approx(-2.0 / 8)
 
 
@@ -38,8 +38,9 @@ def test_malicious_probe_beats_prior_without_noise():
 
 
 def test_malicious_probe_falls_to_prior_under_pure_noise():
-    r = probe.label_inference(LABELS, 10, variant="malicious", repeats=10, targets=120, sigma=100.0,
-                              secret_seed=0)
+    r = probe.label_inference(
+        LABELS, 10, variant="malicious", repeats=10, targets=120, sigma=100.0, secret_seed=0
+    )
     assert r["accuracy"] < r["prior"] + 0.1
 
 
@@ -58,13 +59,14 @@ def test_mlp_head_needs_aux_and_bad_variant():
 
 # ---- the paper's per-sample protocol ---------------------------------------------------------
 
+
 def test_per_sample_protocol_one_query_reads_labels_batch_scalar_does_not():
     """arXiv:2306.16077's own protocol (per-record loss differences, one query per record) lets the
     curious client read ~20% of digits' labels; DPZV's batch scalar keeps it near the prior."""
-    per_sample = probe.label_inference(LABELS, 10, variant="curious", protocol="per-sample",
-                                       targets=len(LABELS), batch_size=64)
-    batch = probe.label_inference(LABELS, 10, variant="curious", targets=len(LABELS),
-                                  batch_size=64)
+    per_sample = probe.label_inference(
+        LABELS, 10, variant="curious", protocol="per-sample", targets=len(LABELS), batch_size=64
+    )
+    batch = probe.label_inference(LABELS, 10, variant="curious", targets=len(LABELS), batch_size=64)
     assert per_sample["protocol"] == "per-sample" and per_sample["advantage"] > 0.06
     assert batch["advantage"] < 0.035
 
@@ -81,6 +83,7 @@ def test_per_sample_reply_is_the_records_loss_difference():
 
 
 # ---- saturating and duplicate-id probes -----------------------------------------------------
+
 
 def test_saturating_reply_is_the_clip_bound():
     setup = probe.simulated_server(LABELS, 10, clip=2.0, batch_size=8)
@@ -105,8 +108,17 @@ def test_saturating_probe_beats_the_plain_malicious_probe_under_noise():
 
 
 def test_saturating_probe_falls_to_prior_under_pure_noise():
-    r = probe.label_inference(LABELS, 10, variant="saturating", repeats=20, targets=60,
-                              sigma=100.0, clip=10.0, batch_size=32, secret_seed=0)
+    r = probe.label_inference(
+        LABELS,
+        10,
+        variant="saturating",
+        repeats=20,
+        targets=60,
+        sigma=100.0,
+        clip=10.0,
+        batch_size=32,
+        secret_seed=0,
+    )
     assert r["accuracy"] < r["prior"] + 0.1
 
 
@@ -131,27 +143,32 @@ class _Server:
             raise PrivzvError(f"uplink ids: {len(ids) - len(torch.unique(ids))} repeated")
         table = EmbeddingTable(2, len(ids), server.table.data.shape[2])
         table.data[:] = server.table.data[:, ids]
-        copies = Server(head=server.head, labels=server.labels[ids], table=table,
-                        noise=server.noise)
+        copies = Server(head=server.head, labels=server.labels[ids], table=table, noise=server.noise)
         fields = {**up.tensors, "ids": torch.arange(len(ids))}
-        return self.inner.server_reply(copies, self.inner.message(up.sender, up.receiver,
-                                                                  up.kind, **fields))
+        return self.inner.server_reply(copies, self.inner.message(up.sender, up.receiver, up.kind, **fields))
 
 
 def _duplicate_probe(accept: bool | None, sigma=10.0):
-    setup = probe.simulated_server(LABELS, 10, sigma=sigma, clip=10.0, batch_size=32,
-                                   secret_seed=0)
-    if accept is not None:   # a simulated server with its own policy instead of the real check
+    setup = probe.simulated_server(LABELS, 10, sigma=sigma, clip=10.0, batch_size=32, secret_seed=0)
+    if accept is not None:  # a simulated server with its own policy instead of the real check
         setup.method, setup.checks_uplinks = _Server(setup.method, accept), False
-    return probe.label_inference(LABELS, 10, variant="duplicate-id", repeats=20, targets=40,
-                                 setup=setup)
+    return probe.label_inference(LABELS, 10, variant="duplicate-id", repeats=20, targets=40, setup=setup)
 
 
 def test_duplicate_id_probe_reads_labels_from_an_accepting_server():
     """Repeating the target's id B times multiplies its weight in Delta by B: at sigma 10 the
     single-copy saturating probe reads nothing, the duplicate-id probe nearly every label."""
-    single = probe.label_inference(LABELS, 10, variant="saturating", repeats=20, targets=40,
-                                   sigma=10.0, clip=10.0, batch_size=32, secret_seed=0)
+    single = probe.label_inference(
+        LABELS,
+        10,
+        variant="saturating",
+        repeats=20,
+        targets=40,
+        sigma=10.0,
+        clip=10.0,
+        batch_size=32,
+        secret_seed=0,
+    )
     dup = _duplicate_probe(accept=True)
     assert single["accuracy"] < single["prior"] + 0.12
     # 0.80, 0.95, 0.825, 0.825 at secret seeds 0-3 (prior 0.1): far above the single copy's

@@ -1,5 +1,6 @@
 """Semi-supervised (MixMatch-style) model completion: beats the prior on features that carry the
 label, falls to it on labels independent of the features, leaves the bottom model unchanged."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """Accounting and calibration: threats, accountants, the seed formula, dp-accounting mappings."""
+
 import dataclasses
 import math
 
@@ -11,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privzv import gdp
-from privzv.accounting import (ACCOUNTANTS, account, account_all, calibrate, calibrate_all,
-                               releases_per_record)
+from privzv.accounting import ACCOUNTANTS, account, account_all, calibrate, calibrate_all, releases_per_record
 from privzv.errors import PrivzvError
 from privzv.release import HeadUpdate, Release, Schedule
 
@@ -23,8 +23,10 @@ MNIST_STEPS = 100 * 60000 // 64  # 93750 releases
 
 def small(threat="device", neighbors="replace-one", sigma=None, super_batch=None, steps=100):
     """A cheap setting: D=1000, B=100, C=1 (device: k=10; eavesdropper: q=0.1, k=100)."""
-    return (Release(clip=1.0, batch_size=100, sigma=sigma, neighbors=neighbors),
-            Schedule(steps=steps, dataset_size=1000, threat=threat, super_batch=super_batch))
+    return (
+        Release(clip=1.0, batch_size=100, sigma=sigma, neighbors=neighbors),
+        Schedule(steps=steps, dataset_size=1000, threat=threat, super_batch=super_batch),
+    )
 
 
 # ------------------------------------------------------------------------------ threats
@@ -38,14 +40,22 @@ def _simulated_worst(steps_per_device, d, b, seed):
     for n in steps_per_device:
         for j in range(n):
             e, pos = divmod(j, per_epoch)
-            counts[perms[e][pos * b:(pos + 1) * b]] += 1
+            counts[perms[e][pos * b : (pos + 1) * b]] += 1
     return counts.max()
 
 
-@pytest.mark.parametrize("t, d, b, m", [
-    (740, 8725, 7326, 8),   # partial last batches: the old M*ceil((T/M)B/D) gave 624
-    (1, 100, 10, 8),        # T < M: one round contains a record once (old formula: 8)
-    (4, 4, 3, 3), (40, 1024, 32, 4), (320, 1024, 32, 8), (7, 10, 10, 3), (97, 50, 7, 5)])
+@pytest.mark.parametrize(
+    "t, d, b, m",
+    [
+        (740, 8725, 7326, 8),  # partial last batches: the old M*ceil((T/M)B/D) gave 624
+        (1, 100, 10, 8),  # T < M: one round contains a record once (old formula: 8)
+        (4, 4, 3, 3),
+        (40, 1024, 32, 4),
+        (320, 1024, 32, 8),
+        (7, 10, 10, 3),
+        (97, 50, 7, 5),
+    ],
+)
 def test_device_count_is_the_simulated_worst_record(t, d, b, m):
     release = Release(clip=1.0, batch_size=b)
     schedule = Schedule(steps=t, dataset_size=d, devices=m)
@@ -79,48 +89,55 @@ def test_head_update_composes_into_the_round_noise_multiplier():
     assert res.mu == pytest.approx(math.sqrt(2 * 10) / (2.0 * math.sqrt(2)))
     skew = Release(clip=10.0, batch_size=10, head=head, head_share=0.8).with_noise_multiplier(1.0)
     z_d, z_h = skew.sigma / skew.sensitivity, skew.head.sigma / head.sensitivity
-    assert z_d ** -2 == pytest.approx(0.2) and z_h ** -2 == pytest.approx(0.8)
+    assert z_d**-2 == pytest.approx(0.2) and z_h**-2 == pytest.approx(0.8)
     assert Release(clip=10.0, batch_size=10, head=head).with_sigma(release.sigma) == release
+
 
 def test_releases_per_record_per_threat():
     release = Release(clip=1.0, batch_size=10)
     device = Schedule(steps=100, dataset_size=100, devices=2)
     # every device's releases count (a device's view depends on the others' through the
     # server's embedding table): sum_m ceil(n_m / ceil(D/B)), round-robin n_m
-    assert releases_per_record(release, device) == 10           # 2 * ceil(50 / 10)
+    assert releases_per_record(release, device) == 10  # 2 * ceil(50 / 10)
     assert releases_per_record(release, Schedule(steps=101, dataset_size=100, devices=2)) == 11
     eaves = Schedule(steps=100, dataset_size=100, devices=2, threat="eavesdropper")
     assert releases_per_record(release, eaves) == 100
-    secret = Schedule(steps=100, dataset_size=100, devices=2, threat="secret-subsampling",
-                      super_batch=20)
-    assert releases_per_record(release, secret) == 20           # 2 * ceil(50 / 5)
+    secret = Schedule(steps=100, dataset_size=100, devices=2, threat="secret-subsampling", super_batch=20)
+    assert releases_per_record(release, secret) == 20  # 2 * ceil(50 / 5)
     r = account(release.with_sigma(5.0), secret, 1e-5, "gdp-clt")
     assert r.sampling_rate == pytest.approx(0.5) and r.compositions == 20
     assert account(release.with_sigma(5.0), eaves, 1e-5, "gdp-clt").sampling_rate == 0.1
     assert account(release.with_sigma(5.0), device, 1e-5, "gdp-clt").sampling_rate is None
 
 
-@pytest.mark.parametrize("kwargs, bad", [
-    (dict(batch_size=11, dataset_size=10), "batch_size=11"),
-    (dict(batch_size=10, dataset_size=100, threat="secret-subsampling", super_batch=5),
-     "super_batch=5"),
-    (dict(batch_size=10, dataset_size=100, threat="secret-subsampling", super_batch=101),
-     "super_batch=101"),
-])
+@pytest.mark.parametrize(
+    "kwargs, bad",
+    [
+        (dict(batch_size=11, dataset_size=10), "batch_size=11"),
+        (dict(batch_size=10, dataset_size=100, threat="secret-subsampling", super_batch=5), "super_batch=5"),
+        (
+            dict(batch_size=10, dataset_size=100, threat="secret-subsampling", super_batch=101),
+            "super_batch=101",
+        ),
+    ],
+)
 def test_bad_batch_sizes_are_refused(kwargs, bad):
     release = Release(clip=1.0, batch_size=kwargs.pop("batch_size"), sigma=1.0)
     with pytest.raises(PrivzvError, match=bad):
         account(release, Schedule(steps=10, **kwargs), 1e-5)
 
 
-@pytest.mark.parametrize("call, bad", [
-    (lambda r, s: account(r, s, 0.0), "delta=0.0"),
-    (lambda r, s: account(r, s, 1.0), "delta=1.0"),
-    (lambda r, s: account(r, s, 1e-5, "moments"), "accountant='moments'"),
-    (lambda r, s: calibrate(-1.0, 1e-5, r, s), "epsilon=-1.0"),
-    (lambda r, s: calibrate(0.0, 1e-5, r, s), "epsilon=0.0"),
-    (lambda r, s: account(r.with_sigma(0.0), s, 1e-5), "sigma=0.0"),
-])
+@pytest.mark.parametrize(
+    "call, bad",
+    [
+        (lambda r, s: account(r, s, 0.0), "delta=0.0"),
+        (lambda r, s: account(r, s, 1.0), "delta=1.0"),
+        (lambda r, s: account(r, s, 1e-5, "moments"), "accountant='moments'"),
+        (lambda r, s: calibrate(-1.0, 1e-5, r, s), "epsilon=-1.0"),
+        (lambda r, s: calibrate(0.0, 1e-5, r, s), "epsilon=0.0"),
+        (lambda r, s: account(r.with_sigma(0.0), s, 1e-5), "sigma=0.0"),
+    ],
+)
 def test_bad_arguments_name_the_value(call, bad):
     release, schedule = small(sigma=1.0)
     with pytest.raises(PrivzvError, match=bad):
@@ -136,7 +153,7 @@ def test_single_unsubsampled_release_matches_analytic_gaussian(neighbors):
     z = release.sigma / release.sensitivity
     exact = get_epsilon_gaussian(z, 1e-5)
     pld = account(release, schedule, 1e-5, "pld").epsilon
-    assert exact <= pld <= exact + 2e-3           # pessimistic discretisation: a bit above
+    assert exact <= pld <= exact + 2e-3  # pessimistic discretisation: a bit above
     assert account(release, schedule, 1e-5, "gdp-clt").epsilon == pytest.approx(exact, rel=1e-7)
     assert account(release, schedule, 1e-5, "rdp").epsilon >= exact
 
@@ -144,7 +161,7 @@ def test_single_unsubsampled_release_matches_analytic_gaussian(neighbors):
 def test_replace_one_maps_to_dp_accounting_replace_one_at_twice_the_multiplier():
     """Without sampling, our replace-one (sensitivity 2C/B) equals dp-accounting's REPLACE_ONE
     with multiplier sigma/(C/B), and add-remove with sensitivity 2C/B."""
-    release, schedule = small(sigma=0.05, steps=30)   # k = 3
+    release, schedule = small(sigma=0.05, steps=30)  # k = 3
     z = release.noise_multiplier
     acc = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
     acc.compose(dpa.GaussianDpEvent(2 * z), 3)
@@ -164,8 +181,7 @@ def test_poisson_replace_one_tends_to_the_plain_gaussian_when_q_is_near_one():
     assert account(release, schedule, 1e-5, "rdp").epsilon >= exact
 
 
-@pytest.mark.parametrize("threat, super_batch", [("eavesdropper", None),
-                                                 ("secret-subsampling", 400)])
+@pytest.mark.parametrize("threat, super_batch", [("eavesdropper", None), ("secret-subsampling", 400)])
 def test_sampled_replace_one_bounds_are_consistent(threat, super_batch):
     sigma = 0.03
     rep, schedule = small(threat, "replace-one", sigma, super_batch)
@@ -184,8 +200,7 @@ def test_bu_et_al_clt_example():
     """Bu, Dong, Long & Su 2020, Fig. 4: p=256/60000, 20 epochs, CLT noise 1.06 -> mu_CLT=0.35,
     (1.34, 1e-5)-DP, the same epsilon as the moments accountant at sigma=1.3."""
     schedule = Schedule(steps=round(20 * 60000 / 256), dataset_size=60000, threat="eavesdropper")
-    clt = account(Release(1.0, 256, sigma=1.06 / 256, neighbors="add-remove"), schedule, 1e-5,
-                  "gdp-clt")
+    clt = account(Release(1.0, 256, sigma=1.06 / 256, neighbors="add-remove"), schedule, 1e-5, "gdp-clt")
     assert clt.mu == pytest.approx(0.35, abs=0.002)
     assert clt.epsilon == pytest.approx(1.34, abs=0.01)
     assert not clt.rigorous and "APPROXIMATE" in clt.note
@@ -193,8 +208,10 @@ def test_bu_et_al_clt_example():
     # dp-accounting's RDP conversion is tighter than the 2016 moments accountant's 1.34
     assert 1.0 < account(at13, schedule, 1e-5, "rdp").epsilon <= 1.34
     # the CLT is not a bound: at its own noise the rigorous PLD epsilon is larger
-    assert account(Release(1.0, 256, sigma=1.06 / 256, neighbors="add-remove"), schedule, 1e-5,
-                   "pld").epsilon > clt.epsilon
+    assert (
+        account(Release(1.0, 256, sigma=1.06 / 256, neighbors="add-remove"), schedule, 1e-5, "pld").epsilon
+        > clt.epsilon
+    )
 
 
 def test_seed_formula_on_the_worked_example():
@@ -203,8 +220,7 @@ def test_seed_formula_on_the_worked_example():
     schedule = Schedule(steps=MNIST_STEPS, **MNIST)
     result = calibrate(1.0, 1e-3, release, schedule, "seed")
     mu = gdp.mu_from_epsilon(1.0, 1e-3)
-    assert result.sigma == pytest.approx(2 * 10.0 * math.sqrt(MNIST_STEPS) / (60000 * mu),
-                                         rel=1e-9)
+    assert result.sigma == pytest.approx(2 * 10.0 * math.sqrt(MNIST_STEPS) / (60000 * mu), rel=1e-9)
     assert result.mu == pytest.approx(mu, rel=1e-9) and result.epsilon <= 1.0
     assert not result.rigorous and "NOT a rigorous" in result.note
     back = account(release.with_sigma(result.sigma), schedule, 1e-3, "seed")
@@ -221,15 +237,16 @@ def test_seed_sigma_buys_far_more_epsilon_against_the_device():
     schedule = Schedule(steps=MNIST_STEPS, **MNIST)
     seed = calibrate(1.0, 1e-3, release, schedule, "seed")
     device = account(release.with_sigma(seed.sigma), schedule, 1e-3, "gdp-clt")
-    assert device.rigorous and device.compositions == 100       # exact: no sampling
+    assert device.rigorous and device.compositions == 100  # exact: no sampling
     assert 29 < device.mu / seed.mu < 32
     assert account(release.with_sigma(seed.sigma), schedule, 1e-3, "pld").epsilon > 20
 
 
 # ------------------------------------------------------------------------------ calibration
 @pytest.mark.parametrize("accountant", ACCOUNTANTS)
-@pytest.mark.parametrize("threat, super_batch", [("device", None), ("eavesdropper", None),
-                                                 ("secret-subsampling", 400)])
+@pytest.mark.parametrize(
+    "threat, super_batch", [("device", None), ("eavesdropper", None), ("secret-subsampling", 400)]
+)
 def test_calibrate_is_one_sided_and_minimal(accountant, threat, super_batch):
     release, schedule = small(threat, super_batch=super_batch)
     result = calibrate(2.0, 1e-5, release, schedule, accountant)
@@ -277,7 +294,8 @@ def test_tiny_targets_without_sampling_have_exact_closed_form_answers():
     result = calibrate(1e-9, 1e-12, release, schedule, "pld")
     assert result.epsilon <= 1e-9
     assert result.noise_multiplier == pytest.approx(
-        math.sqrt(10) / gdp.mu_from_epsilon(1e-9, 1e-12), rel=1e-9)
+        math.sqrt(10) / gdp.mu_from_epsilon(1e-9, 1e-12), rel=1e-9
+    )
 
 
 def test_side_by_side_lists_seed_once_and_every_threat():
@@ -285,7 +303,8 @@ def test_side_by_side_lists_seed_once_and_every_threat():
     rows = account_all(release, schedule, 1e-5)
     assert [r.accountant for r in rows].count("seed") == 1
     assert {(r.threat, r.accountant) for r in rows if r.accountant != "seed"} == {
-        (t, a) for t in ("device", "eavesdropper") for a in ("pld", "rdp", "gdp-clt")}
+        (t, a) for t in ("device", "eavesdropper") for a in ("pld", "rdp", "gdp-clt")
+    }
     with_super = Schedule(steps=100, dataset_size=1000, super_batch=400)
     rows = calibrate_all(1.0, 1e-5, Release(1.0, 100), with_super)
     assert {r.threat for r in rows} == {"device", "eavesdropper", "secret-subsampling"}
@@ -294,9 +313,12 @@ def test_side_by_side_lists_seed_once_and_every_threat():
 
 # ------------------------------------------------------------------------------ properties
 @settings(max_examples=15, deadline=None)
-@given(sigma=st.floats(0.01, 10.0), steps=st.integers(1, 10 ** 6),
-       accountant=st.sampled_from(["seed", "gdp-clt"]),
-       threat=st.sampled_from(["device", "eavesdropper"]))
+@given(
+    sigma=st.floats(0.01, 10.0),
+    steps=st.integers(1, 10**6),
+    accountant=st.sampled_from(["seed", "gdp-clt"]),
+    threat=st.sampled_from(["device", "eavesdropper"]),
+)
 def test_gdp_accountants_roundtrip_and_monotone(sigma, steps, accountant, threat):
     release, schedule = small(threat, sigma=sigma, steps=steps)
     result = account(release, schedule, 1e-5, accountant)
@@ -304,13 +326,15 @@ def test_gdp_accountants_roundtrip_and_monotone(sigma, steps, accountant, threat
     if 1e-6 < result.epsilon < 1e6 and math.isfinite(result.epsilon):
         back = calibrate(result.epsilon, 1e-5, release, schedule, accountant)
         assert back.sigma == pytest.approx(sigma, rel=1e-6)
-        assert account(release.with_sigma(sigma * 1.1), schedule, 1e-5,
-                       accountant).epsilon <= result.epsilon
+        assert account(release.with_sigma(sigma * 1.1), schedule, 1e-5, accountant).epsilon <= result.epsilon
 
 
 @settings(max_examples=6, deadline=None)
-@given(sigma=st.floats(0.02, 0.5), accountant=st.sampled_from(["pld", "rdp"]),
-       threat=st.sampled_from(["device", "eavesdropper"]))
+@given(
+    sigma=st.floats(0.02, 0.5),
+    accountant=st.sampled_from(["pld", "rdp"]),
+    threat=st.sampled_from(["device", "eavesdropper"]),
+)
 def test_rigorous_accountants_are_monotone(sigma, accountant, threat):
     release, schedule = small(threat, sigma=sigma)
     eps = account(release, schedule, 1e-5, accountant).epsilon
@@ -322,11 +346,10 @@ def test_rigorous_accountants_are_monotone(sigma, accountant, threat):
 
 @pytest.mark.parametrize("accountant", ACCOUNTANTS)
 def test_extreme_noise_gives_finite_answers(accountant):
-    release, schedule = small("eavesdropper", sigma=1e4, steps=10 ** 6)
+    release, schedule = small("eavesdropper", sigma=1e4, steps=10**6)
     eps = account(release, schedule, 1e-5, accountant).epsilon
     assert math.isfinite(eps) and 0 <= eps < 1e-2
-    tiny = account(release.with_sigma(1e-3), Schedule(steps=1, dataset_size=1000), 1e-5,
-                   accountant).epsilon
+    tiny = account(release.with_sigma(1e-3), Schedule(steps=1, dataset_size=1000), 1e-5, accountant).epsilon
     assert math.isfinite(tiny) and tiny > 5
 
 
@@ -334,7 +357,7 @@ def test_vanishing_seed_mu_is_epsilon_zero_not_an_error():
     from privzv.accountants import gdp_epsilon
 
     release, _ = small(sigma=1e300)
-    result = account(release, Schedule(steps=1, dataset_size=10 ** 9), 1e-5, "seed")
+    result = account(release, Schedule(steps=1, dataset_size=10**9), 1e-5, "seed")
     assert result.mu < 1e-300 and result.epsilon == 0.0
     assert gdp_epsilon(0.0, 1e-5) == 0.0
 
@@ -365,6 +388,7 @@ def _mironov_replace_one_rdp(q, z, orders):
 
     def sampled(o):
         return rdp._compute_rdp_poisson_subsampled_gaussian(q, 2.0 * z, o)
+
     return (orders - 0.5) / (orders - 1.0) * sampled(2.0 * orders) + sampled(2.0 * orders - 1.0)
 
 
@@ -373,8 +397,8 @@ def test_exact_replace_one_rdp_is_below_mironovs_bound_and_matches_mpmath(q, z):
     """The quadrature (accountants.replace_one_rdp) against Mironov's upper bound at every
     default order, and against an mpmath integral of the same Renyi divergence at three."""
     import mpmath
-
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
     from privzv.accountants import replace_one_rdp
 
     orders = np.asarray(rdp.DEFAULT_RDP_ORDERS, dtype=float)
@@ -384,13 +408,16 @@ def test_exact_replace_one_rdp_is_below_mironovs_bound_and_matches_mpmath(q, z):
     assert np.all(exact[finite] <= bound[finite])
     a = 0.5 / z
     for alpha in (1.5, 4.0, 20.0):
+
         def integrand(x, alpha=mpmath.mpf(alpha)):
             phi = mpmath.npdf(x)
             p = phi * ((1 - q) + q * mpmath.exp(-a * x - a * a / 2))
             r = phi * ((1 - q) + q * mpmath.exp(a * x - a * a / 2))
-            return p ** alpha * r ** (1 - alpha)
-        ref = float(mpmath.log(mpmath.quad(integrand, [-mpmath.inf, -alpha * a, 0, mpmath.inf]))
-                    / (alpha - 1))
+            return p**alpha * r ** (1 - alpha)
+
+        ref = float(
+            mpmath.log(mpmath.quad(integrand, [-mpmath.inf, -alpha * a, 0, mpmath.inf])) / (alpha - 1)
+        )
         got = replace_one_rdp(q, z, [alpha])[0]
         assert ref <= got <= ref * (1 + 1e-8) + 1e-15
 
@@ -410,8 +437,11 @@ def test_dp_event_export_reproduces_privzvs_epsilon_in_dp_accounting():
         accountant.compose(event)
         return accountant.get_epsilon(delta)
 
-    for neighbors, threat in (("replace-one", "eavesdropper"), ("add-remove", "eavesdropper"),
-                              ("replace-one", "device")):
+    for neighbors, threat in (
+        ("replace-one", "eavesdropper"),
+        ("add-remove", "eavesdropper"),
+        ("replace-one", "device"),
+    ):
         release = Release(clip=1.0, batch_size=100, neighbors=neighbors).with_noise_multiplier(1.5)
         schedule = Schedule(steps=20, dataset_size=1000, threat=threat)
         event, relation = to_dp_event(release, schedule)
@@ -428,4 +458,5 @@ def test_dp_event_export_reproduces_privzvs_epsilon_in_dp_accounting():
     combined, _ = to_dp_event(head, schedule, combined=True)
     assert combined.event.event.noise_multiplier == pytest.approx(2 * 1.5, rel=1e-12)
     assert dpa_epsilon(combined, relation) == pytest.approx(
-        account(head, schedule, 1e-5, "pld").epsilon, rel=2e-3)
+        account(head, schedule, 1e-5, "pld").epsilon, rel=2e-3
+    )

@@ -1,5 +1,6 @@
 """Issue 9: no crash, hang, NaN or Infinity anywhere in the documented ranges (epsilon up to 1e4,
 delta down to 1e-300, T up to 1e8, sigma down to 1e-12); fallbacks name the accountant."""
+
 import json
 
 import numpy as np
@@ -18,24 +19,50 @@ SIZES = ["--dataset-size", "60000", "--batch-size", "256", "--clip", "1"]
 def _strict(text):
     def refuse(token):
         raise AssertionError(f"non-strict JSON token {token}")
+
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.mark.parametrize("argv", [
-    # issue 9's crashes: OverflowError in the secant, in clt_noise_multiplier, numpy
-    # ArrayMemoryError, RuntimeWarnings leaking from convert
-    ["calibrate", "--epsilon", "1e4", "--delta", "1e-5", "--steps", "1000", "--threat",
-     "eavesdropper", "--neighbors", "add-remove", "--accountant", "rdp"],
-    ["account", "--sigma", "1e-12", "--delta", "1e-5", "--steps", "1", "--threat",
-     "eavesdropper"],
-    ["account", "--sigma", "0.01", "--delta", "1e-300", "--steps", "1000", "--threat",
-     "eavesdropper", "--neighbors", "add-remove"],
-    ["calibrate", "--epsilon", "1e4", "--delta", "1e-300", "--steps", "100000000"],
-    ["calibrate", "--epsilon", "1e-9", "--delta", "1e-5", "--steps", "1000"],
-    ["account", "--sigma", "1e-12", "--delta", "1e-300", "--steps", "100000000", "--accountant",
-     "seed"],
-    ["convert", "--epsilon", "1e308", "--delta", "1e-5"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # issue 9's crashes: OverflowError in the secant, in clt_noise_multiplier, numpy
+        # ArrayMemoryError, RuntimeWarnings leaking from convert
+        [
+            "calibrate",
+            "--epsilon",
+            "1e4",
+            "--delta",
+            "1e-5",
+            "--steps",
+            "1000",
+            "--threat",
+            "eavesdropper",
+            "--neighbors",
+            "add-remove",
+            "--accountant",
+            "rdp",
+        ],
+        ["account", "--sigma", "1e-12", "--delta", "1e-5", "--steps", "1", "--threat", "eavesdropper"],
+        [
+            "account",
+            "--sigma",
+            "0.01",
+            "--delta",
+            "1e-300",
+            "--steps",
+            "1000",
+            "--threat",
+            "eavesdropper",
+            "--neighbors",
+            "add-remove",
+        ],
+        ["calibrate", "--epsilon", "1e4", "--delta", "1e-300", "--steps", "100000000"],
+        ["calibrate", "--epsilon", "1e-9", "--delta", "1e-5", "--steps", "1000"],
+        ["account", "--sigma", "1e-12", "--delta", "1e-300", "--steps", "100000000", "--accountant", "seed"],
+        ["convert", "--epsilon", "1e308", "--delta", "1e-5"],
+    ],
+)
 def test_edge_inputs_give_strict_json_or_a_one_line_error(capsys, argv):
     extra = SIZES if argv[0] != "convert" else []
     code = main([*argv, *extra, "--json"])
@@ -52,7 +79,7 @@ def test_convert_refuses_an_epsilon_beyond_the_float_range(capsys):
     assert main(["convert", "--mu", "1e300", "--delta", "1e-5", "--json"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "epsilon exceeds the floating-point range" in err
-    assert gdp.mu_from_epsilon(1e308, 1e-5) == pytest.approx(2 ** 0.5 * 1e154, rel=1e-12)
+    assert gdp.mu_from_epsilon(1e308, 1e-5) == pytest.approx(2**0.5 * 1e154, rel=1e-12)
 
 
 def test_pld_declines_below_its_reliable_delta_and_rdp_answers_saying_so():
@@ -69,10 +96,10 @@ def test_pld_declines_below_its_reliable_delta_and_rdp_answers_saying_so():
         accountants.pld_epsilon(2.0, exp, "add-remove", 1e-13, 1e-4)
     # near the limit pld answers only where its round-off guard allows (next test), and
     # monotonically in sigma
-    near_limit = [accountants.pld_epsilon(z, exp, "add-remove", 1e-10, 1e-4)
-                  for z in np.linspace(1.5, 3.0, 4)]
+    near_limit = [
+        accountants.pld_epsilon(z, exp, "add-remove", 1e-10, 1e-4) for z in np.linspace(1.5, 3.0, 4)
+    ]
     assert np.all(np.diff(near_limit) < 0)
-
 
 
 def test_pld_at_delta_1e_12_is_smooth_in_sigma_and_converges_in_the_grid():
@@ -81,12 +108,10 @@ def test_pld_at_delta_1e_12_is_smooth_in_sigma_and_converges_in_the_grid():
     composition reads the same epsilon at grids 2x apart within 0.05%, decreasing in sigma, and
     below rdp's bound."""
     exp = Exposure(1000, 256 / 60000)
-    coarse, fine = (accountants.pld_epsilon(0.6421, exp, "add-remove", 1e-12, d)
-                    for d in (8e-4, 4e-4))
+    coarse, fine = (accountants.pld_epsilon(0.6421, exp, "add-remove", 1e-12, d) for d in (8e-4, 4e-4))
     assert fine <= coarse * (1 + 1e-9) and coarse == pytest.approx(fine, rel=5e-4)
     assert fine < accountants.rdp_epsilon(0.6421, exp, "add-remove", 1e-12)
-    curve = [accountants.pld_epsilon(z, exp, "add-remove", 1e-12, 8e-4)
-             for z in np.linspace(0.6, 0.7, 6)]
+    curve = [accountants.pld_epsilon(z, exp, "add-remove", 1e-12, 8e-4) for z in np.linspace(0.6, 0.7, 6)]
     assert np.all(np.diff(curve) < 0)
 
 
@@ -106,9 +131,9 @@ def test_best_is_the_smaller_of_pld_and_rdp_and_names_it():
         assert best.epsilon == min(pld.epsilon, rdp.epsilon)
         assert best.accountant == (pld.accountant if pld.epsilon < rdp.epsilon else "rdp")
         assert best.requested == "best" and "best" in best.note
-        if pld.accountant != "pld":   # epsilon 0.04: the PLD grid at 1e-4 epsilon is too fine
+        if pld.accountant != "pld":  # epsilon 0.04: the PLD grid at 1e-4 epsilon is too fine
             assert "points" in best.fallback and steps == 50
-    assert best.accountant == "pld"   # 2000 steps: pld is tighter than rdp
+    assert best.accountant == "pld"  # 2000 steps: pld is tighter than rdp
 
 
 def test_calibration_at_tiny_epsilon_under_rdp_is_one_sided():
@@ -124,26 +149,60 @@ def test_one_call_api_matches_the_dataclass_route():
     release = Release(clip=1.0, batch_size=256, neighbors="add-remove")
     schedule = Schedule(steps=300, dataset_size=60000, threat="eavesdropper")
     via = calibrate(1.0, 1e-5, release, schedule, "rdp")
-    one = privzv.noise_multiplier(epsilon=1.0, delta=1e-5, sample_rate=256 / 60000, steps=300,
-                                  accountant="rdp", threat="eavesdropper", neighbors="add-remove")
+    one = privzv.noise_multiplier(
+        epsilon=1.0,
+        delta=1e-5,
+        sample_rate=256 / 60000,
+        steps=300,
+        accountant="rdp",
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert one.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
-    full = privzv.noise_multiplier(epsilon=1.0, delta=1e-5, dataset_size=60000, batch_size=256, steps=300,
-                                   accountant="rdp", threat="eavesdropper", neighbors="add-remove")
+    full = privzv.noise_multiplier(
+        epsilon=1.0,
+        delta=1e-5,
+        dataset_size=60000,
+        batch_size=256,
+        steps=300,
+        accountant="rdp",
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert full.noise_multiplier == pytest.approx(via.noise_multiplier, rel=1e-12)
-    back = privzv.epsilon(noise_multiplier=one.noise_multiplier, delta=1e-5, sample_rate=256 / 60000, steps=300,
-                          accountant="rdp", threat="eavesdropper", neighbors="add-remove")
+    back = privzv.epsilon(
+        noise_multiplier=one.noise_multiplier,
+        delta=1e-5,
+        sample_rate=256 / 60000,
+        steps=300,
+        accountant="rdp",
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert back.epsilon == pytest.approx(one.epsilon, rel=1e-12)
-    device = privzv.epsilon(noise_multiplier=5.0, delta=1e-5, dataset_size=1000, batch_size=100, steps=40,
-                            threat="device", devices=2, device_steps=(30, 10), neighbors="add-remove")
+    device = privzv.epsilon(
+        noise_multiplier=5.0,
+        delta=1e-5,
+        dataset_size=1000,
+        batch_size=100,
+        steps=40,
+        threat="device",
+        devices=2,
+        device_steps=(30, 10),
+        neighbors="add-remove",
+    )
     assert device.compositions == 3 + 1 and device.sampling_rate is None
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(sample_rate=0.1, dataset_size=10, batch_size=1), "sample_rate with dataset_size"),
-    (dict(sample_rate=0.1, threat="device"), "threat='device'"),
-    (dict(sample_rate=1.5, threat="eavesdropper"), "sample_rate=1.5"),
-    (dict(), "give sample_rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(sample_rate=0.1, dataset_size=10, batch_size=1), "sample_rate with dataset_size"),
+        (dict(sample_rate=0.1, threat="device"), "threat='device'"),
+        (dict(sample_rate=1.5, threat="eavesdropper"), "sample_rate=1.5"),
+        (dict(), "give sample_rate"),
+    ],
+)
 def test_one_call_api_refuses_unclear_descriptions(kwargs, named):
     with pytest.raises(privzv.PrivzvError, match=named):
         privzv.noise_multiplier(epsilon=1.0, delta=1e-5, steps=10, **kwargs)
@@ -153,6 +212,7 @@ def test_doctests_of_the_one_call_api():
     import doctest
 
     from privzv import api
+
     assert doctest.testmod(api).failed == 0
 
 
@@ -165,8 +225,9 @@ def test_the_pld_grid_is_fine_enough_for_a_large_saddle_point():
     chosen = accountants.pld_discretization(0.1, exp.compositions, delta)
     ignoring_t = (accountants.PLD_RELATIVE_DISCRETIZATION * 0.1 / exp.compositions) ** 0.5
     assert chosen < ignoring_t / 2
-    at = {d: accountants.pld_epsilon(z, exp, "add-remove", delta, d)
-          for d in (ignoring_t, chosen, chosen / 2)}
+    at = {
+        d: accountants.pld_epsilon(z, exp, "add-remove", delta, d) for d in (ignoring_t, chosen, chosen / 2)
+    }
     assert 0.09 < at[chosen / 2] < 0.11
     assert at[chosen] == pytest.approx(at[chosen / 2], rel=2e-4)
     assert at[ignoring_t] > at[chosen / 2] * (1 + 5e-4)
@@ -179,7 +240,14 @@ def test_a_secant_through_epsilons_with_equal_logs_bisects_instead_of_dividing_b
 
     e = 4.2187490100110985
     assert np.isnan(calibration._secant((1.0, e), (1.1, np.nextafter(e, 10.0)), 4.0))
-    r = privzv.noise_multiplier(epsilon=e, delta=2.885931350998402e-264, sample_rate=1e-8, steps=8, threat="eavesdropper", neighbors="add-remove")
+    r = privzv.noise_multiplier(
+        epsilon=e,
+        delta=2.885931350998402e-264,
+        sample_rate=1e-8,
+        steps=8,
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert r.rigorous and r.epsilon <= e
 
 
@@ -191,13 +259,26 @@ def test_at_a_delta_above_the_chance_of_ever_being_sampled_any_noise_gives_epsil
     total variation is q (2 Phi(a/2) - 1) -> q, so just below it epsilon is large."""
     q, k = 3e-4, 68
     chance = -np.expm1(k * np.log1p(-q))
-    r = privzv.noise_multiplier(epsilon=303.73, delta=chance * 1.0001, sample_rate=q, steps=k,
-                                neighbors=neighbors, threat="eavesdropper")
+    r = privzv.noise_multiplier(
+        epsilon=303.73,
+        delta=chance * 1.0001,
+        sample_rate=q,
+        steps=k,
+        neighbors=neighbors,
+        threat="eavesdropper",
+    )
     assert r.epsilon == 0.0 and r.accountant == "sampling" and r.noise_multiplier == 1e-4
     assert "sampled at all" in r.note
-    below = privzv.epsilon(noise_multiplier=1e-3, delta=chance * 0.9, sample_rate=q, steps=k, neighbors=neighbors, threat="eavesdropper")
+    below = privzv.epsilon(
+        noise_multiplier=1e-3,
+        delta=chance * 0.9,
+        sample_rate=q,
+        steps=k,
+        neighbors=neighbors,
+        threat="eavesdropper",
+    )
     assert below.epsilon > 10 and below.accountant != "sampling"
-    one = gdp.delta_from_epsilon(0.0, 1.0 / 1e-3) * q          # remove pair at z = 1e-3, k = 1
+    one = gdp.delta_from_epsilon(0.0, 1.0 / 1e-3) * q  # remove pair at z = 1e-3, k = 1
     assert q * 0.999 < one <= q
 
 
@@ -205,15 +286,28 @@ def test_pld_answers_small_epsilons_after_few_releases_instead_of_handing_over_t
     """A release's grid was sized from the unsampled span, about 7x too wide at q = 0.04, so pld
     declined and rdp answered 88% above the tight noise multiplier (fuzzing; the exact check
     is in test_pld_tightness.py)."""
-    r = privzv.noise_multiplier(epsilon=0.021813277366518165, delta=0.001639155863730288,
-                                sample_rate=0.040523513932264284, steps=1, threat="eavesdropper", neighbors="add-remove")
+    r = privzv.noise_multiplier(
+        epsilon=0.021813277366518165,
+        delta=0.001639155863730288,
+        sample_rate=0.040523513932264284,
+        steps=1,
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert r.accountant == "pld" and r.fallback is None
-    assert r.noise_multiplier < 2.3746 * 1.001        # tight: 2.3745347 (50-digit hockey stick)
+    assert r.noise_multiplier < 2.3746 * 1.001  # tight: 2.3745347 (50-digit hockey stick)
 
 
 def test_a_delta_one_ulp_below_the_chance_of_being_sampled_is_not_epsilon_0():
     """-expm1(k log1p(-q)) came out one ulp below 1 - (1-q)^k (q = 0.23, k = 1: 0.22999999999999998
     where the exact chance is 0.23 + 1e-18), and that delta got epsilon 0 at noise 1e-4, where
     the true epsilon is huge."""
-    r = privzv.epsilon(noise_multiplier=1e-4, delta=0.22999999999999998, sample_rate=0.23, steps=1, threat="eavesdropper", neighbors="add-remove")
+    r = privzv.epsilon(
+        noise_multiplier=1e-4,
+        delta=0.22999999999999998,
+        sample_rate=0.23,
+        steps=1,
+        threat="eavesdropper",
+        neighbors="add-remove",
+    )
     assert r.accountant != "sampling" and r.epsilon > 1.0

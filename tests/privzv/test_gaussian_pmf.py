@@ -2,6 +2,7 @@
 integrals) within its stated errors; it must be dp-accounting's PMF up to
 dp-accounting's own round-off; its hockey-stick curve must lie above the exact one. And the
 epsilon walk (privzv.tilted_pld.walk_epsilon) must be dp-accounting's."""
+
 import importlib.util
 import math
 import sys
@@ -20,19 +21,30 @@ _spec = importlib.util.spec_from_file_location("bench_pmf_masses", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = bench
 _spec.loader.exec_module(bench)
-_exact_mass = bench.exact_mass    # 40-digit mpmath mass of one grid point
+_exact_mass = bench.exact_mass  # 40-digit mpmath mass of one grid point
 
 Q = 256 / 60000
 # (noise std, sampling rate, direction, discretisation)
-SETTINGS = [(1.0, 0.01, "remove", 1e-3), (1.0, 0.01, "add", 1e-3), (1.2, Q, "replace", 1e-4),
-            (0.6, Q, "remove", 1e-4), (0.6, Q, "add", 1e-4), (3.0, 0.5, "replace", 1e-3),
-            (2.0, 1.0, "remove", 1e-3), (2.0, 1.0, "replace", 1e-3), (0.1, 0.01, "add", 1e-2),
-            (0.1, 0.01, "remove", 1e-2), (50.0, Q, "remove", 1e-6), (50.0, Q, "add", 1e-6)]
+SETTINGS = [
+    (1.0, 0.01, "remove", 1e-3),
+    (1.0, 0.01, "add", 1e-3),
+    (1.2, Q, "replace", 1e-4),
+    (0.6, Q, "remove", 1e-4),
+    (0.6, Q, "add", 1e-4),
+    (3.0, 0.5, "replace", 1e-3),
+    (2.0, 1.0, "remove", 1e-3),
+    (2.0, 1.0, "replace", 1e-3),
+    (0.1, 0.01, "add", 1e-2),
+    (0.1, 0.01, "remove", 1e-2),
+    (50.0, Q, "remove", 1e-6),
+    (50.0, Q, "add", 1e-6),
+]
 
 
 def _ours(sd, q, kind, disc, truncation=-50.0):
-    return gaussian_pmf.release_pmf(sd, sampling_prob=q, kind=kind, discretization=disc,
-                                    log_truncation=truncation)
+    return gaussian_pmf.release_pmf(
+        sd, sampling_prob=q, kind=kind, discretization=disc, log_truncation=truncation
+    )
 
 
 @pytest.mark.parametrize("sd, q, kind, disc", SETTINGS)
@@ -59,11 +71,18 @@ def test_the_pmf_is_dp_accountings_up_to_its_round_off(sd, q, kind, disc):
     values: about 1e-16 / disc each); the infinity mass is the truncated tail, which
     dp-accounting splits further (it keeps only delta at the top grid point), so ours is
     larger but at most the tail e^-50 / 2."""
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if kind == "replace"
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    theirs = pld.from_gaussian_mechanism(sd, value_discretization_interval=disc,
-                                         sampling_prob=q, neighboring_relation=relation,
-                                         log_mass_truncation_bound=-50.0)
+    relation = (
+        dpa.NeighboringRelation.REPLACE_ONE
+        if kind == "replace"
+        else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
+    theirs = pld.from_gaussian_mechanism(
+        sd,
+        value_discretization_interval=disc,
+        sampling_prob=q,
+        neighboring_relation=relation,
+        log_mass_truncation_bound=-50.0,
+    )
     theirs = (theirs._pmf_add if kind == "add" else theirs._pmf_remove).to_dense_pmf()
     ours = _ours(sd, q, kind, disc)
     assert (ours.lower, len(ours.probs)) == (theirs._lower_loss, len(theirs._probs))
@@ -83,12 +102,14 @@ def test_hockey_stick_curve_lies_above_the_exact_gaussian_one(sd):
     a = mpmath.mpf(1) / sd
     for eps in np.quantile(losses[losses > 0], [0.01, 0.2, 0.5, 0.9]).tolist() + [0.0]:
         for at in (round(eps / disc) * disc, (round(eps / disc) + 0.5) * disc):
-            ours_delta = float(np.sum(np.where(losses > at, -np.expm1(at - losses), 0.0)
-                                      * ours.probs) + ours.infinity_mass)
+            ours_delta = float(
+                np.sum(np.where(losses > at, -np.expm1(at - losses), 0.0) * ours.probs) + ours.infinity_mass
+            )
             e = mpmath.mpf(at)
-            exact = float(mpmath.ncdf(-e / a + a / 2) - mpmath.e ** e * mpmath.ncdf(-e / a - a / 2))
+            exact = float(mpmath.ncdf(-e / a + a / 2) - mpmath.e**e * mpmath.ncdf(-e / a - a / 2))
             assert exact <= ours_delta <= exact * (1 + 1e-9) + 1e-20 or (
-                at != round(eps / disc) * disc and exact <= ours_delta)
+                at != round(eps / disc) * disc and exact <= ours_delta
+            )
 
 
 def test_too_many_pieces_is_refused():
@@ -96,21 +117,23 @@ def test_too_many_pieces_is_refused():
         _ours(1e-7, 0.01, "remove", 1.0)
 
 
-@pytest.mark.parametrize("sd, q, replace_one, disc",
-                         [(1.0, 0.01, False, 1e-3), (1.2, Q, True, 1e-4), (2.0, 1.0, False, 1e-3),
-                          (0.1, 0.01, False, 1e-2)])
+@pytest.mark.parametrize(
+    "sd, q, replace_one, disc",
+    [(1.0, 0.01, False, 1e-3), (1.2, Q, True, 1e-4), (2.0, 1.0, False, 1e-3), (0.1, 0.01, False, 1e-2)],
+)
 def test_the_epsilon_walk_is_dp_accountings(sd, q, replace_one, disc):
     """tilted_pld.walk_epsilon over a dense PMF's arrays is dp-accounting's epsilon walk; corner
     cases included: delta 0.9 (epsilon 0), deltas below the infinity mass (inf)."""
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace_one
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    single = pld.from_gaussian_mechanism(sd, value_discretization_interval=disc, sampling_prob=q,
-                                         neighboring_relation=relation)
+    relation = (
+        dpa.NeighboringRelation.REPLACE_ONE if replace_one else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
+    single = pld.from_gaussian_mechanism(
+        sd, value_discretization_interval=disc, sampling_prob=q, neighboring_relation=relation
+    )
     pmfs = [single._pmf_remove] + ([] if single._symmetric else [single._pmf_add])
     composed = pld.PrivacyLossDistribution(*(p.to_dense_pmf().self_compose(50) for p in pmfs))
     for distribution in (single, composed):
-        pmfs = [distribution._pmf_remove] + ([] if distribution._symmetric
-                                             else [distribution._pmf_add])
+        pmfs = [distribution._pmf_remove] + ([] if distribution._symmetric else [distribution._pmf_add])
         for delta in (0.9, 0.1, 1e-5, 1e-10, 1e-14, 1e-30):
             theirs = distribution.get_epsilon_for_delta(delta)
             got = max(_walk(p.to_dense_pmf(), delta) for p in pmfs)

@@ -1,4 +1,5 @@
 """privzv.gdp against high-precision (mpmath) references, dp-accounting and GDP identities."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,8 +17,6 @@ from hypothesis import strategies as st
 
 from privzv import gdp
 from privzv.errors import PrivzvError
-
-
 
 # ------------------------------------------------------------------ mpmath references
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gdp_accuracy.py"
@@ -48,7 +47,7 @@ def test_log_delta_matches_mpmath_on_dense_grid():
 
 
 def test_delta_matches_mpmath_at_random_points_and_switch_regions():
-    eps, mu = bench.random_points()   # t = eps/mu - mu/2 near 0 and 10 among them
+    eps, mu = bench.random_points()  # t = eps/mu - mu/2 near 0 and 10 among them
     ours = gdp.delta_from_epsilon(eps, mu)
     ref = np.array([float(ref_delta(e, m)) for e, m in zip(eps, mu)])
     keep = ref >= 1e-300
@@ -60,8 +59,7 @@ def test_delta_known_values():
     assert gdp.delta_from_epsilon(1.0, 1.0) == pytest.approx(0.126936737507, rel=1e-11)
     # eps = 0: delta = 2 Phi(mu/2) - 1 = erf(mu / (2 sqrt 2))
     for mu in (1e-6, 0.3, 2.0, 9.0):
-        assert gdp.delta_from_epsilon(0.0, mu) == pytest.approx(math.erf(mu / (2 * math.sqrt(2))),
-                                                                rel=1e-12)
+        assert gdp.delta_from_epsilon(0.0, mu) == pytest.approx(math.erf(mu / (2 * math.sqrt(2))), rel=1e-12)
 
 
 def test_delta_underflow_is_graceful():
@@ -100,7 +98,8 @@ def test_epsilon_zero_when_delta_at_least_delta_at_zero():
 def test_extremes_are_finite():
     assert np.isfinite(gdp.epsilon_from_delta(1e3, 1e-300))
     assert gdp.epsilon_from_delta(1e3, 1e-300) == pytest.approx(
-        1e3 * (500 + 37.0471), rel=1e-3)  # ~ mu^2/2 - mu Phi^-1(delta)
+        1e3 * (500 + 37.0471), rel=1e-3
+    )  # ~ mu^2/2 - mu Phi^-1(delta)
     assert np.isfinite(gdp.epsilon_from_delta(1e-6, 1e-300))
     for eps, delta in [(1e4, 1e-300), (0.0, 1e-300), (1e-12, 0.999), (1e4, 0.999), (0.0, 1e-5)]:
         mu = gdp.mu_from_epsilon(eps, delta)
@@ -205,7 +204,8 @@ def test_epsilon_matches_dp_accounting_analytic_gaussian(sigma, delta):
     ref = dp_accounting.get_epsilon_gaussian(sigma, delta)
     assert ours == pytest.approx(ref, rel=1e-9, abs=1e-11)
     assert 1.0 / gdp.mu_from_epsilon(ours, delta) == pytest.approx(
-        dp_accounting.get_sigma_gaussian(ours, delta), rel=1e-9)
+        dp_accounting.get_sigma_gaussian(ours, delta), rel=1e-9
+    )
 
 
 @pytest.mark.parametrize("sensitivity,sigma", [(1.0, 0.7), (2.0, 3.0), (0.25, 0.4)])
@@ -222,18 +222,19 @@ def test_compose():
     assert gdp.compose([]) == 0.0
     assert gdp.compose([1e200, 1e200]) == pytest.approx(math.sqrt(2) * 1e200)
     np.testing.assert_allclose(gdp.compose(np.array([[3.0, 4.0], [5.0, 12.0]])), [5.0, 13.0])
-    np.testing.assert_allclose(gdp.compose(np.array([[3.0, 4.0], [5.0, 12.0]]), axis=0),
-                               [math.hypot(3, 5), math.hypot(4, 12)])
+    np.testing.assert_allclose(
+        gdp.compose(np.array([[3.0, 4.0], [5.0, 12.0]]), axis=0), [math.hypot(3, 5), math.hypot(4, 12)]
+    )
     # k Gaussian releases of sensitivity s and noise sigma = one with noise sigma / sqrt(k)
     k, s, sigma = 25, 2.0, 7.0
     assert gdp.compose([gdp.gaussian_mu(s, sigma)] * k) == pytest.approx(
-        gdp.gaussian_mu(s, sigma / math.sqrt(k)), rel=1e-14)
+        gdp.gaussian_mu(s, sigma / math.sqrt(k)), rel=1e-14
+    )
 
 
 def test_gaussian_mu():
     assert gdp.gaussian_mu(2.0, 4.0) == 0.5
-    np.testing.assert_allclose(gdp.gaussian_mu([1.0, 2.0], [[1.0], [4.0]]),
-                               [[1.0, 2.0], [0.25, 0.5]])
+    np.testing.assert_allclose(gdp.gaussian_mu([1.0, 2.0], [[1.0], [4.0]]), [[1.0, 2.0], [0.25, 0.5]])
 
 
 def test_tradeoff_properties():
@@ -271,24 +272,27 @@ def test_scalars_give_floats_and_arrays_broadcast():
     assert gdp.mu_from_epsilon(1.0, np.full((2, 2), 1e-5)).shape == (2, 2)
 
 
-@pytest.mark.parametrize("call,name,value", [
-    (lambda: gdp.delta_from_epsilon(-1.0, 1.0), "epsilon", "-1.0"),
-    (lambda: gdp.delta_from_epsilon(float("nan"), 1.0), "epsilon", "nan"),
-    (lambda: gdp.delta_from_epsilon(float("inf"), 1.0), "epsilon", "inf"),
-    (lambda: gdp.delta_from_epsilon(1.0, 0.0), "mu", "0.0"),
-    (lambda: gdp.log_delta_from_epsilon(1.0, [1.0, -2.0]), "mu", "-2.0"),
-    (lambda: gdp.epsilon_from_delta(1.0, 0.0), "delta", "0.0"),
-    (lambda: gdp.epsilon_from_delta(1.0, 1.0), "delta", "1.0"),
-    (lambda: gdp.epsilon_from_delta(-0.5, 1e-5), "mu", "-0.5"),
-    (lambda: gdp.mu_from_epsilon(1.0, 1.5), "delta", "1.5"),
-    (lambda: gdp.mu_from_epsilon(-1e-9, 1e-5), "epsilon", "-1e-09"),
-    (lambda: gdp.mu_from_epsilon("abc", 1e-5), "epsilon", "abc"),
-    (lambda: gdp.compose([1.0, -1.0]), "mu", "-1.0"),
-    (lambda: gdp.gaussian_mu(1.0, 0.0), "sigma", "0.0"),
-    (lambda: gdp.gaussian_mu(-1.0, 1.0), "sensitivity", "-1.0"),
-    (lambda: gdp.tradeoff(1.5, 1.0), "alpha", "1.5"),
-    (lambda: gdp.tradeoff(0.5, float("inf")), "mu", "inf"),
-])
+@pytest.mark.parametrize(
+    "call,name,value",
+    [
+        (lambda: gdp.delta_from_epsilon(-1.0, 1.0), "epsilon", "-1.0"),
+        (lambda: gdp.delta_from_epsilon(float("nan"), 1.0), "epsilon", "nan"),
+        (lambda: gdp.delta_from_epsilon(float("inf"), 1.0), "epsilon", "inf"),
+        (lambda: gdp.delta_from_epsilon(1.0, 0.0), "mu", "0.0"),
+        (lambda: gdp.log_delta_from_epsilon(1.0, [1.0, -2.0]), "mu", "-2.0"),
+        (lambda: gdp.epsilon_from_delta(1.0, 0.0), "delta", "0.0"),
+        (lambda: gdp.epsilon_from_delta(1.0, 1.0), "delta", "1.0"),
+        (lambda: gdp.epsilon_from_delta(-0.5, 1e-5), "mu", "-0.5"),
+        (lambda: gdp.mu_from_epsilon(1.0, 1.5), "delta", "1.5"),
+        (lambda: gdp.mu_from_epsilon(-1e-9, 1e-5), "epsilon", "-1e-09"),
+        (lambda: gdp.mu_from_epsilon("abc", 1e-5), "epsilon", "abc"),
+        (lambda: gdp.compose([1.0, -1.0]), "mu", "-1.0"),
+        (lambda: gdp.gaussian_mu(1.0, 0.0), "sigma", "0.0"),
+        (lambda: gdp.gaussian_mu(-1.0, 1.0), "sensitivity", "-1.0"),
+        (lambda: gdp.tradeoff(1.5, 1.0), "alpha", "1.5"),
+        (lambda: gdp.tradeoff(0.5, float("inf")), "mu", "inf"),
+    ],
+)
 def test_bad_input_names_value_and_range(call, name, value):
     with pytest.raises(PrivzvError) as info:
         call()

@@ -1,4 +1,5 @@
 """PrivacyLedger: spending grows, the budget is enforced, state survives, totals match account()."""
+
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ from privzv.ledger import BudgetExceeded, PrivacyLedger
 from privzv.release import HeadUpdate, Release, Schedule
 
 D, B = 100, 10
-RELEASE = Release(clip=1.0, batch_size=B, sigma=1.0)     # noise multiplier 5
+RELEASE = Release(clip=1.0, batch_size=B, sigma=1.0)  # noise multiplier 5
 
 
 def run_epochs(ledger, devices, epochs, batch=B, seed=0):
@@ -21,24 +22,31 @@ def run_epochs(ledger, devices, epochs, batch=B, seed=0):
         for device in range(devices):
             order = rng.permutation(D)
             for start in range(0, D, batch):
-                ledger.record(device, order[start:start + batch])
+                ledger.record(device, order[start : start + batch])
                 spent.append(ledger.epsilon_spent())
     return spent
 
 
-@pytest.mark.parametrize("threat, super_batch, accountant", [
-    ("device", None, "pld"), ("device", None, "rdp"), ("eavesdropper", None, "pld"),
-    ("eavesdropper", None, "best"),
-])
+@pytest.mark.parametrize(
+    "threat, super_batch, accountant",
+    [
+        ("device", None, "pld"),
+        ("device", None, "rdp"),
+        ("eavesdropper", None, "pld"),
+        ("eavesdropper", None, "best"),
+    ],
+)
 def test_full_run_matches_account(threat, super_batch, accountant):
-    schedule = Schedule(steps=2 * 2 * D // B, dataset_size=D, devices=2, threat=threat,
-                        super_batch=super_batch)
+    schedule = Schedule(
+        steps=2 * 2 * D // B, dataset_size=D, devices=2, threat=threat, super_batch=super_batch
+    )
     ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant=accountant)
     spent = run_epochs(ledger, devices=2, epochs=2)
     assert ledger.releases == schedule.steps
     assert np.all(np.diff(spent) >= 0) and spent[-1] > spent[0]
     assert ledger.epsilon_spent() == pytest.approx(
-        account(RELEASE, schedule, 1e-5, accountant).epsilon, rel=1e-12)
+        account(RELEASE, schedule, 1e-5, accountant).epsilon, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("accountant", ["seed", "gdp-clt"])
@@ -51,10 +59,9 @@ def test_a_ledger_refuses_an_accountant_that_is_not_a_rigorous_bound(accountant)
 
 
 def test_secret_subsampling_counts_super_batches():
-    schedule = Schedule(steps=2 * D // B, dataset_size=D, threat="secret-subsampling",
-                        super_batch=2 * B)
+    schedule = Schedule(steps=2 * D // B, dataset_size=D, threat="secret-subsampling", super_batch=2 * B)
     ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant="pld")
-    run_epochs(ledger, devices=1, epochs=4, batch=2 * B)   # 20 super-batches, 4 per record
+    run_epochs(ledger, devices=1, epochs=4, batch=2 * B)  # 20 super-batches, 4 per record
     assert ledger.releases == schedule.steps
     assert ledger.epsilon_spent() == pytest.approx(account(RELEASE, schedule, 1e-5).epsilon)
 
@@ -65,22 +72,23 @@ def test_device_epsilon_counts_the_worst_record_over_all_devices():
     assert ledger.epsilon_spent() == 0.0
     ledger.record(0, np.arange(B))
     one = ledger.epsilon_spent()
-    ledger.record(0, np.arange(B, 2 * B))    # other records: still one release per record
+    ledger.record(0, np.arange(B, 2 * B))  # other records: still one release per record
     assert ledger.epsilon_spent() == one
     # another device's release of the same records counts too: device 0's later deltas use
     # device 1's embeddings, whose model was trained on that release (privzv.threats)
     ledger.record(1, np.arange(B))
     two = ledger.epsilon_spent()
     assert two > one
-    assert two == pytest.approx(account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D),
-                                        1e-5, "pld").epsilon)
+    assert two == pytest.approx(
+        account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5, "pld").epsilon
+    )
 
 
 def test_refuses_a_release_over_budget_and_records_nothing():
     schedule = Schedule(steps=100, dataset_size=D)
     budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
     ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), accountant="pld")
-    run_epochs(ledger, devices=1, epochs=2)   # exactly two compositions per record: allowed
+    run_epochs(ledger, devices=1, epochs=2)  # exactly two compositions per record: allowed
     batch = np.arange(B)
     assert ledger.would_exceed(0, batch)
     before = ledger.state_dict()
@@ -110,13 +118,16 @@ def test_state_dict_roundtrip_through_json_continues_identically():
     assert restored.epsilon_spent() == ledger.epsilon_spent()
 
 
-@pytest.mark.parametrize("device, ids, bad", [
-    (2, np.arange(B), "device=2"),
-    (0, np.array([0, 0, 1]), "appears twice"),
-    (0, np.array([D]), "indices"),
-    (0, np.array([], dtype=int), "non-empty"),
-    (0, np.array([0.5]), "record indices"),
-])
+@pytest.mark.parametrize(
+    "device, ids, bad",
+    [
+        (2, np.arange(B), "device=2"),
+        (0, np.array([0, 0, 1]), "appears twice"),
+        (0, np.array([D]), "indices"),
+        (0, np.array([], dtype=int), "non-empty"),
+        (0, np.array([0.5]), "record indices"),
+    ],
+)
 def test_bad_records_are_refused(device, ids, bad):
     ledger = PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D, devices=2), 1e-5, 10.0)
     with pytest.raises(PrivzvError, match=bad):
@@ -133,8 +144,9 @@ def test_bad_construction_is_refused():
         PrivacyLedger.from_state_dict({"version": 99})
 
 
-HEADED = Release(clip=1.0, batch_size=B, head=HeadUpdate(clip=0.5, batch_size=B),
-                 head_share=0.8).with_noise_multiplier(3.0)
+HEADED = Release(
+    clip=1.0, batch_size=B, head=HeadUpdate(clip=0.5, batch_size=B), head_share=0.8
+).with_noise_multiplier(3.0)
 
 
 def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
@@ -142,7 +154,7 @@ def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
     run_epochs(ledger, devices=2, epochs=1)
     down, head = ledger.mechanisms()
     assert (down["mechanism"], head["mechanism"]) == ("downlink", "head")
-    assert down["count"] == head["count"] == 2      # the worst record: once per device's epoch
+    assert down["count"] == head["count"] == 2  # the worst record: once per device's epoch
     assert down["sigma"] == HEADED.sigma and head["sigma"] == HEADED.head.sigma
     assert head["sensitivity"] == 2 * 0.5 / B and down["sensitivity"] == 2 * 1.0 / B
     # the two noise multipliers combine into the round's: z^-2 = z_d^-2 + z_h^-2
@@ -151,8 +163,7 @@ def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
     summary = ledger.summary()
     assert summary["mechanisms"] == ledger.state_dict()["mechanisms"] == ledger.mechanisms()
     assert summary["epsilon_spent"] == ledger.epsilon_spent() and summary["compositions"] == 2
-    assert len(PrivacyLedger(RELEASE, Schedule(steps=4, dataset_size=D), 1e-5,
-                             1e3).mechanisms()) == 1
+    assert len(PrivacyLedger(RELEASE, Schedule(steps=4, dataset_size=D), 1e-5, 1e3).mechanisms()) == 1
 
 
 def _state(**changes):
@@ -163,23 +174,28 @@ def _state(**changes):
     return state
 
 
-@pytest.mark.parametrize("changes, named", [
-    ({"releases": "x"}, "releases='x'"),
-    ({"releases": -1}, "releases=-1"),
-    ({"releases": True}, "releases=True"),
-    ({"releases": 0}, "more than releases=0"),
-    ({"counts": "x"}, "counts"),
-    ({"counts": [[0] * D]}, "counts"),
-    ({"counts": [[0] * D, [-1] + [0] * (D - 1)]}, "counts"),
-    ({"counts": [[0] * D, [0.5] + [0] * (D - 1)]}, "counts"),
-    ({"counts": [[0] * D, [0] * (D - 1)]}, "counts"),
-    ({"release": {"clip": 1.0, "batch_size": B, "colour": 1}}, "release/schedule"),
-    ({"release": {"clip": "x", "batch_size": B}}, "clip='x'"),
-    ({"schedule": {"steps": 40, "dataset_size": D, "devices": 2, "device_steps": "ab"}},
-     "release/schedule|device_steps"),
-    ({"delta": "x"}, "delta='x'"),
-    ({"version": "1"}, "version"),
-])
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"releases": "x"}, "releases='x'"),
+        ({"releases": -1}, "releases=-1"),
+        ({"releases": True}, "releases=True"),
+        ({"releases": 0}, "more than releases=0"),
+        ({"counts": "x"}, "counts"),
+        ({"counts": [[0] * D]}, "counts"),
+        ({"counts": [[0] * D, [-1] + [0] * (D - 1)]}, "counts"),
+        ({"counts": [[0] * D, [0.5] + [0] * (D - 1)]}, "counts"),
+        ({"counts": [[0] * D, [0] * (D - 1)]}, "counts"),
+        ({"release": {"clip": 1.0, "batch_size": B, "colour": 1}}, "release/schedule"),
+        ({"release": {"clip": "x", "batch_size": B}}, "clip='x'"),
+        (
+            {"schedule": {"steps": 40, "dataset_size": D, "devices": 2, "device_steps": "ab"}},
+            "release/schedule|device_steps",
+        ),
+        ({"delta": "x"}, "delta='x'"),
+        ({"version": "1"}, "version"),
+    ],
+)
 def test_a_corrupt_state_is_a_privzv_error(changes, named):
     with pytest.raises(PrivzvError, match=named.replace("(", r"\(")):
         PrivacyLedger.from_state_dict(_state(**changes))

@@ -2,6 +2,7 @@
 stay counted, a pooled head's windows follow the head's own step count, a bit-identical seeded
 replay is counted once, a fresh (secure) draw twice. Each case is checked per record against the
 K_i = (1 - w) k_i + w sum c^2 of the head processes that really ran."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ from privzv.errors import PrivzvError
 from privzv.ledger import PrivacyLedger
 from privzv.release import HeadUpdate, Release, Schedule
 
-DELTA, M, B, D, Q = 1e-5, 4, 4, 40, 1     # s = 10 batches per epoch; a window is q M = 4 releases
+DELTA, M, B, D, Q = 1e-5, 4, 4, 40, 1  # s = 10 batches per epoch; a window is q M = 4 releases
 PER_EPOCH = -(-D // B)
 
 
@@ -37,7 +38,7 @@ def _head(releases, start, window, counted_from=0):
         window[ids] += 1
         if threats.window_closes(position, M, PER_EPOCH, Q):
             if position >= counted_from:
-                squares += window ** 2
+                squares += window**2
             window[:] = 0
     return squares, window
 
@@ -53,7 +54,7 @@ def _real_k(first, checkpoint, second, same):
     killed, _ = _head(first, 0, np.zeros(D))
     _, at_checkpoint = _head(first[:checkpoint], 0, np.zeros(D))
     resumed, open_ = _head(second, checkpoint, at_checkpoint, counted_from=checkpoint + same)
-    return (1 - w) * k + w * (killed + resumed + open_ ** 2)
+    return (1 - w) * k + w * (killed + resumed + open_**2)
 
 
 def _ledger_k(ledger):
@@ -74,19 +75,21 @@ def _killed_and_resumed(first, checkpoint, second, replayed):
     return ledger
 
 
-@pytest.mark.parametrize("discarded", [5, 6, 7, 9, 10, 11])    # discarded mod M in {1, 2, 3}
+@pytest.mark.parametrize("discarded", [5, 6, 7, 9, 10, 11])  # discarded mod M in {1, 2, 3}
 @pytest.mark.parametrize("checkpoint", [8, 10, 13])
 def test_seeded_replay_is_counted_once_and_windows_stay_the_heads(checkpoint, discarded):
     """Seeded noise: the resumed run re-makes the discarded releases; the ledger ends equal to an
     unkilled run's ledger, per record, and so does its epsilon."""
     walk = _walk(np.random.default_rng(checkpoint * 100 + discarded), 40)
-    ledger = _killed_and_resumed(walk[:checkpoint + discarded], checkpoint, walk[checkpoint:], True)
+    ledger = _killed_and_resumed(walk[: checkpoint + discarded], checkpoint, walk[checkpoint:], True)
     unkilled = _ledger()
     for m, ids in walk:
         unkilled.record(m, ids)
     assert ledger.state_dict() == unkilled.state_dict()
-    assert np.allclose(_ledger_k(ledger), _real_k(walk[:checkpoint + discarded], checkpoint,
-                                                  walk[checkpoint:], same=discarded))
+    assert np.allclose(
+        _ledger_k(ledger),
+        _real_k(walk[: checkpoint + discarded], checkpoint, walk[checkpoint:], same=discarded),
+    )
     assert ledger.epsilon_spent() == unkilled.epsilon_spent()
 
 
@@ -97,7 +100,7 @@ def test_secure_noise_replay_is_charged_again_with_the_heads_windows(checkpoint,
     both head processes (the killed one's closed windows, the resumed one's from the checkpoint's
     open window), never less."""
     walk = _walk(np.random.default_rng(checkpoint * 7 + discarded), 40)
-    first = walk[:checkpoint + discarded]
+    first = walk[: checkpoint + discarded]
     ledger = _killed_and_resumed(first, checkpoint, walk[checkpoint:], False)
     assert np.allclose(_ledger_k(ledger), _real_k(first, checkpoint, walk[checkpoint:], same=0))
     assert ledger.releases == len(first) + len(walk) - checkpoint
@@ -115,8 +118,8 @@ def test_a_seeded_replay_that_differs_ends_the_replay_and_keeps_the_rest_counted
     the discarded ones after it stay counted as made, windows where the killed head closed them."""
     rng = np.random.default_rng(same)
     walk = _walk(rng, 40)
-    first = walk[:8 + 7]
-    second = walk[8:8 + same] + [(p % M, rng.choice(D, B, replace=False)) for p in range(8 + same, 40)]
+    first = walk[: 8 + 7]
+    second = walk[8 : 8 + same] + [(p % M, rng.choice(D, B, replace=False)) for p in range(8 + same, 40)]
     ledger = _killed_and_resumed(first, 8, second, True)
     assert np.allclose(_ledger_k(ledger), _real_k(first, 8, second, same=same))
 

@@ -1,6 +1,7 @@
 """A DP head pooled over windows of the shared walk (HeadUpdate.window >= 1): its accounting per
 record (sum over windows of (1 - w) c + w c^2), the ledger's count of the same, and refusals
 where it is not accounted."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,7 @@ def _by_hand(release: Release, k: int, windows: list[int]) -> float:
     mu^2 = k / z_d^2 + sum c_w^2 / z_h^2, from the two sigmas."""
     z_d = release.sigma / release.sensitivity
     z_h = release.head.sigma / release.head.sensitivity
-    mu = math.sqrt(k / z_d ** 2 + sum(c * c for c in windows) / z_h ** 2)
+    mu = math.sqrt(k / z_d**2 + sum(c * c for c in windows) / z_h**2)
     return accountants.gdp_epsilon(mu, DELTA)
 
 
@@ -64,7 +65,7 @@ def test_the_open_window_counts_as_released_and_the_state_round_trips():
     state = ledger.state_dict()
     back = PrivacyLedger.from_state_dict(state)
     assert back.epsilon_spent() == ledger.epsilon_spent()
-    for led in (ledger, back):   # the window is still open after the restore: c goes 2 -> 3
+    for led in (ledger, back):  # the window is still open after the restore: c goes 2 -> 3
         led.record(0, [0, 2])
         assert led.epsilon_spent() == pytest.approx(_by_hand(release, 3, [3]), rel=1e-12)
     bad = dict(state, window_counts=[9] * 8)
@@ -86,17 +87,20 @@ def _walk_ledger(release: Release, schedule: Schedule, seed: int) -> PrivacyLedg
         epoch, pos = divmod(j, per_epoch)
         if epoch not in perms:
             perms[epoch] = rng.permutation(d)
-        ledger.record(t % m, perms[epoch][pos * b:(pos + 1) * b])
+        ledger.record(t % m, perms[epoch][pos * b : (pos + 1) * b])
     return ledger
 
 
-@pytest.mark.parametrize("d, b, m, t, q", [
-    (20, 4, 2, 50, 2),      # s = 5: the epoch's last window is one walk index
-    (21, 4, 3, 61, 4),      # a partial last batch and a partial last walk index
-    (16, 4, 4, 64, 1),      # a window per walk index
-    (30, 3, 1, 47, 3),      # one device
-    (12, 5, 2, 19, 10),     # q > s: one window per epoch
-])
+@pytest.mark.parametrize(
+    "d, b, m, t, q",
+    [
+        (20, 4, 2, 50, 2),  # s = 5: the epoch's last window is one walk index
+        (21, 4, 3, 61, 4),  # a partial last batch and a partial last walk index
+        (16, 4, 4, 64, 1),  # a window per walk index
+        (30, 3, 1, 47, 3),  # one device
+        (12, 5, 2, 19, 10),  # q > s: one window per epoch
+    ],
+)
 def test_the_accountant_equals_the_ledger_of_the_walk(d, b, m, t, q):
     release = _release(batch=b, devices=m, q=q, share=0.7)
     schedule = Schedule(steps=t, dataset_size=d, devices=m)
@@ -117,36 +121,41 @@ def test_the_calibrated_pooled_release_meets_the_target_for_every_accountant():
         assert result.epsilon <= 1.0
         noised = release.with_noise_multiplier(result.noise_multiplier)
         assert accounting.account(noised, schedule, DELTA, name).epsilon == pytest.approx(
-            result.epsilon, rel=1e-9)
+            result.epsilon, rel=1e-9
+        )
     exact = accounting.calibrate(1.0, DELTA, release, schedule, "pld")
     k = threats.pooled_compositions(release, schedule)
-    assert math.sqrt(k) / exact.noise_multiplier == pytest.approx(mu_from_epsilon(1.0, DELTA),
-                                                                  rel=1e-6)
+    assert math.sqrt(k) / exact.noise_multiplier == pytest.approx(mu_from_epsilon(1.0, DELTA), rel=1e-6)
 
 
 def test_rdp_of_an_effective_count_is_one_gaussian_at_z_over_sqrt_k():
     exp = threats.Exposure(10.5, None)
     one = threats.Exposure(1, None)
     got = accountants.rdp_epsilon(3.0, exp, "replace-one", DELTA)
-    assert got == pytest.approx(accountants.rdp_epsilon(3.0 / math.sqrt(10.5), one,
-                                                        "replace-one", DELTA), rel=1e-12)
+    assert got == pytest.approx(
+        accountants.rdp_epsilon(3.0 / math.sqrt(10.5), one, "replace-one", DELTA), rel=1e-12
+    )
     assert accountants.rdp_epsilon(3.0, threats.Exposure(10, None), "replace-one", DELTA) < got
 
 
 def test_pooled_counts_are_the_worst_record_of_the_formula():
     """K = sum_e f(#{m : e s < n_m}); with a window per round (q = 0) the exposure is k."""
     release = _release(batch=4, devices=3, q=2, share=0.5)
-    schedule = Schedule(steps=31, dataset_size=20, devices=3)   # n = (11, 10, 10), s = 5
+    schedule = Schedule(steps=31, dataset_size=20, devices=3)  # n = (11, 10, 10), s = 5
     f = threats.window_load
-    assert threats.pooled_compositions(release, schedule) == pytest.approx(
-        f(3, 0.5) + f(3, 0.5) + f(1, 0.5))
+    assert threats.pooled_compositions(release, schedule) == pytest.approx(f(3, 0.5) + f(3, 0.5) + f(1, 0.5))
     flat = dataclasses.replace(release, head=dataclasses.replace(release.head, window=0))
     assert threats.exposure(flat, schedule).compositions == 7
 
 
-@pytest.mark.parametrize("change", [dict(threat="eavesdropper"),
-                                    dict(threat="secret-subsampling", super_batch=8),
-                                    dict(device_steps=(5, 3))])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(threat="eavesdropper"),
+        dict(threat="secret-subsampling", super_batch=8),
+        dict(device_steps=(5, 3)),
+    ],
+)
 def test_a_pooled_head_is_refused_where_it_is_not_accounted(change):
     release = _release(batch=4, devices=2, q=2)
     schedule = Schedule(steps=8, dataset_size=20, devices=2, **change)
@@ -169,16 +178,30 @@ def test_calibrate_and_account_take_the_head_window(capsys):
 
     from privzv.cli import main
 
-    common = ["--delta", "1e-5", "--steps", "1800", "--dataset-size", "1437", "--batch-size",
-              "32", "--clip", "0.1", "--head-clip", "1", "--devices", "4", "--head-window", "4"]
+    common = [
+        "--delta",
+        "1e-5",
+        "--steps",
+        "1800",
+        "--dataset-size",
+        "1437",
+        "--batch-size",
+        "32",
+        "--clip",
+        "0.1",
+        "--head-clip",
+        "1",
+        "--devices",
+        "4",
+        "--head-window",
+        "4",
+    ]
     assert main(["calibrate", "--epsilon", "1", *common, "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    release = Release(clip=0.1, batch_size=32,
-                      head=HeadUpdate(clip=1.0, batch_size=32 * 4 * 4, window=4))
+    release = Release(clip=0.1, batch_size=32, head=HeadUpdate(clip=1.0, batch_size=32 * 4 * 4, window=4))
     schedule = Schedule(steps=1800, dataset_size=1437, devices=4)
     want = accounting.calibrate(1.0, DELTA, release, schedule)
-    assert got["sigma"] == pytest.approx(want.sigma) and got["head_sigma"] == pytest.approx(
-        want.head_sigma)
+    assert got["sigma"] == pytest.approx(want.sigma) and got["head_sigma"] == pytest.approx(want.head_sigma)
     assert got["compositions"] == threats.pooled_compositions(release, schedule)
     assert main(["account", "--sigma", repr(got["sigma"]), *common, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["epsilon"] == pytest.approx(1.0, rel=1e-9)

@@ -1,6 +1,7 @@
 """privzv.rdp: dp-accounting's RDP accountant for the (Poisson-sampled) Gaussian, over arrays and
 without importing dp-accounting, must give dp-accounting's epsilon; and the accounting path
 (pld, rdp, best) must not import dp-accounting at all (its import costs about 2 s)."""
+
 import itertools
 import math
 import subprocess
@@ -72,18 +73,28 @@ def test_integer_orders_match_40_digit_arithmetic(q, z):
 
     mpmath.mp.dps = 40
     for alpha in (2, 3, 10, 33, 63, 256):
-        exact = mpmath.log(mpmath.fsum(
-            mpmath.binomial(alpha, i) * mpmath.mpf(q) ** i * (1 - mpmath.mpf(q)) ** (alpha - i)
-            * mpmath.e ** (mpmath.mpf(i * i - i) / (2 * mpmath.mpf(z) ** 2))
-            for i in range(alpha + 1))) / (alpha - 1)
+        exact = mpmath.log(
+            mpmath.fsum(
+                mpmath.binomial(alpha, i)
+                * mpmath.mpf(q) ** i
+                * (1 - mpmath.mpf(q)) ** (alpha - i)
+                * mpmath.e ** (mpmath.mpf(i * i - i) / (2 * mpmath.mpf(z) ** 2))
+                for i in range(alpha + 1)
+            )
+        ) / (alpha - 1)
         ours = rdp.gaussian_rdp(z, [alpha], q)[0]
         assert ours == pytest.approx(float(exact), rel=1e-12), alpha
 
 
 def test_conversion_is_dp_accountings_including_its_corner_cases():
     orders = rdp.DEFAULT_ORDERS
-    for values in (np.zeros(len(orders)), np.full(len(orders), 1e-30), orders * 0.01,
-                   orders * 1e3, np.where(orders > 5, np.inf, orders)):
+    for values in (
+        np.zeros(len(orders)),
+        np.full(len(orders), 1e-30),
+        orders * 0.01,
+        orders * 1e3,
+        np.where(orders > 5, np.inf, orders),
+    ):
         for delta in (0.0, 1e-300, 1e-12, 0.5):
             theirs = dpa_rdp.compute_epsilon(orders, values, delta)[0]
             assert rdp.epsilon(orders, values, delta) == pytest.approx(theirs, rel=1e-13)
@@ -112,7 +123,8 @@ def test_the_accounting_path_does_not_import_dp_accounting():
         "account(release.with_noise_multiplier(result.noise_multiplier), schedule, 1e-5, 'rdp')\n"
         "assert 'dp_accounting' not in sys.modules, sorted(m for m in sys.modules if "
         "m.startswith('dp_accounting'))\n"
-        "print(result.noise_multiplier)\n")
+        "print(result.noise_multiplier)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) > 0
@@ -131,14 +143,25 @@ def test_round_off_in_the_fractional_series_never_gives_epsilon_0():
     values = rdp.gaussian_rdp(z, rdp.DEFAULT_ORDERS, q)
     assert np.all(values > 0)
     assert rdp.epsilon(rdp.DEFAULT_ORDERS, values, delta) > 0
-    orders = np.array([1.5, 2.0])      # a negative value is left out, not read as epsilon 0
-    assert rdp.epsilon(orders, np.array([-1e-27, 1e-3]), 1e-5) == rdp.epsilon(
-        orders, np.array([math.inf, 1e-3]), 1e-5) > 0
+    orders = np.array([1.5, 2.0])  # a negative value is left out, not read as epsilon 0
+    assert (
+        rdp.epsilon(orders, np.array([-1e-27, 1e-3]), 1e-5)
+        == rdp.epsilon(orders, np.array([math.inf, 1e-3]), 1e-5)
+        > 0
+    )
 
 
-@pytest.mark.parametrize("q, z, alpha", [(0.01, 50.0, 1.1), (0.01, 50.0, 2.5), (0.1, 1.0, 1.5),
-                                         (0.1, 1.0, 7.3), (256 / 60000, 0.8, 3.7),
-                                         (2.933456125188687e-08, 2154.3697114701895, 1.3)])
+@pytest.mark.parametrize(
+    "q, z, alpha",
+    [
+        (0.01, 50.0, 1.1),
+        (0.01, 50.0, 2.5),
+        (0.1, 1.0, 1.5),
+        (0.1, 1.0, 7.3),
+        (256 / 60000, 0.8, 3.7),
+        (2.933456125188687e-08, 2154.3697114701895, 1.3),
+    ],
+)
 def test_fractional_orders_bound_the_exact_renyi_divergence(q, z, alpha):
     """log A_alpha = log E_{x ~ N(0, z^2)} (1 - q + q e^{(2x - 1) / (2 z^2)})^alpha (Mironov,
     Talwar & Zhang 2019, add-remove, sensitivity 1) by 40-digit quadrature: privzv's trapezoid

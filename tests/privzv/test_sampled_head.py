@@ -1,6 +1,7 @@
 """A head trained on a secret Poisson sample of the table (HeadUpdate.sampling_rate): its
 accounting is the downlink releases composed with T_h Poisson-sampled head steps, which must
 equal dp-accounting's own composition of the same events; the ledger and ``account`` agree."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,10 +31,12 @@ def _reference(m: mixture.Mixture, neighbors: str):
 
     replace = neighbors == "replace-one"
     scale = 2.0 if replace else 1.0
-    relation = (dpa.NeighboringRelation.REPLACE_ONE if replace
-                else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    events = [dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
-        m.head_rate, dpa.GaussianDpEvent(scale * m.z_head)), m.head_steps)]
+    relation = dpa.NeighboringRelation.REPLACE_ONE if replace else dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
+    events = [
+        dpa.SelfComposedDpEvent(
+            dpa.PoissonSampledDpEvent(m.head_rate, dpa.GaussianDpEvent(scale * m.z_head)), m.head_steps
+        )
+    ]
     if m.downlink is not None:
         down = dpa.GaussianDpEvent(scale * m.z_down)
         if m.downlink.sampling_rate is not None:
@@ -43,18 +46,18 @@ def _reference(m: mixture.Mixture, neighbors: str):
     pld = dpa.pld.PLDAccountant(neighboring_relation=relation, value_discretization_interval=1e-4)
     pld.compose(event)
     rdp = None
-    if not replace:   # dp-accounting's RDP refuses a sampled replace-one event
+    if not replace:  # dp-accounting's RDP refuses a sampled replace-one event
         acc = dpa.rdp.RdpAccountant(neighboring_relation=relation)
         acc.compose(event)
         rdp = acc.get_epsilon(DELTA)
     return pld.get_epsilon(DELTA), rdp
 
 
-SETTINGS = [   # (downlink exposure or None, z_d, T_h, q_h, z_h, neighbors)
+SETTINGS = [  # (downlink exposure or None, z_d, T_h, q_h, z_h, neighbors)
     (Exposure(80, None), 40.0, 4000, 0.005, 1.5, "add-remove"),
     (Exposure(80, None), 40.0, 4000, 0.005, 1.5, "replace-one"),
-    (None, 1.0, 2000, 0.02, 1.2, "add-remove"),            # withheld downlink: the head alone
-    (Exposure(500, 0.02), 3.0, 500, 0.02, 2.0, "add-remove"),   # eavesdropper: both sampled
+    (None, 1.0, 2000, 0.02, 1.2, "add-remove"),  # withheld downlink: the head alone
+    (Exposure(500, 0.02), 3.0, 500, 0.02, 2.0, "add-remove"),  # eavesdropper: both sampled
     (Exposure(40, None), 20.0, 12000, 0.005, 1.0, "replace-one"),  # staged head composition
 ]
 
@@ -87,8 +90,7 @@ def test_adding_the_downlink_costs_privacy():
 def test_calibrate_meets_the_target_and_the_export_agrees(threat, neighbors):
     import dp_accounting as dpa
 
-    release, schedule = _release(neighbors), Schedule(steps=400, dataset_size=1000, devices=4,
-                                                      threat=threat)
+    release, schedule = _release(neighbors), Schedule(steps=400, dataset_size=1000, devices=4, threat=threat)
     result = accounting.calibrate(2.0, DELTA, release, schedule, "best")
     assert result.epsilon <= 2.0 and result.epsilon == pytest.approx(2.0, rel=1e-3)
     assert result.head_steps == 400 and result.head_sampling_rate == 0.02
@@ -103,14 +105,15 @@ def test_the_head_share_moves_noise_between_the_mechanisms():
     schedule = Schedule(steps=400, dataset_size=1000, devices=4)
     low, high = (accounting.calibrate(2.0, DELTA, _release(share=s), schedule) for s in (0.5, 0.99))
     z = [_release(share=s).split(r.noise_multiplier) for s, r in ((0.5, low), (0.99, high))]
-    assert z[0][0] < z[1][0] and z[0][1] > z[1][1]   # more of the budget to the head: z_h drops
+    assert z[0][0] < z[1][0] and z[0][1] > z[1][1]  # more of the budget to the head: z_h drops
 
 
 def test_a_withheld_downlink_is_the_head_alone():
     schedule = Schedule(steps=400, dataset_size=1000, devices=4)
     result = accounting.calibrate(1.0, DELTA, _release(share=1.0), schedule, "pld")
-    alone = accountants.pld_epsilon(result.noise_multiplier, Exposure(400, 0.02), "add-remove",
-                                    DELTA, 1e-4)   # privzv's accountant of one sampled mechanism
+    alone = accountants.pld_epsilon(
+        result.noise_multiplier, Exposure(400, 0.02), "add-remove", DELTA, 1e-4
+    )  # privzv's accountant of one sampled mechanism
     assert alone == pytest.approx(result.epsilon, rel=2e-4)
 
 
@@ -128,7 +131,7 @@ def test_the_ledger_of_the_walk_equals_account(threat):
         j = r // m
         if j % per_epoch == 0 and r % m == 0:
             perm = rng.permutation(d)
-        ledger.record(r % m, perm[(j % per_epoch) * b:(j % per_epoch + 1) * b])
+        ledger.record(r % m, perm[(j % per_epoch) * b : (j % per_epoch + 1) * b])
     expected = accounting.account(release, schedule, DELTA, "best").epsilon
     assert ledger.epsilon_spent() == pytest.approx(expected, rel=1e-12)
     assert ledger.head_steps() == t
@@ -145,6 +148,6 @@ def test_the_ledger_stops_when_head_steps_alone_exceed_the_budget():
     ledger = PrivacyLedger(release.with_noise_multiplier(z), schedule, DELTA, 1.0, accountant="best")
     recorded = 0
     while not ledger.would_exceed(0, [0]) and recorded < 100:
-        ledger.record(0, [0])   # the downlink is withheld: only the head steps count
+        ledger.record(0, [0])  # the downlink is withheld: only the head steps count
         recorded += 1
     assert recorded == 10

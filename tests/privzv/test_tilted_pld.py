@@ -1,6 +1,7 @@
 """privzv.tilted_pld: the tilted FFT composition must be dp-accounting's composition where that
 one is accurate, keep an entrywise upper bound on the true masses where it is not (its tails
 near delta 1e-12), and give epsilons on the safe side of the exact ones, within 0.1%."""
+
 import math
 
 import numpy as np
@@ -15,10 +16,18 @@ Q = 256 / 60000
 
 def _single(sd, q=Q, replace_one=False, disc=1e-4):
     """One release's PLD (privzv.gaussian_pmf's first direction) as a dp-accounting object."""
-    pmf = gaussian_pmf.release_pmf(sd, sampling_prob=q, kind="replace" if replace_one
-                                   else "remove", discretization=disc, log_truncation=-60.0)
-    return pld.PrivacyLossDistribution(pld_pmf.DensePLDPmf(
-        pmf.discretization, pmf.lower, pmf.probs, pmf.infinity_mass, pessimistic_estimate=True))
+    pmf = gaussian_pmf.release_pmf(
+        sd,
+        sampling_prob=q,
+        kind="replace" if replace_one else "remove",
+        discretization=disc,
+        log_truncation=-60.0,
+    )
+    return pld.PrivacyLossDistribution(
+        pld_pmf.DensePLDPmf(
+            pmf.discretization, pmf.lower, pmf.probs, pmf.infinity_mass, pessimistic_estimate=True
+        )
+    )
 
 
 def _tilted(dense, times, delta):
@@ -40,14 +49,18 @@ def test_untilted_composition_is_dp_accountings_fft(times):
     dense = _single(1.2, replace_one=True)._pmf_remove.to_dense_pmf()
     theirs = dense.self_compose(times, tail_mass_truncation=1e-16)
     ours = tilted_pld.self_compose_once(
-        tilted_pld.tilt(dense._discretization, dense._lower_loss, dense._probs,
-                        dense._infinity_mass, 0.0), times, 1e-16, 10 ** 9)
+        tilted_pld.tilt(dense._discretization, dense._lower_loss, dense._probs, dense._infinity_mass, 0.0),
+        times,
+        1e-16,
+        10**9,
+    )
     start = ours.lower - theirs._lower_loss
     assert start >= 0 and start + len(ours.probs) <= len(theirs._probs)
-    outside = np.concatenate((theirs._probs[:start], theirs._probs[start + len(ours.probs):]))
-    assert np.all(np.abs(outside) <= 1e-16)   # nothing but round-off left out
-    np.testing.assert_allclose(_true(ours), theirs._probs[start:start + len(ours.probs)],
-                               rtol=0, atol=1e-15)
+    outside = np.concatenate((theirs._probs[:start], theirs._probs[start + len(ours.probs) :]))
+    assert np.all(np.abs(outside) <= 1e-16)  # nothing but round-off left out
+    np.testing.assert_allclose(
+        _true(ours), theirs._probs[start : start + len(ours.probs)], rtol=0, atol=1e-15
+    )
     assert ours.infinity_mass == pytest.approx(theirs._infinity_mass, rel=1e-12)
     with pytest.raises(tilted_pld.GridTooLarge):
         tilted_pld.self_compose_once(ours, times, 1e-16, len(ours.probs) - 1)
@@ -63,9 +76,9 @@ def test_tilted_composition_bounds_every_mass_where_plain_fft_loses_the_tail():
     exact = probs.astype(np.longdouble)
     for _ in range(times - 1):
         exact = np.convolve(exact, probs.astype(np.longdouble))
-    tilted = tilted_pld.self_compose_once(_tilted(dense, times, 1e-12), times, 1e-30, 10 ** 9)
+    tilted = tilted_pld.self_compose_once(_tilted(dense, times, 1e-12), times, 1e-30, 10**9)
     start = tilted.lower - dense._lower_loss * times
-    exact = exact[start:start + len(tilted.probs)].astype(float)
+    exact = exact[start : start + len(tilted.probs)].astype(float)
     assert np.all(tilted.masses() >= exact * (1 - 1e-13))
     big = tilted.probs > 1e-6 * tilted.probs.max()
     np.testing.assert_allclose(_true(tilted)[big], exact[big], rtol=1e-8)
@@ -78,8 +91,7 @@ def test_tilted_composition_bounds_every_mass_where_plain_fft_loses_the_tail():
 def test_coarsening_keeps_both_masses_and_dominates(factor, t):
     """The split keeps the upper mass sum p and the lower mass sum p e^-l, and every
     hockey-stick divergence grows (the old pair is a post-processing of the new one)."""
-    for dense in (_single(1.0, q=0.05, disc=1e-3)._pmf_remove,
-                  _single(1.0, q=0.05, disc=1e-3)._pmf_add):
+    for dense in (_single(1.0, q=0.05, disc=1e-3)._pmf_remove, _single(1.0, q=0.05, disc=1e-3)._pmf_add):
         dense = dense.to_dense_pmf()
         fine = tilted_pld.tilt(dense._discretization, dense._lower_loss, dense._probs, 0.0, t)
         coarse = tilted_pld.coarsen(fine, factor)
@@ -87,7 +99,8 @@ def test_coarsening_keeps_both_masses_and_dominates(factor, t):
         f, c = _true(fine), _true(coarse)
         assert c.sum() == pytest.approx(f.sum(), rel=1e-12)
         assert np.sum(c * np.exp(-coarse.losses)) == pytest.approx(
-            np.sum(f * np.exp(-fine.losses)), rel=1e-12)
+            np.sum(f * np.exp(-fine.losses)), rel=1e-12
+        )
         assert c.min() >= 0.0
         eps = np.linspace(fine.losses[0] - 0.01, fine.losses[-1] + 0.01, 400)
         assert np.all(_delta(coarse.losses, c, eps) >= _delta(fine.losses, f, eps) - 1e-15)
@@ -107,7 +120,7 @@ def test_composed_gaussians_are_exact_gdp_from_above_within_0_1_percent(k, disc,
     must give an epsilon above the exact one and within 0.1% of it, down to delta 1e-12."""
     z = math.sqrt(k) / 0.8
     dense = _single(z, q=1.0, disc=disc)._pmf_remove.to_dense_pmf()
-    composed = tilted_pld.self_compose(_tilted(dense, k, delta), k, 1e-4 * delta / 3, 10 ** 7)
+    composed = tilted_pld.self_compose(_tilted(dense, k, delta), k, 1e-4 * delta / 3, 10**7)
     ours = tilted_pld.epsilon(composed, delta)
     exact = gdp.epsilon_from_delta(0.8, delta)
     assert exact <= ours <= exact * (1 + 1e-3)
@@ -123,19 +136,20 @@ def test_two_stage_composition_is_an_upper_bound_close_to_the_direct_one():
     k = 20_000
     for delta in (1e-5, 1e-12):
         tilted = _tilted(dense, k, delta)
-        staged = tilted_pld.self_compose(tilted, k, 1e-17, 10 ** 8)
-        direct = tilted_pld.self_compose_once(tilted, k, 1e-17, 10 ** 8)
+        staged = tilted_pld.self_compose(tilted, k, 1e-17, 10**8)
+        direct = tilted_pld.self_compose_once(tilted, k, 1e-17, 10**8)
         ours, theirs = (tilted_pld.epsilon(p, delta) for p in (staged, direct))
         assert theirs * (1 - 1e-12) <= ours <= theirs * (1 + 1e-3)
         assert staged.infinity_mass <= direct.infinity_mass + 3e-17
     assert staged.discretization == pytest.approx(2e-5 * math.isqrt(math.isqrt(k)))
     plain = pld.PrivacyLossDistribution(dense.self_compose(k, 1e-17))
     assert plain.get_epsilon_for_delta(1e-5) == pytest.approx(
-        tilted_pld.epsilon(direct_at(dense, k, 1e-5), 1e-5), rel=1e-6)
+        tilted_pld.epsilon(direct_at(dense, k, 1e-5), 1e-5), rel=1e-6
+    )
 
 
 def direct_at(dense, k, delta):
-    return tilted_pld.self_compose_once(_tilted(dense, k, delta), k, 1e-17, 10 ** 8)
+    return tilted_pld.self_compose_once(_tilted(dense, k, delta), k, 1e-17, 10**8)
 
 
 def test_saddle_tilt_of_a_gaussian_pld_is_its_closed_form():
@@ -160,7 +174,7 @@ def test_fft_power_round_off_bound_holds(n, times):
     p = x / x.sum()
     size = fft.next_fast_len(n * times, real=True)
     spectrum = fft.rfft(p, size)
-    powered_spectrum = spectrum ** times
+    powered_spectrum = spectrum**times
     out = fft.irfft(powered_spectrum, size)
     exact = fft.irfft(fft.rfft(p.astype(np.longdouble), size) ** times, size)
     error = float(np.max(np.abs(out - exact)))
@@ -171,7 +185,7 @@ def test_fft_power_round_off_bound_holds(n, times):
         assert error > eps * math.log2(size) * float(np.linalg.norm(out))
 
 
-@pytest.mark.parametrize("times, stages", [(17, 1), (1000, 1), (141 ** 2, 2)])
+@pytest.mark.parametrize("times, stages", [(17, 1), (1000, 1), (141**2, 2)])
 def test_composed_points_counts_the_largest_fft_before_it_runs(times, stages, monkeypatch):
     """composed_points (what pld sizes its grids by, issue 22 item 8) is the number of points of
     the largest composition self_compose then runs, uncapped: exactly that for one stage, and
@@ -186,7 +200,7 @@ def test_composed_points_counts_the_largest_fft_before_it_runs(times, stages, mo
 
     monkeypatch.setattr(tilted_pld, "self_compose_once", once)
     counted = tilted_pld.composed_points(tilted, times, 1e-16)
-    tilted_pld.self_compose(tilted, times, 1e-16, 10 ** 9)
+    tilted_pld.self_compose(tilted, times, 1e-16, 10**9)
     assert len(sizes) == stages
     if stages == 1:
         assert counted == sizes[0]

@@ -1,5 +1,6 @@
 """Tiny inline parties for the training tests (no dataset files, a few hundred records), as
 fixtures that return factories (the suite runs with --import-mode=importlib)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,27 +17,37 @@ from privzv.training.config import TrainConfig
 from privzv.training.data import VerticalDataset
 
 
-def _tiny_dataset(records: int = 96, devices: int = 2, features: int = 3, classes: int = 3,
-                 seed: int = 0) -> VerticalDataset:
+def _tiny_dataset(
+    records: int = 96, devices: int = 2, features: int = 3, classes: int = 3, seed: int = 0
+) -> VerticalDataset:
     """Gaussian features whose class shifts the mean; 'breast-cancer' builds the small MLPs."""
     gen = torch.Generator().manual_seed(seed)
     y = torch.randint(0, classes, (records,), generator=gen)
     xs = [torch.randn(records, features, generator=gen) + y[:, None].float() for _ in range(devices)]
-    return VerticalDataset("breast-cancer", xs, y, [x[:32] for x in xs], y[:32], classes,
-                           partition="inline test features")
+    return VerticalDataset(
+        "breast-cancer", xs, y, [x[:32] for x in xs], y[:32], classes, partition="inline test features"
+    )
 
 
 def _tiny_config(**changes) -> TrainConfig:
-    base = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, epochs=1, embed_dim=4,
-                       seed=3, evals=1)
+    base = TrainConfig(
+        dataset="breast-cancer", devices=2, batch_size=8, epochs=1, embed_dim=4, seed=3, evals=1
+    )
     return dataclasses.replace(base, **changes)
 
 
-def _tiny_scheduler(dataset: VerticalDataset | None = None, sigma: float = 0.0, ledger=None,
-                    release=None, secret_seed: int = 11, **changes):
+def _tiny_scheduler(
+    dataset: VerticalDataset | None = None,
+    sigma: float = 0.0,
+    ledger=None,
+    release=None,
+    secret_seed: int = 11,
+    **changes,
+):
     dataset = dataset or _tiny_dataset(devices=changes.get("devices", 2))
-    return run.build(_tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, release=release,
-                     secret_seed=secret_seed)
+    return run.build(
+        _tiny_config(**changes), dataset, ledger=ledger, sigma=sigma, release=release, secret_seed=secret_seed
+    )
 
 
 @pytest.fixture
@@ -83,7 +94,7 @@ def cli_process():
 
     def start(argv) -> int:
         pid = os.fork()
-        if pid == 0:   # the child: run, then leave without pytest's clean-up
+        if pid == 0:  # the child: run, then leave without pytest's clean-up
             code = 1
             try:
                 with open(os.devnull, "w") as null:
@@ -92,6 +103,7 @@ def cli_process():
             finally:
                 os._exit(code)
         return pid
+
     return start
 
 

@@ -1,5 +1,6 @@
 """The issue-10 bottleneck grid (benchmarks/bench_bottleneck.py) runs the cells docs/results.md
 reports: the whole-budget control, today's DP-head defaults, no cell on the tuning seed."""
+
 import importlib.util
 import json
 import math
@@ -20,7 +21,9 @@ _spec.loader.exec_module(bench)
 
 
 def _config(row, name="digits", epsilon=5.0, seed=0):
-    return bench.row_config(row, bench.SETTINGS[name], epsilon, seed, bench.DPZV_RATE[name], bench.FO_RATE[name])
+    return bench.row_config(
+        row, bench.SETTINGS[name], epsilon, seed, bench.DPZV_RATE[name], bench.FO_RATE[name]
+    )
 
 
 @pytest.mark.parametrize("name", list(bench.SETTINGS))
@@ -31,7 +34,7 @@ def test_the_control_is_the_same_dpzv_run_frozen_with_the_whole_budget_on_the_he
         assert (dpzv.freeze, dpzv.head_share) == (None, 0.5)
         same = {k: v for k, v in dpzv.to_dict().items() if k not in ("freeze", "head_share")}
         assert same == {k: v for k, v in frozen.to_dict().items() if k not in ("freeze", "head_share")}
-    assert _config("frozen", name, math.inf).head_share == 0.5   # no budget to place without noise
+    assert _config("frozen", name, math.inf).head_share == 0.5  # no budget to place without noise
 
 
 def test_private_rows_take_todays_head_defaults_not_a_pinned_head_clip():
@@ -41,13 +44,16 @@ def test_private_rows_take_todays_head_defaults_not_a_pinned_head_clip():
             c = _config(row, name)
             assert c.head_clip is None and c.head_window is None
             assert c.threat == "device" and c.accountant == "pld" and c.delta == 1e-5
-            assert defaults.with_clip(c).head_clip == (defaults.tuned.lookup(c.dataset, c.method, c.server_kind)
-                                                       or {}).get("head_clip", defaults.HEAD_CLIP)
+            assert defaults.with_clip(c).head_clip == (
+                defaults.tuned.lookup(c.dataset, c.method, c.server_kind) or {}
+            ).get("head_clip", defaults.HEAD_CLIP)
         assert head.window(_config("dpzv", name)) == head.window(_config("frozen", name))
 
 
 def test_rows_exist_where_they_are_defined():
-    assert _config("fo-plain", epsilon=5.0) is None and _config("fo-plain", epsilon=math.inf).epsilon == math.inf
+    assert (
+        _config("fo-plain", epsilon=5.0) is None and _config("fo-plain", epsilon=math.inf).epsilon == math.inf
+    )
     assert _config("fo-vector", epsilon=math.inf) is None and _config("rr-prior", epsilon=math.inf) is None
     fo = _config("fo-plain", epsilon=math.inf)
     assert fo.lr_device == fo.lr_server == bench.FO_RATE["digits"]
@@ -62,7 +68,7 @@ def test_the_grid_refuses_the_tuning_seed_and_runs_important_cells_first(tmp_pat
     order = list(bench.cells(list(bench.SETTINGS), [0, 1, 2], bench.EPSILONS, bench.ROWS))
     assert len(order) == len(set(order))
     first = [c for c in order if c[1] in ("dpzv", "frozen") and c[2] in (5.0, math.inf)]
-    assert order[:len(first)] == first
+    assert order[: len(first)] == first
     assert {(c[0], c[3]) for c in first} == {(n, s) for n in bench.SETTINGS for s in (0, 1, 2)}
 
 
@@ -78,9 +84,22 @@ def test_report_pairs_gains_per_seed_and_reads_each_lines_own_setting(tmp_path):
     lines = []
     for seed, (dz, fz) in enumerate(((0.50, 0.40), (0.45, 0.42))):
         for row, acc in (("dpzv", dz), ("frozen", fz)):
-            lines.append({"key": bench.key("digits", row, 5.0, seed), "setting": "digits", "row": row,
-                          "epsilon": 5.0, "seed": seed, "final": acc, "best": acc, "bytes": 10,
-                          "diverged": False, "z_downlink": 6.0, "wall_seconds": 1.0, "setting_params": params})
+            lines.append(
+                {
+                    "key": bench.key("digits", row, 5.0, seed),
+                    "setting": "digits",
+                    "row": row,
+                    "epsilon": 5.0,
+                    "seed": seed,
+                    "final": acc,
+                    "best": acc,
+                    "bytes": 10,
+                    "diverged": False,
+                    "z_downlink": 6.0,
+                    "wall_seconds": 1.0,
+                    "setting_params": params,
+                }
+            )
     out.write_text("".join(json.dumps(x) + "\n" for x in lines))
     rep = bench.report(out)
     (v,) = rep["paired_gain"]

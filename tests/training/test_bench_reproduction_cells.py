@@ -1,5 +1,6 @@
 """The whole-run reproduction grid (benchmarks/bench_reproduction.py) names the runs docs/results.md
 reports: private runs leave the server rate to the DP head, the reference uses default rates."""
+
 import importlib.util
 import math
 import sys
@@ -11,7 +12,7 @@ from privzv.training.tuned import HPARAMS
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_reproduction.py"
 _spec = importlib.util.spec_from_file_location("bench_reproduction", _PATH)
 bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench   # dataclasses look their module up there
+sys.modules[_spec.name] = bench  # dataclasses look their module up there
 _spec.loader.exec_module(bench)
 
 
@@ -23,7 +24,7 @@ def test_private_cells_drop_the_tuned_server_rate_and_keep_clip_and_device_rate(
             continue
         h = HPARAMS[("digits", c.method)]
         assert (c.clip, c.lr_device) == (h["clip"], h["lr_device"])
-        keeps = math.isinf(c.epsilon) or c.method == "vafl"   # vafl's head is not DP
+        keeps = math.isinf(c.epsilon) or c.method == "vafl"  # vafl's head is not DP
         assert c.lr_server == (h["lr_server"] if keeps else None)
         private = math.isfinite(c.epsilon)
         assert c.head_clip == (h.get("head_clip") if private else None)
@@ -39,8 +40,9 @@ def test_frozen_control_at_every_epsilon_and_reference_at_default_rates():
     refs = [c for c in cells if c.variant == bench.REFERENCE]
     cls = methods.get("fo-vector")
     assert {c.seed for c in refs} == set(bench.SEEDS)
-    assert all(math.isinf(c.epsilon) and (c.lr_device, c.lr_server) == (cls.LR_DEVICE, cls.LR_SERVER)
-               for c in refs)
+    assert all(
+        math.isinf(c.epsilon) and (c.lr_device, c.lr_server) == (cls.LR_DEVICE, cls.LR_SERVER) for c in refs
+    )
 
 
 def test_results_rows_are_strict_json():

@@ -1,5 +1,6 @@
 """The training config declared once (issue 22 item 2): every field's checks, JSON types, CLI
 flags and docs/cli.md's reference come from its declaration in ``TrainConfig``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,8 @@ def test_the_docs_reference_is_the_declaration():
 
 def test_a_toy_field_reaches_the_parser_the_checks_the_json_types_and_the_reference():
     toy = dataclasses.make_dataclass(
-        "Toy", [("toy_knob", int, schema.field(3, "a toy knob", low=1, cap=9))], bases=(TrainConfig,))
+        "Toy", [("toy_knob", int, schema.field(3, "a toy knob", low=1, cap=9))], bases=(TrainConfig,)
+    )
     parser = cliutil.Parser(prog="toy")
     schema.add_flags(parser, toy)
     args = parser.parse_args(["--toy-knob", "5", "--devices", "2"])
@@ -50,7 +52,7 @@ def test_flags_and_caps_are_derived_from_the_declaration():
     options = {o for a in parser._actions for o in a.option_strings}
     assert {f.label for f in FIELDS if f.spec.flag} <= options
     assert CAPS == {f.name: f.spec.cap for f in FIELDS if f.spec.cap is not None}
-    assert TrainConfig().validate() == TrainConfig()   # every default passes its own declaration
+    assert TrainConfig().validate() == TrainConfig()  # every default passes its own declaration
 
 
 @pytest.mark.parametrize("f", NUMERIC, ids=lambda f: f.name)
@@ -64,7 +66,7 @@ def test_bool_is_not_a_number(f):
 def test_integers_beyond_float_range_are_refused_by_name(f, sign):
     shown = f"{'-' if sign < 0 else ''}<an integer of 1329 bits>"
     with pytest.raises(PrivzvError, match=f"^{f.label} {shown}: must be within float range"):
-        TrainConfig(**{f.name: sign * 10 ** 400}).validate()
+        TrainConfig(**{f.name: sign * 10**400}).validate()
 
 
 @pytest.mark.parametrize("f", FLOATS, ids=lambda f: f.name)
@@ -78,7 +80,7 @@ def test_nan_and_unallowed_infinities_are_refused_by_name(f):
 
 def test_a_list_field_checks_its_items():
     with pytest.raises(PrivzvError, match=r"^activation \[2 items\]: item <an integer of 1329 bits>"):
-        TrainConfig(devices=2, activation=[10 ** 400, 0.5]).validate()
+        TrainConfig(devices=2, activation=[10**400, 0.5]).validate()
     with pytest.raises(PrivzvError, match=r"^activation \[2 items\]: item True: must be a number"):
         TrainConfig(devices=2, activation=[True, 0.5]).validate()
     assert TrainConfig(devices=2, activation=[0.25, 0.75]).validate()
@@ -92,7 +94,7 @@ def test_cross_field_rules_are_named_in_one_list():
         TrainConfig(head_share=1.0).validate()
 
 
-HOSTILE = [True, 10 ** 400, -10 ** 400, math.nan, math.inf, -math.inf, "x", [1], {}, None, object()]
+HOSTILE = [True, 10**400, -(10**400), math.nan, math.inf, -math.inf, "x", [1], {}, None, object()]
 
 
 @pytest.mark.parametrize("f", FIELDS, ids=lambda f: f.name)
@@ -105,4 +107,5 @@ def test_any_value_of_any_field_is_accepted_as_declared_or_a_privzv_error(f):
         except PrivzvError:
             continue
         assert (value is None and f.optional) or (
-            isinstance(value, f.kinds) and (isinstance(value, bool) == (bool in f.kinds))), value
+            isinstance(value, f.kinds) and (isinstance(value, bool) == (bool in f.kinds))
+        ), value

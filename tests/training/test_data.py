@@ -1,4 +1,5 @@
 """Vertical datasets: partitions, data-independent preprocessing, file loaders, errors."""
+
 import gzip
 import pickle
 import sys
@@ -26,6 +27,7 @@ def close(tensor, array):
 
 
 # ------------------------------------------------------------------ embedded datasets
+
 
 def test_digits_row_bands_shapes_and_fixed_pixel_scale():
     ds = data.load("digits", 4)
@@ -112,14 +114,14 @@ def _no_network(monkeypatch):
 def test_mnist1d_segments_classes_and_no_network(monkeypatch, tmp_path):
     pytest.importorskip("mnist1d")
     _no_network(monkeypatch)
-    monkeypatch.chdir(tmp_path)          # the package's cache path would land here: it must not
-    data._mnist1d_arrays.cache_clear()   # generate now, under the network ban
+    monkeypatch.chdir(tmp_path)  # the package's cache path would land here: it must not
+    data._mnist1d_arrays.cache_clear()  # generate now, under the network ban
     ds = data.load("mnist1d", 4)
     assert [tuple(x.shape) for x in ds.x_train] == [(4000, 1, 10)] * 4
     assert [tuple(x.shape) for x in ds.x_test] == [(1000, 1, 10)] * 4
     assert ds.num_classes == 10 and set(ds.y_train.tolist()) == set(range(10))
     assert all(x.dtype == torch.float32 for x in ds.x_train) and ds.y_train.dtype == torch.int64
-    assert list(tmp_path.iterdir()) == []   # nothing written (no pickle cache)
+    assert list(tmp_path.iterdir()) == []  # nothing written (no pickle cache)
     raw_train, y, raw_test, _ = data._mnist1d_arrays()
     assert torch.equal(ds.y_train, torch.as_tensor(y))
     # device 2 holds values 20..29 of every signal, as generated, clipped to [-6, 6]
@@ -156,10 +158,16 @@ def test_mnist1d_without_the_package_is_a_clear_error(monkeypatch):
     data._mnist1d_arrays.cache_clear()
 
 
-@pytest.mark.parametrize("name, devices, match", [
-    ("digits", 9, "at most 8"), ("breast-cancer", 31, "at most 30"), ("digits", 0, ">= 1"),
-    ("digits", 2.0, "integer"), ("imagenet", 2, "allowed are digits"),
-])
+@pytest.mark.parametrize(
+    "name, devices, match",
+    [
+        ("digits", 9, "at most 8"),
+        ("breast-cancer", 31, "at most 30"),
+        ("digits", 0, ">= 1"),
+        ("digits", 2.0, "integer"),
+        ("imagenet", 2, "allowed are digits"),
+    ],
+)
 def test_bad_arguments(name, devices, match):
     with pytest.raises(PrivzvError, match=match):
         data.load(name, devices)
@@ -175,6 +183,7 @@ def test_file_datasets_need_a_data_dir(name, tmp_path):
 
 # ------------------------------------------------------------------ MNIST files
 
+
 def write_idx(path, array, compress):
     header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
     payload = header + array.astype(np.uint8).tobytes()
@@ -187,8 +196,12 @@ def write_idx(path, array, compress):
 
 def fake_mnist(n_train=12, n_test=5):
     rng = np.random.default_rng(0)
-    return (rng.integers(0, 256, (n_train, 28, 28)), rng.integers(0, 10, n_train),
-            rng.integers(0, 256, (n_test, 28, 28)), rng.integers(0, 10, n_test))
+    return (
+        rng.integers(0, 256, (n_train, 28, 28)),
+        rng.integers(0, 10, n_train),
+        rng.integers(0, 256, (n_test, 28, 28)),
+        rng.integers(0, 10, n_test),
+    )
 
 
 def check_mnist_bands(ds, arrays, devices=7):
@@ -202,9 +215,15 @@ def check_mnist_bands(ds, arrays, devices=7):
     assert np.array_equal(ds.y_train.numpy(), y_train) and np.array_equal(ds.y_test.numpy(), y_test)
 
 
-@pytest.mark.parametrize("compress, names, sub", [
-    (True, 0, ""), (False, 0, ""), (False, 1, "MNIST/raw"), (True, 1, "MNIST/raw"),
-])
+@pytest.mark.parametrize(
+    "compress, names, sub",
+    [
+        (True, 0, ""),
+        (False, 0, ""),
+        (False, 1, "MNIST/raw"),
+        (True, 1, "MNIST/raw"),
+    ],
+)
 def test_mnist_idx_files(tmp_path, compress, names, sub):
     arrays = fake_mnist()
     folder = tmp_path / sub
@@ -216,8 +235,10 @@ def test_mnist_idx_files(tmp_path, compress, names, sub):
 
 def test_mnist_npz(tmp_path):
     arrays = fake_mnist()
-    np.savez(tmp_path / "mnist.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"),
-                                                 (a.astype(np.uint8) for a in arrays))))
+    np.savez(
+        tmp_path / "mnist.npz",
+        **dict(zip(("x_train", "y_train", "x_test", "y_test"), (a.astype(np.uint8) for a in arrays))),
+    )
     check_mnist_bands(data.load("mnist", 7, data_dir=tmp_path), arrays)
     check_mnist_bands(data.load("mnist", 4, data_dir=tmp_path), arrays, devices=4)
 
@@ -233,13 +254,14 @@ def test_mnist_missing_files_are_named(tmp_path):
 
 
 def test_mnist_corrupt_idx_is_a_clear_error(tmp_path):
-    for key, names in data.MNIST_IDX_FILES.items():
+    for names in data.MNIST_IDX_FILES.values():
         (tmp_path / names[0]).write_bytes(b"\x00\x00\x08\x03" + (1000).to_bytes(4, "big") * 3)
     with pytest.raises(PrivzvError, match="IDX header"):
         data.load("mnist", 7, data_dir=tmp_path)
 
 
 # ------------------------------------------------------------------ CIFAR-10 files
+
 
 def write_cifar(folder, per_batch=3):
     rng = np.random.default_rng(1)
@@ -294,6 +316,7 @@ def test_cifar10_pickle_cannot_run_code(tmp_path):
 
 # ------------------------------------------------------------------ bad data is refused at load time
 
+
 def save_npz(folder, arrays):
     np.savez(folder / "mnist.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"), arrays)))
 
@@ -310,18 +333,21 @@ def _inf_pixel(a):
     return (a[0], a[1], x, a[3])
 
 
-@pytest.mark.parametrize("change, match", [
-    (_nan_pixel, "train features: 1 NaN or infinite"),
-    (_inf_pixel, "test features: 1 NaN or infinite"),
-    (lambda a: (a[0], np.where(a[1] == a[1][0], 10, a[1]), a[2], a[3]), r"labels: range \[\d+, 10\]"),
-    (lambda a: (a[0], a[1], a[2], a[3] - 20), r"test labels: range \[-\d+"),
-    (lambda a: (a[0], a[1] + 0.5, a[2], a[3]), "train labels: must be integers"),
-    (lambda a: (a[0], a[1] > 4, a[2], a[3]), "train labels: must be integers"),
-    (lambda a: (a[0], a[1][:-1], a[2], a[3]), r"train labels: shape \[11\] does not match 12"),
-    (lambda a: (a[0], a[1], a[2][:, :27], a[3]), r"x_test has shape \[5, 27, 28\]"),
-    (lambda a: (a[0].astype(complex), *a[1:]), "dtype complex128 is not a real number"),
-    (lambda a: (a[0][:0], a[1][:0], a[2], a[3]), "train split: no records"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_nan_pixel, "train features: 1 NaN or infinite"),
+        (_inf_pixel, "test features: 1 NaN or infinite"),
+        (lambda a: (a[0], np.where(a[1] == a[1][0], 10, a[1]), a[2], a[3]), r"labels: range \[\d+, 10\]"),
+        (lambda a: (a[0], a[1], a[2], a[3] - 20), r"test labels: range \[-\d+"),
+        (lambda a: (a[0], a[1] + 0.5, a[2], a[3]), "train labels: must be integers"),
+        (lambda a: (a[0], a[1] > 4, a[2], a[3]), "train labels: must be integers"),
+        (lambda a: (a[0], a[1][:-1], a[2], a[3]), r"train labels: shape \[11\] does not match 12"),
+        (lambda a: (a[0], a[1], a[2][:, :27], a[3]), r"x_test has shape \[5, 27, 28\]"),
+        (lambda a: (a[0].astype(complex), *a[1:]), "dtype complex128 is not a real number"),
+        (lambda a: (a[0][:0], a[1][:0], a[2], a[3]), "train split: no records"),
+    ],
+)
 def test_bad_npz_content_is_refused(tmp_path, change, match):
     save_npz(tmp_path, change(fake_mnist()))
     with pytest.raises(PrivzvError, match=match):
@@ -343,14 +369,17 @@ def _object_array(path):
     np.savez(path, x_train=np.array([None, 1], dtype=object), y_train=a[1], x_test=a[2], y_test=a[3])
 
 
-@pytest.mark.parametrize("spoil, match", [
-    (_truncated, "corrupt or truncated .npz"),
-    (lambda p: p.write_bytes(b"\x00garbage" * 10), "corrupt or truncated .npz"),
-    (lambda p: p.write_bytes(b""), "corrupt or truncated .npz"),
-    (lambda p: np.save(open(p, "wb"), np.zeros(3)), r"not an .npz archive"),
-    (_object_array, "corrupt or truncated .npz"),
-    (lambda p: np.savez(p, x_train=np.zeros(3)), "missing y_train, x_test, y_test"),
-])
+@pytest.mark.parametrize(
+    "spoil, match",
+    [
+        (_truncated, "corrupt or truncated .npz"),
+        (lambda p: p.write_bytes(b"\x00garbage" * 10), "corrupt or truncated .npz"),
+        (lambda p: p.write_bytes(b""), "corrupt or truncated .npz"),
+        (lambda p: np.save(open(p, "wb"), np.zeros(3)), r"not an .npz archive"),
+        (_object_array, "corrupt or truncated .npz"),
+        (lambda p: np.savez(p, x_train=np.zeros(3)), "missing y_train, x_test, y_test"),
+    ],
+)
 def test_corrupt_npz_is_refused(tmp_path, spoil, match):
     save_npz(tmp_path, fake_mnist())
     spoil(tmp_path / "mnist.npz")
@@ -361,16 +390,21 @@ def test_corrupt_npz_is_refused(tmp_path, spoil, match):
 def write_mnist_idx(folder, arrays, compress=True):
     for key, array in zip(("x_train", "y_train", "x_test", "y_test"), arrays):
         write_idx(folder / data.MNIST_IDX_FILES[key][0], array, compress)
-    return {key: folder / (data.MNIST_IDX_FILES[key][0] + (".gz" if compress else ""))
-            for key in data.MNIST_IDX_FILES}
+    return {
+        key: folder / (data.MNIST_IDX_FILES[key][0] + (".gz" if compress else ""))
+        for key in data.MNIST_IDX_FILES
+    }
 
 
-@pytest.mark.parametrize("key, payload, match", [
-    ("x_train", "truncate-gz", "corrupt or truncated file"),
-    ("y_test", b"not gzip at all", "corrupt or truncated file"),
-    ("y_train", "empty-gz", "not an IDX file"),
-    ("x_test", "header-only", "IDX header truncated"),
-])
+@pytest.mark.parametrize(
+    "key, payload, match",
+    [
+        ("x_train", "truncate-gz", "corrupt or truncated file"),
+        ("y_test", b"not gzip at all", "corrupt or truncated file"),
+        ("y_train", "empty-gz", "not an IDX file"),
+        ("x_test", "header-only", "IDX header truncated"),
+    ],
+)
 def test_corrupt_idx_gz_is_refused(tmp_path, key, payload, match):
     paths = write_mnist_idx(tmp_path, fake_mnist())
     path = paths[key]
@@ -400,19 +434,23 @@ def _cifar(batch):
     def spoil(path):
         with open(path, "wb") as f:
             pickle.dump(batch, f)
+
     return spoil
 
 
-@pytest.mark.parametrize("spoil, match", [
-    (lambda p: p.write_bytes(p.read_bytes()[:100]), "data_batch_2: not a CIFAR-10 python batch"),
-    (lambda p: p.write_bytes(b""), "data_batch_2: corrupt or truncated CIFAR-10 batch"),
-    (_cifar([1, 2, 3]), "dict with b'data' array"),
-    (_cifar({b"data": np.zeros((3, 3072), np.float32), b"labels": [0, 1, 2]}), "float32"),
-    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1]}), "2 labels for 3 images"),
-    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [[0], [1, 2], 3]}), "flat list"),
-    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1, 10]}), r"labels: range \[0, 10\]"),
-    (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": ["a", "b", "c"]}), "must be integers"),
-])
+@pytest.mark.parametrize(
+    "spoil, match",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:100]), "data_batch_2: not a CIFAR-10 python batch"),
+        (lambda p: p.write_bytes(b""), "data_batch_2: corrupt or truncated CIFAR-10 batch"),
+        (_cifar([1, 2, 3]), "dict with b'data' array"),
+        (_cifar({b"data": np.zeros((3, 3072), np.float32), b"labels": [0, 1, 2]}), "float32"),
+        (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1]}), "2 labels for 3 images"),
+        (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [[0], [1, 2], 3]}), "flat list"),
+        (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 1, 10]}), r"labels: range \[0, 10\]"),
+        (_cifar({b"data": np.zeros((3, 3072), np.uint8), b"labels": ["a", "b", "c"]}), "must be integers"),
+    ],
+)
 def test_corrupt_cifar_batches_are_refused(tmp_path, spoil, match):
     write_cifar(tmp_path / "cifar-10-batches-py")
     spoil(tmp_path / "cifar-10-batches-py" / "data_batch_2")
@@ -421,6 +459,7 @@ def test_corrupt_cifar_batches_are_refused(tmp_path, spoil, match):
 
 
 # ------------------------------------------------------------------ preprocessing: no record moves another
+
 
 def _changed_bunch(loader, index_of_train, field):
     """``loader``'s bunch with one training record's features replaced by the maximum value."""
@@ -435,8 +474,10 @@ def _changed_bunch(loader, index_of_train, field):
     return bunch, i
 
 
-@pytest.mark.parametrize("name, loader, field", [
-    ("digits", "load_digits", "images"), ("breast-cancer", "load_breast_cancer", "data")])
+@pytest.mark.parametrize(
+    "name, loader, field",
+    [("digits", "load_digits", "images"), ("breast-cancer", "load_breast_cancer", "data")],
+)
 def test_changing_one_training_record_moves_no_other_record(monkeypatch, name, loader, field):
     """Preprocessing is a fixed map: replacing one training record's features leaves every other
     record's preprocessed features (train and test) bit-identical, so no release whose batch does
@@ -461,7 +502,7 @@ def test_breast_cancer_ranges_are_the_published_ones():
     from sklearn.datasets import load_breast_cancer
 
     descr = load_breast_cancer().DESCR
-    table = descr[descr.index("Min    Max"):].split("\n")[2:32]
+    table = descr[descr.index("Min    Max") :].split("\n")[2:32]
     published = np.array([[float(v) for v in line.split(":")[1].split()] for line in table])
     assert np.array_equal(published[:, 0], data.BREAST_CANCER.lo)
     assert np.array_equal(published[:, 1], data.BREAST_CANCER.hi)

@@ -1,5 +1,6 @@
 """Defaults the trainer applies (tuned C and rates, the size-normalised ZO step, momentum), and
 what a run reports about itself: the best evaluation, the whole curve, divergence."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +27,7 @@ def test_tuned_values_are_applied_and_saved_with_their_source(tmp_path):
     # the sweep ran without ZO device momentum; the run's 0.9 keeps eta / (1 - mu)
     assert saved["config"]["device_momentum"] == 0.9
     assert saved["config"]["lr_device"] == pytest.approx(entry["lr_device"] * 0.1)
-    assert saved["config"]["lr_server"] is None       # private: the DP head's own default rate
+    assert saved["config"]["lr_server"] is None  # private: the DP head's own default rate
     assert "tuned.py" in saved["defaults"]["clip"]["source"]
     assert "DP head" in saved["defaults"]["lr_server"]["source"]
     assert "clip 0.1 (training/tuned.py" in lines[0] and summary["sigma"] > 0
@@ -46,11 +47,11 @@ def test_untuned_setting_gets_c_10_and_the_size_normalised_zo_rate(monkeypatch):
     monkeypatch.setattr(tuned, "lookup", lambda *a: None)
     ds = data.load("digits", 4)
     resolved, sources = defaults.resolve(TrainConfig(dataset="digits", devices=4, embed_dim=2), ds)
-    d = 16 * 32 + 32 + 32 * 2 + 2          # the device MLP: 2x8 pixels -> 32 -> 2
+    d = 16 * 32 + 32 + 32 * 2 + 2  # the device MLP: 2x8 pixels -> 32 -> 2
     assert resolved.clip == 10.0 and resolved.lr_device == pytest.approx(defaults.ZO_RATE / math.sqrt(d))
     assert f"d = {d}" in sources["lr_device"]["source"]
     fo, _ = defaults.resolve(TrainConfig(dataset="digits", devices=4, method="fo-vector"), ds)
-    assert fo.lr_device is None              # first-order devices keep their method's default
+    assert fo.lr_device is None  # first-order devices keep their method's default
 
 
 def _zo_default_rate(ds, embed_dim):
@@ -65,7 +66,7 @@ def test_a_given_c_other_than_the_tuned_one_drops_the_tuned_rates():
     entry = tuned.lookup("digits", "dpzv", "mlp")
     resolved, sources = defaults.resolve(TrainConfig(**SMALL, clip=10.0), ds)
     assert resolved.lr_device == pytest.approx(_zo_default_rate(ds, 16))
-    assert resolved.lr_device < entry["lr_device"] * 0.1 / 2     # not the tuned 0.003
+    assert resolved.lr_device < entry["lr_device"] * 0.1 / 2  # not the tuned 0.003
     assert resolved.lr_server is None and resolved.head_clip == entry["head_clip"]
     for name in defaults.RATES:
         assert "swept at C 0.1, this run has C 10" in sources[name]["source"]
@@ -92,8 +93,22 @@ def test_another_embedding_size_than_the_sweeps_drops_the_tuned_rates_not_c():
 def test_cli_prints_why_the_tuned_rates_were_not_taken(tmp_path, capsys):
     from privzv.cli import main
 
-    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--batch-size", "64",
-            "--clip", "10", "--no-transcripts", "--out", str(tmp_path / "r")]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--epochs",
+        "0.05",
+        "--batch-size",
+        "64",
+        "--clip",
+        "10",
+        "--no-transcripts",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     assert main(args) == 0
     err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if x.startswith("lr_device"))
@@ -119,8 +134,15 @@ def test_default_zo_step_moves_the_weights_by_at_most_zo_rate_times_c(embed_dim,
 # the issue's digits case: accuracy and test loss at some of the evaluations of run.train(
 # TrainConfig(dataset="digits", devices=4, epochs=40, embed_dim=2, evals=20, transcripts=False,
 # lr_device=0.03, device_momentum=0.0, clip=10.0, seed=0), out, secret_seed=1)
-ISSUE_CURVE = [(0, 0.167, 2.299), (720, 0.517, 3.42), (1080, 0.578, 2.487), (1800, 0.286, 2.458),
-               (3600, 0.192, 2.154), (5400, 0.183, 4.917), (7200, 0.211, 5.202)]
+ISSUE_CURVE = [
+    (0, 0.167, 2.299),
+    (720, 0.517, 3.42),
+    (1080, 0.578, 2.487),
+    (1800, 0.286, 2.458),
+    (3600, 0.192, 2.154),
+    (5400, 0.183, 4.917),
+    (7200, 0.211, 5.202),
+]
 
 
 def _rows(curve):
@@ -165,8 +187,20 @@ def test_cli_prints_the_chosen_values_and_a_divergence_warning(tmp_path, capsys,
     from privzv.cli import main
 
     monkeypatch.setattr(divergence, "collapse", lambda rows, chance, tip: {"reason": "training diverged: x"})
-    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
-            "--no-transcripts", "--out", str(tmp_path / "r")]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--epochs",
+        "0.2",
+        "--batch-size",
+        "64",
+        "--no-transcripts",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     assert "values chosen for this run:" in captured.err and "lr_device" in captured.err
@@ -194,7 +228,11 @@ def test_the_tuned_head_clip_is_applied_and_the_fallback_elsewhere(monkeypatch):
     assert resolved.head_clip == entry["head_clip"] == defaults.with_clip(config).head_clip
     assert "tuned.py" in sources["head_clip"]["source"]
     monkeypatch.setattr(tuned, "lookup", lambda *a: None)
-    assert defaults.resolve(config, ds)[0].head_clip == defaults.HEAD_CLIP == defaults.with_clip(config).head_clip
+    assert (
+        defaults.resolve(config, ds)[0].head_clip
+        == defaults.HEAD_CLIP
+        == defaults.with_clip(config).head_clip
+    )
 
 
 def test_rates_picked_for_private_runs_do_not_apply_without_noise():
@@ -205,10 +243,10 @@ def test_rates_picked_for_private_runs_do_not_apply_without_noise():
     entry = tuned.lookup("digits", "vafl", "mlp")
     assert ("digits", "vafl") in tuned.PRIVATE_RATES
     plain, sources = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl"}), ds)
-    assert plain.lr_device is None and plain.lr_server is None   # the method's own (0.05)
+    assert plain.lr_device is None and plain.lr_server is None  # the method's own (0.05)
     assert "picked for private runs" in sources["lr_device"]["source"]
     assert plain.clip == entry["clip"]
     private, _ = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl", "epsilon": 1.0}), ds)
     assert private.lr_device == entry["lr_device"] and private.clip == entry["clip"]
-    dpzv, _ = defaults.resolve(TrainConfig(**SMALL), ds)   # dpzv's rates are not marked
+    dpzv, _ = defaults.resolve(TrainConfig(**SMALL), ds)  # dpzv's rates are not marked
     assert dpzv.lr_device == pytest.approx(tuned.lookup("digits", "dpzv", "mlp")["lr_device"] * 0.1)

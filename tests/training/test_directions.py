@@ -1,16 +1,18 @@
 """DPZV with K perturbation directions: one K-vector per record clipped to L2 norm C, noise
 N(0, sigma^2 I_K), sensitivity 2C/B whatever K; the device steps along the K directions."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privzv.errors import PrivzvError
 from privzv.training import zo
-from privzv.training.messages import Message, SERVER
+from privzv.training.messages import SERVER, Message
 from privzv.training.methods import dpzv
 
 K, B, CLIP = 3, 8, 0.5
@@ -78,7 +80,7 @@ def test_the_k_deltas_are_clipped_as_one_vector_not_per_coordinate(tiny_schedule
     c = method.clipped_mean(server, 0, stale, labels, down, h, kept)
     gap = float((a - c).norm())
     assert gap <= 2 * CLIP / B * (1 + 1e-5)
-    assert gap > CLIP / B * 1.01        # the clip binds: the test can tell a vector from coordinates
+    assert gap > CLIP / B * 1.01  # the clip binds: the test can tell a vector from coordinates
 
 
 def test_the_noise_is_sigma_per_coordinate_and_independent(tiny_scheduler):
@@ -87,16 +89,26 @@ def test_the_noise_is_sigma_per_coordinate_and_independent(tiny_scheduler):
     gen = torch.Generator().manual_seed(2)
     h_plus, h_minus = torch.randn(B, K, 4, generator=gen), torch.randn(B, K, 4, generator=gen)
     sched.method.train_server = False
-    clean = sched.method.clipped_mean(sched.server, 0, sched.server.table.gather(torch.arange(B)),
-                                      sched.server.labels[:B], h_plus, h_minus,
-                                      torch.ones(B, dtype=torch.bool))
-    noise = torch.stack([sched.method.server_reply(sched.server, _uplink(h_plus, h_minus))["delta"]
-                         for _ in range(draws)]).double() - clean.double()
-    se = sigma / math.sqrt(2 * draws)                        # s.e. of a sample std
-    assert noise.std(0).sub(sigma).abs().max() < 5 * se      # sigma each coordinate (not sigma*sqrt(K))
+    clean = sched.method.clipped_mean(
+        sched.server,
+        0,
+        sched.server.table.gather(torch.arange(B)),
+        sched.server.labels[:B],
+        h_plus,
+        h_minus,
+        torch.ones(B, dtype=torch.bool),
+    )
+    noise = (
+        torch.stack(
+            [sched.method.server_reply(sched.server, _uplink(h_plus, h_minus))["delta"] for _ in range(draws)]
+        ).double()
+        - clean.double()
+    )
+    se = sigma / math.sqrt(2 * draws)  # s.e. of a sample std
+    assert noise.std(0).sub(sigma).abs().max() < 5 * se  # sigma each coordinate (not sigma*sqrt(K))
     assert noise.mean(0).abs().max() < 5 * sigma / math.sqrt(draws)
     corr = torch.corrcoef(noise.T)
-    assert (corr - torch.eye(K, dtype=corr.dtype)).abs().max() < 5 / math.sqrt(draws)   # independent
+    assert (corr - torch.eye(K, dtype=corr.dtype)).abs().max() < 5 / math.sqrt(draws)  # independent
 
 
 def test_k_directions_send_k_pairs_and_update_along_their_average(tiny_scheduler):
@@ -105,7 +117,7 @@ def test_k_directions_send_k_pairs_and_update_along_their_average(tiny_scheduler
     w0 = device.flat.clone()
     up = method.device_send(device, torch.arange(B))
     assert up["h_plus"].shape == up["h_minus"].shape == (B, K, 4)
-    seeds, norms = device.scratch["seeds"], device.scratch["norms"]
+    seeds = device.scratch["seeds"]
     assert seeds[0] == device.step_seed() and len(set(seeds)) == K
     assert sched.recorder.transcripts["device0"].select("local", "seed")[-1].fields["seed"].tolist() == seeds
     # each direction's forwards ran at w +- lam u_k
@@ -116,7 +128,7 @@ def test_k_directions_send_k_pairs_and_update_along_their_average(tiny_scheduler
             for sign, name in ((1, "h_plus"), (-1, "h_minus")):
                 device.flat.copy_(w0 + sign * method.lam * u)
                 assert torch.allclose(device.model(x), up[name][:, k], atol=1e-5)
-    device.flat.copy_(w0 - method.lam * zo.direction(w0, seeds[-1]))   # where send left it
+    device.flat.copy_(w0 - method.lam * zo.direction(w0, seeds[-1]))  # where send left it
     deltas = torch.tensor([0.5, -1.0, 2.0])
     method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": deltas}))
     step = sum(float(d) * zo.direction(w0, s).double() for d, s in zip(deltas, seeds)) / K
@@ -128,7 +140,7 @@ def test_k_directions_with_momentum_and_an_abort(tiny_scheduler):
     device, method = sched.devices[0], sched.method
     w0 = device.flat.clone()
     method.device_send(device, torch.arange(B))
-    method.device_abort(device)                                   # a refused uplink: move back
+    method.device_abort(device)  # a refused uplink: move back
     assert torch.allclose(device.flat, w0, rtol=0, atol=1e-6)
     device.scratch.clear()
     method.device_send(device, torch.arange(B))

@@ -1,5 +1,6 @@
 """The server head's DP update (training/methods/head.py): per-example gradients, clipping,
 sensitivity, noise, and which runs make it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,7 @@ def test_per_example_gradients_equal_one_backward_per_record():
     got = head.per_example_gradients(module, rows, labels)
     for i in range(B):
         module.zero_grad()
-        head.losses(module, [r[i:i + 1] for r in rows], labels[i:i + 1]).sum().backward()
+        head.losses(module, [r[i : i + 1] for r in rows], labels[i : i + 1]).sum().backward()
         want = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
         assert torch.allclose(got[i], want, atol=1e-6)
 
@@ -45,7 +46,7 @@ def test_the_noiseless_private_gradient_is_the_clipped_sum_over_b(clip):
     scale = torch.clamp(clip / norms, max=1.0)
     assert torch.allclose(step.private_gradient(rows, labels), (per * scale[:, None]).sum(0) / B, atol=1e-6)
     if clip == 1e-3:
-        assert (norms > clip).all()    # every row clipped: the bound bites
+        assert (norms > clip).all()  # every row clipped: the bound bites
 
 
 def test_replacing_one_record_moves_the_head_gradient_by_at_most_2ch_over_b():
@@ -54,7 +55,7 @@ def test_replacing_one_record_moves_the_head_gradient_by_at_most_2ch_over_b():
     module, rows, labels = _setup()
     with torch.no_grad():
         for p in module.parameters():
-            p.mul_(50.0)                 # huge per-example gradients; some NaN-free, all clipped
+            p.mul_(50.0)  # huge per-example gradients; some NaN-free, all clipped
     dp = HeadUpdate(clip=1e-2, batch_size=B, sigma=0.0)
     step = head.FirstOrderHead(module, 0.1, 0.0, dp, SeededNoise(0, "t"))
     base = step.private_gradient(rows, labels)
@@ -77,7 +78,7 @@ def test_the_noise_has_std_sigma_per_coordinate_and_comes_from_the_servers_gener
     noise = SeededNoise(4, "server")
     step = head.FirstOrderHead(module, 0.1, 0.0, dp, noise)
     empty = [r[:0] for r in rows]
-    g = step.private_gradient(empty, labels[:0])      # an empty batch: pure noise, still released
+    g = step.private_gradient(empty, labels[:0])  # an empty batch: pure noise, still released
     assert g.numel() > 500 and abs(float(g.std()) - 0.7) < 0.07 and abs(float(g.mean())) < 0.07
     replay = SeededNoise(4, "server").gaussian((g.numel(),), 0.7)
     assert torch.equal(g, replay)
@@ -90,7 +91,7 @@ def test_a_dp_step_moves_the_head_by_lr_times_the_private_gradient():
     step = head.FirstOrderHead(module, 0.05, 0.0, dp, SeededNoise(1, "s"))
     step.step(rows, labels)
     after = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-    same = _setup()[0]                                   # the same initial head
+    same = _setup()[0]  # the same initial head
     want = head.FirstOrderHead(same, 0.05, 0.0, dp, SeededNoise(1, "s")).private_gradient(rows, labels)
     assert torch.allclose(after, before - 0.05 * want, atol=1e-6)
 
@@ -113,19 +114,23 @@ def test_the_zo_head_derivative_is_clipped_per_example_with_sensitivity_2ch_over
 
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector", "czofo", "zoo-vfl"])
 def test_a_private_run_whose_head_trains_makes_a_dp_head_update(method, tiny_config):
-    config = tiny_config(method=method, epsilon=2.0, head_clip=0.5, head_share=0.6,
-                         head_sampling="batch")   # the comparison; the sampled head: test_sampled_head
+    config = tiny_config(
+        method=method, epsilon=2.0, head_clip=0.5, head_share=0.6, head_sampling="batch"
+    )  # the comparison; the sampled head: test_sampled_head
     p = privacy.plan(config, methods.get(method), records=96, rounds=24)
-    q = 0 if method == "zoo-vfl" else head.WINDOW   # pooled by default where it is accounted
-    assert p.release.head == HeadUpdate(clip=0.5, batch_size=8 * (q * config.devices or 1),
-                                        sigma=p.release.head.sigma, window=q)
+    q = 0 if method == "zoo-vfl" else head.WINDOW  # pooled by default where it is accounted
+    assert p.release.head == HeadUpdate(
+        clip=0.5, batch_size=8 * (q * config.devices or 1), sigma=p.release.head.sigma, window=q
+    )
     assert p.release.head_share == 0.6 and p.release.head.sigma > 0
     z_down, z_head = p.release.split(p.result["noise_multiplier"])
     assert p.release.head.sigma == pytest.approx(z_head * p.release.head.sensitivity)
     assert p.release.sigma == pytest.approx(z_down * p.release.sensitivity)
     assert p.release.noise_multiplier == pytest.approx(p.result["noise_multiplier"])
-    for frozen in (tiny_config(method=method, epsilon=2.0, freeze="server"),
-                   tiny_config(method=method, epsilon=2.0, server_kind="sum", embed_dim=3)):
+    for frozen in (
+        tiny_config(method=method, epsilon=2.0, freeze="server"),
+        tiny_config(method=method, epsilon=2.0, server_kind="sum", embed_dim=3),
+    ):
         assert privacy.plan(frozen, methods.get(method), records=96, rounds=24).release.head is None
     assert tiny_config(method=method).private is False
     assert privacy.plan(tiny_config(method=method), methods.get(method), 96, 24).release.head is None
@@ -144,20 +149,22 @@ def test_the_run_uses_the_calibrated_head_sigma(method, tiny_config, tiny_schedu
     sched = tiny_scheduler(method=method, epsilon=2.0, release=p.release)
     assert sched.method.head_dp == p.release.head and sched.method.head.dp == p.release.head
     assert sched.method.sigma == p.release.sigma
-    if method != "zoo-vfl":    # first-order heads sample the table: lr = NOISE_STEP / (sigma_h sqrt(P))
+    if method != "zoo-vfl":  # first-order heads sample the table: lr = NOISE_STEP / (sigma_h sqrt(P))
         size = sum(q.numel() for q in sched.server.head.parameters())
         assert sched.method.head.optimizer.param_groups[0]["lr"] == pytest.approx(
-            head.NOISE_STEP / (p.release.head.sigma * math.sqrt(size)))
+            head.NOISE_STEP / (p.release.head.sigma * math.sqrt(size))
+        )
     before = [q.clone() for q in sched.server.head.parameters()]
-    for _ in range(2 * head.WINDOW + 1):   # past the first pooled window (q M = 8 rounds)
+    for _ in range(2 * head.WINDOW + 1):  # past the first pooled window (q M = 8 rounds)
         assert sched.step()
     after = list(sched.server.head.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
     assert all(torch.isfinite(q).all() for q in after)
 
 
-def test_under_secret_subsampling_the_head_steps_with_noise_even_when_nothing_is_kept(tiny_config,
-                                                                                      tiny_scheduler):
+def test_under_secret_subsampling_the_head_steps_with_noise_even_when_nothing_is_kept(
+    tiny_config, tiny_scheduler
+):
     """The head update is released every round (amplification assumes it): a round that keeps no
     record still moves the head by noise alone."""
     kw = dict(threat="secret-subsampling", batch_size=1, super_batch=8, epsilon=5.0)
@@ -203,9 +210,9 @@ def test_a_record_in_c_batches_of_a_window_moves_the_pooled_sum_by_at_most_c_tim
             p.mul_(50.0)
     other = [r.clone() for r in rows]
     for r in other:
-        r[0] = -r[0] * 7 + 3          # record 0's embeddings replaced ...
+        r[0] = -r[0] * 7 + 3  # record 0's embeddings replaced ...
     other_labels = labels.clone()
-    other_labels[0] = (labels[0] + 1) % 3   # ... and its label
+    other_labels[0] = (labels[0] + 1) % 3  # ... and its label
     pools = {}
     for c in (1, 2):
         for name, (r, y) in {"same": (rows, labels), "other": (other, other_labels)}.items():
@@ -214,10 +221,9 @@ def test_a_record_in_c_batches_of_a_window_moves_the_pooled_sum_by_at_most_c_tim
                 step.step(r, y)
             pools[c, name] = step.pool.clone()
     dp = HeadUpdate(clip=1e-2, batch_size=B * 3, window=3)
-    move = {c: float((pools[c, "same"] - pools[c, "other"]).norm()) / dp.batch_size
-            for c in (1, 2)}
+    move = {c: float((pools[c, "same"] - pools[c, "other"]).norm()) / dp.batch_size for c in (1, 2)}
     assert 0.25 * dp.sensitivity < move[1] <= dp.sensitivity * (1 + 1e-6)
-    assert move[2] == pytest.approx(2 * move[1], rel=1e-5)   # c batches: c times the reach
+    assert move[2] == pytest.approx(2 * move[1], rel=1e-5)  # c batches: c times the reach
     assert move[2] <= 2 * dp.sensitivity * (1 + 1e-6)
 
 
@@ -225,10 +231,10 @@ def test_the_pooled_noise_has_std_sigma_and_the_open_window_is_a_secret_of_the_c
     from privzv.training import run_folder
 
     module, rows, labels = _setup()
-    base, noisy = _pooled_step(module, q=1, devices=1), _pooled_step(module, q=1, devices=1,
-                                                                     sigma=2.0)
-    draws = torch.stack([noisy.pooled_gradient(rows, labels) - base.pooled_gradient(rows, labels)
-                         for _ in range(200)])
+    base, noisy = _pooled_step(module, q=1, devices=1), _pooled_step(module, q=1, devices=1, sigma=2.0)
+    draws = torch.stack(
+        [noisy.pooled_gradient(rows, labels) - base.pooled_gradient(rows, labels) for _ in range(200)]
+    )
     assert abs(float(draws.std()) - 2.0) < 0.1
     step = _pooled_step(module)
     step.step(rows, labels)
@@ -251,8 +257,7 @@ def test_a_zeroth_order_head_refuses_a_pooled_window(tiny_config):
     assert head.head_update(tiny_config(epsilon=1.0, activation=[0.5, 0.5])).window == 0
 
 
-def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(tiny_config,
-                                                                               tiny_scheduler):
+def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(tiny_config, tiny_scheduler):
     """The frozen-devices control: zeros go down, the ledger composes the head alone."""
     from privzv import accounting, gdp
     from privzv.errors import PrivzvError
@@ -263,7 +268,7 @@ def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(
     assert p.release.withholds and p.release.head_weight == 1.0
     z_h = p.release.head.sigma / p.release.head.sensitivity
     assert p.release.noise_multiplier == pytest.approx(z_h)
-    k = accounting.exposure(p.release, p.schedule).compositions   # head windows, c^2 each
+    k = accounting.exposure(p.release, p.schedule).compositions  # head windows, c^2 each
     assert math.sqrt(k) / z_h == pytest.approx(gdp.mu_from_epsilon(1.0, 1e-5), rel=1e-6)
     ledger = PrivacyLedger(p.release, p.schedule, 1e-5, 1.0)
     sched = tiny_scheduler(release=p.release, ledger=ledger, **kw)

@@ -1,6 +1,7 @@
 """``privzv train --engine flower`` with real processes on 127.0.0.1 (a SuperLink, one SuperNode
 and one ClientApp executor per device, the ServerApp), against the in-process run (``--engine
 flower-sim`` refuses private runs: test_flower_engine)."""
+
 from __future__ import annotations
 
 import json
@@ -13,11 +14,24 @@ from privzv.training import run_folder, seeds, transcript  # noqa: E402
 from privzv.training.cli import main  # noqa: E402
 
 # 2 devices, 1 round (each message costs a ClientApp process: keep them few), evaluations at 0 and 1
-ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epochs", str(1 / 90),
-        "--epsilon", "8", "--secret-seed", "5", "--json"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--method",
+    "dpzv",
+    "--devices",
+    "2",
+    "--epochs",
+    str(1 / 90),
+    "--epsilon",
+    "8",
+    "--secret-seed",
+    "5",
+    "--json",
+]
 
 
-@pytest.mark.parametrize("engine", ["flower"])   # flower-sim refuses private runs (test_flower_engine)
+@pytest.mark.parametrize("engine", ["flower"])  # flower-sim refuses private runs (test_flower_engine)
 def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
     assert main([*ARGS, "--out", str(tmp_path / "inprocess")]) == 0
     ref = json.loads(capsys.readouterr().out)
@@ -29,12 +43,17 @@ def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
     for key in ("test_accuracy", "test_loss"):
         assert out[key] == pytest.approx(ref[key], rel=1e-6)
     assert out["epsilon_spent"] == ref["epsilon_spent"] > 0
-    assert (out["rounds"], out["bytes_up"], out["bytes_down"]) == (ref["rounds"], ref["bytes_up"], ref["bytes_down"])
+    assert (out["rounds"], out["bytes_up"], out["bytes_down"]) == (
+        ref["rounds"],
+        ref["bytes_up"],
+        ref["bytes_down"],
+    )
     assert out["wire_bytes"]["up"] > out["bytes_up"] and out["wire_bytes"]["down"] > out["bytes_down"]
-    for party in ("server", "device0", "device1"):   # each party recorded its own transcript
+    for party in ("server", "device0", "device1"):  # each party recorded its own transcript
         ours, theirs = (transcript.load(tmp_path / run, party) for run in ("flower", "inprocess"))
-        assert [(e.round, e.direction, e.kind) for e in ours.entries] == \
-            [(e.round, e.direction, e.kind) for e in theirs.entries]
+        assert [(e.round, e.direction, e.kind) for e in ours.entries] == [
+            (e.round, e.direction, e.kind) for e in theirs.entries
+        ]
     # no key the parties' noise comes from reaches a public file of the run folder (the devices'
     # noise-key files stay in their own folders; only their transcripts are copied)
     run_dir = tmp_path / "flower"

@@ -3,12 +3,13 @@ message to the device's handler (``apps.handle``) at once and signs the reply wi
 key, the device kept alive between messages (``live``, as in the executor) or, with
 ``live=None``, rebuilt per message from its state in a RecordDict (context.state, as in Flower's
 simulation). The real-process run is ``test_flower_e2e.py``."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import math
+import signal
 import types
 from pathlib import Path
 
@@ -74,7 +75,9 @@ def _runs(tmp_path, method: str, live: bool = True):
     engines = []
 
     def engine(cfg):
-        engines.append(FlowerEngine(Loopback(cfg, tmp_path / "devices", SECRET, live), cfg, keys(cfg.devices)))
+        engines.append(
+            FlowerEngine(Loopback(cfg, tmp_path / "devices", SECRET, live), cfg, keys(cfg.devices))
+        )
         return engines[-1]
 
     flower = run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
@@ -85,8 +88,17 @@ def _metrics(path):
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("method, live", [("dpzv", True), ("fo-vector", True), ("vafl", True), ("czofo", True),
-                                          ("zoo-vfl", True), ("dpzv", False)])
+@pytest.mark.parametrize(
+    "method, live",
+    [
+        ("dpzv", True),
+        ("fo-vector", True),
+        ("vafl", True),
+        ("czofo", True),
+        ("zoo-vfl", True),
+        ("dpzv", False),
+    ],
+)
 def test_flower_engine_equals_in_process(tmp_path, method, live):
     ref, flower, engine = _runs(tmp_path, method, live)
     assert flower["rounds"] == ref["rounds"] == 4
@@ -98,22 +110,31 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
         assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
         assert a["epsilon_spent"] == b["epsilon_spent"]
     # every party's transcript: the same entries and values in both engines
-    for party, folder in [("server", tmp_path / "flower"), ("device0", tmp_path / "devices" / "device0"),
-                          ("device1", tmp_path / "devices" / "device1")]:
+    for party, folder in [
+        ("server", tmp_path / "flower"),
+        ("device0", tmp_path / "devices" / "device0"),
+        ("device1", tmp_path / "devices" / "device1"),
+    ]:
         ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
         theirs = transcript.load(tmp_path / "inprocess", party)
-        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == \
-            [(e.round, e.direction, e.kind, e.peer) for e in theirs.entries]
+        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == [
+            (e.round, e.direction, e.kind, e.peer) for e in theirs.entries
+        ]
         for e, f in zip(ours.entries, theirs.entries):
             for name in e.fields:
                 np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
     # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
     assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
     assert engine.wire["messages"] >= 4 * 4
-    kinds = engine.wire["kinds"]   # per message kind: every counted byte once, uplinks and downlinks apart
-    assert sum(k["bytes"] for k in kinds.values()) == sum(engine.wire[key] for key in ("up", "down", "control"))
+    kinds = engine.wire["kinds"]  # per message kind: every counted byte once, uplinks and downlinks apart
+    assert sum(k["bytes"] for k in kinds.values()) == sum(
+        engine.wire[key] for key in ("up", "down", "control")
+    )
     assert sum(k["messages"] for k in kinds.values()) == engine.wire["messages"]
-    assert kinds["query.send reply"]["bytes"] == engine.wire["up"] and kinds["train.receive"]["bytes"] == engine.wire["down"]
+    assert (
+        kinds["query.send reply"]["bytes"] == engine.wire["up"]
+        and kinds["train.receive"]["bytes"] == engine.wire["down"]
+    )
     assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
 
 
@@ -130,9 +151,12 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
 
     run.train(config, tmp_path / "flower", secret_seed=SECRET, engine=engine)
     dataset = data.load("digits", 2, seed=config.seed)
-    allowed = {"query.hello": {"config/json", "config/sigma"}, "query.send": {"round/round", "batch/ids"},
-               "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
-               "query.embed": {"rows/start", "rows/stop"}}
+    allowed = {
+        "query.hello": {"config/json", "config/sigma"},
+        "query.send": {"round/round", "batch/ids"},
+        "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
+        "query.embed": {"rows/start", "rows/stop"},
+    }
     for m, received in enumerate(loop[0].received):
         assert {kind for kind, _ in received} == set(allowed)
         for kind, content in received:
@@ -142,14 +166,24 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
                 g = codec.decode(content)["g"]
                 assert codec.decode(content).receiver == f"device{m}" and g.shape[1] == config.embed_dim
     own, _ = own_data(config, 1)
-    assert [f.name for f in dataclasses.fields(OwnData)] == ["name", "partition", "num_classes",
-                                                              "x_train", "x_test"]
+    assert [f.name for f in dataclasses.fields(OwnData)] == [
+        "name",
+        "partition",
+        "num_classes",
+        "x_train",
+        "x_test",
+    ]
     assert torch.equal(own.x_train, dataset.x_train[1]) and torch.equal(own.x_test, dataset.x_test[1])
 
 
 def test_codec_round_trip_and_wire_bytes():
-    msg = Message(5, "device1", "server", "embeddings",
-                  {"ids": torch.tensor([3, 1, 4]), "h_plus": torch.randn(3, 8), "flag": torch.tensor([True])})
+    msg = Message(
+        5,
+        "device1",
+        "server",
+        "embeddings",
+        {"ids": torch.tensor([3, 1, 4]), "h_plus": torch.randn(3, 8), "flag": torch.tensor([True])},
+    )
     back = codec.decode(codec.encode(msg))
     assert (back.round, back.sender, back.receiver, back.kind) == (5, "device1", "server", "embeddings")
     for name, value in msg.tensors.items():
@@ -171,8 +205,11 @@ class Tampering(Loopback):
             up = codec.decode(self.replies[mid])
             ids = up["ids"].clone()
             ids[1] = ids[0]
-            self.replies[mid] = codec.sign(self.keys[900 - node], mid, codec.encode(
-                Message(up.round, up.sender, up.receiver, up.kind, {**up.tensors, "ids": ids})))
+            self.replies[mid] = codec.sign(
+                self.keys[900 - node],
+                mid,
+                codec.encode(Message(up.round, up.sender, up.receiver, up.kind, {**up.tensors, "ids": ids})),
+            )
             self.tampered = True
         return mid
 
@@ -189,9 +226,18 @@ class Rogue(Loopback):
         mid = super().push(node, kind, content)
         if kind == "query.send" and node == 900 and not self.forged:
             up = codec.decode(self.replies[mid])
-            forged = codec.encode(Message(up.round, up.sender, up.receiver, up.kind,
-                                          {name: torch.zeros_like(t) if t.is_floating_point() else t
-                                           for name, t in up.tensors.items()}))
+            forged = codec.encode(
+                Message(
+                    up.round,
+                    up.sender,
+                    up.receiver,
+                    up.kind,
+                    {
+                        name: torch.zeros_like(t) if t.is_floating_point() else t
+                        for name, t in up.tensors.items()
+                    },
+                )
+            )
             self.replies[mid] = forged if self.key is None else codec.sign(self.key, mid, forged)
             self.forged = True
         return mid
@@ -201,6 +247,7 @@ class Rogue(Loopback):
 def test_a_forged_uplink_from_another_process_is_refused(tmp_path, key):
     """Issue 25 item 1: the server accepts a reply only with device m's signature over the task
     it answers; a process that pulled device 0's task and pushed its own uplink stops the run."""
+
     def engine(cfg):
         return FlowerEngine(Rogue(cfg, tmp_path / "devices", SECRET, key=key), cfg, keys(cfg.devices))
 
@@ -212,16 +259,19 @@ def test_a_signature_binds_the_task_and_every_value():
     content = codec.encode(Message(1, "device0", "server", "embeddings", {"h": torch.ones(2, 3)}))
     signed = codec.sign(b"k" * 32, "task-1", content)
     assert codec.verify(b"k" * 32, "task-1", signed)
-    assert not codec.verify(b"k" * 32, "task-2", signed)        # replayed onto another task
-    assert not codec.verify(b"j" * 32, "task-1", signed)        # another key
+    assert not codec.verify(b"k" * 32, "task-2", signed)  # replayed onto another task
+    assert not codec.verify(b"j" * 32, "task-1", signed)  # another key
     signed[codec.TENSORS]["h"] = signed[codec.TENSORS]["h"].__class__(torch.ones(2, 3).numpy() * 2)
-    assert not codec.verify(b"k" * 32, "task-1", signed)        # a value changed
+    assert not codec.verify(b"k" * 32, "task-1", signed)  # a value changed
 
 
 def _device_state(loop: Loopback, m: int) -> dict:
     party = loop.live[m]
-    return {"step": party.device.step, "pending": party.pending,
-            "model": {k: v.clone() for k, v in party.device.model.state_dict().items()}}
+    return {
+        "step": party.device.step,
+        "pending": party.pending,
+        "model": {k: v.clone() for k, v in party.device.model.state_dict().items()},
+    }
 
 
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector", "vafl", "czofo", "zoo-vfl"])
@@ -238,7 +288,7 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
     assert sched.step() and sched.refused == 1 and sched.traffic.total_down == 0
     after = _device_state(loops[0], 0)
     assert after["step"] == before["step"] == 0 and after["pending"] is None
-    for name, value in before["model"].items():   # moved back by -u: equal up to float32 rounding
+    for name, value in before["model"].items():  # moved back by -u: equal up to float32 rounding
         assert torch.allclose(after["model"][name], value, rtol=0, atol=1e-6)
     assert [kind for kind, _ in loops[0].received[0]] == ["query.hello", "query.send", "train.abort"]
 
@@ -266,7 +316,7 @@ def test_flower_sim_refuses_private_runs_and_its_environment_holds_no_secret(tmp
         launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="simulation")
     assert not (tmp_path / "out").exists()
     assert launcher.secret_environment(tmp_path, SECRET, "simulation") == {}
-    env = launcher.secret_environment(tmp_path, SECRET, "deployment")   # the ServerApp's: a path, not the seed
+    env = launcher.secret_environment(tmp_path, SECRET, "deployment")  # the ServerApp's: a path, not the seed
     assert env == {launcher.SECRET_FILE: str(tmp_path / "secret-seed")}
     seed = Path(env[launcher.SECRET_FILE])
     assert seed.read_text() == str(SECRET) and seed.stat().st_mode & 0o777 == 0o600
@@ -279,10 +329,16 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     with pytest.raises(PrivzvError, match="mode 'cloud': one of deployment, simulation"):
         launcher.run(CONFIG, tmp_path / "out", secret_seed=SECRET, mode="cloud")
     real = launcher.importlib.util.find_spec
-    monkeypatch.setattr(launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name))
+    monkeypatch.setattr(
+        launcher.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name)
+    )
     with pytest.raises(PrivzvError, match=r"needs Ray.*privzv\[flower-sim\]"):
-        launcher.run(dataclasses.replace(CONFIG, epsilon=math.inf), tmp_path / "out", secret_seed=SECRET,
-                     mode="simulation")
+        launcher.run(
+            dataclasses.replace(CONFIG, epsilon=math.inf),
+            tmp_path / "out",
+            secret_seed=SECRET,
+            mode="simulation",
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -302,7 +358,7 @@ def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_pa
     (name, node), (exe_name, executor) = started
     assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
     assert node[node.index("--isolation") + 1] == "process"
-    assert f'folder={json.dumps(str(tmp_path / "device1"))}' in node[node.index("--node-config") + 1]
+    assert f"folder={json.dumps(str(tmp_path / 'device1'))}" in node[node.index("--node-config") + 1]
     assert node[node.index("--root-certificates") + 1] == str(creds.ca)
     assert node[node.index("--auth-supernode-private-key") + 1] == str(folders[1] / "node-key")
     assert node[node.index("--ssl-certfile") + 1] == str(folders[1] / "supernode.pem")

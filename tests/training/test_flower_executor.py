@@ -1,6 +1,7 @@
 """The long-lived ClientApp executor (``executor.answer``): privzv's app answers its messages in
 the executor's process, the device kept there (nothing of it in the task's context) and every
 reply signed; a task of another app, or one the app cannot answer, gets an error reply."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,6 @@ from privzv.training import seeds  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
 from privzv.training.engines.flower import apps, codec, executor  # noqa: E402
 
-
 KEY = b"\x07" * 32
 
 
@@ -29,8 +29,13 @@ def task(monkeypatch, tmp_path):
     (tmp_path / apps.NOISE_KEY).write_text(seeds.key(7, "device", 0).hex())
     (tmp_path / apps.REPLY_KEY).write_text(KEY.hex())
     monkeypatch.setattr(executor, "PARTIES", {})
-    context = Context(run_id=1, node_id=9, node_config={"partition-id": 0, "folder": str(tmp_path)},
-                      state=RecordDict(), run_config={})
+    context = Context(
+        run_id=1,
+        node_id=9,
+        node_config={"partition-id": 0, "folder": str(tmp_path)},
+        state=RecordDict(),
+        run_config={},
+    )
 
     def message(kind: str, content: RecordDict) -> Message:
         msg = Message(content, dst_node_id=9, message_type=kind)
@@ -62,7 +67,7 @@ def test_executor_refuses_another_app_and_reports_a_failing_message(task):
     message, context = task
     reply, status, details = executor.answer(message("query.hello", _hello()), context, "someone/else")
     assert status == SubStatus.FAILED and reply.has_error() and "someone/else" in reply.error.reason
-    assert executor.PARTIES == {}   # nothing of privzv's app ran
+    assert executor.PARTIES == {}  # nothing of privzv's app ran
     # a message the device cannot answer (send before hello): an error reply, the executor lives on
     reply, status, details = executor.answer(message("query.send", RecordDict({})), context, executor.APP_ID)
     assert status == SubStatus.FAILED and reply.has_error() and "before query.hello" in details

@@ -2,6 +2,7 @@
 bounded in time: whatever ends the run, every process it started is gone, the work folder with the
 devices' noise keys, reply keys and data slices is removed, and the error is one line with the
 documented exit code (1: the run failed)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,20 @@ pytest.importorskip("flwr", reason="the Flower engine needs the optional package
 from privzv.training.cli import main  # noqa: E402
 from privzv.training.run_folder import FolderLock  # noqa: E402
 
-ARGS = ["--dataset", "digits", "--method", "dpzv", "--devices", "2", "--epsilon", "8", "--secret-seed", "5",
-        "--engine", "flower"]
+ARGS = [
+    "--dataset",
+    "digits",
+    "--method",
+    "dpzv",
+    "--devices",
+    "2",
+    "--epsilon",
+    "8",
+    "--secret-seed",
+    "5",
+    "--engine",
+    "flower",
+]
 
 
 @pytest.fixture
@@ -41,20 +54,36 @@ def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys, 
     assert list(tmp.glob("privzv-flower-*")) == [] and procs.inside(tmp) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)])
+@pytest.mark.parametrize(
+    "sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)]
+)
 def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code, procs):
     """SIGKILL of the launcher: its guard stops the SuperLink, SuperNodes and executors and removes
     the 0700 work folder with the devices' noise keys; SIGTERM: the launcher does it, exit 143."""
-    launcher = subprocess.Popen([sys.executable, "-c", (
-        "from pathlib import Path; from privzv.training.config import TrainConfig; "
-        "from privzv.training.engines.flower import launcher; "
-        "launcher.run(TrainConfig(dataset='digits', devices=2, epsilon=8.0), Path(r'%s'), secret_seed=5, "
-        "timeout=60)") % (tmp.parent / "run")], env={**os.environ, "TMPDIR": str(tmp)})
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "from pathlib import Path; from privzv.training.config import TrainConfig; "
+                "from privzv.training.engines.flower import launcher; "
+                "launcher.run(TrainConfig(dataset='digits', devices=2, epsilon=8.0), Path(r'%s'), secret_seed=5, "
+                "timeout=60)"
+            )
+            % (tmp.parent / "run"),
+        ],
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     try:
-        (work,) = procs.until(lambda: [w for w in tmp.glob("privzv-flower-*") if (w / "device1" / "noise-key").exists()],
-                         30, "the work folder")
+        (work,) = procs.until(
+            lambda: [w for w in tmp.glob("privzv-flower-*") if (w / "device1" / "noise-key").exists()],
+            30,
+            "the work folder",
+        )
         assert (work.stat().st_mode & 0o777) == 0o700 and (work / "device0").stat().st_mode & 0o077 == 0
-        procs.until(lambda: len(procs.inside(work)) >= 5, 30, "the run's processes")   # SuperLink, 2 x (node, executor)
+        procs.until(
+            lambda: len(procs.inside(work)) >= 5, 30, "the run's processes"
+        )  # SuperLink, 2 x (node, executor)
     finally:
         launcher.send_signal(sig)
         launcher.wait(20)
@@ -66,21 +95,38 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
     """The ServerApp killed (or stopped by ``flwr stop``): the launcher notices within seconds, not
     after --flower-timeout; one line, exit 1; no process left; the run folder's lock is free."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "20", "--out", str(out),
-                             "--flower-timeout", "300"], env={**os.environ, "TMPDIR": str(tmp)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privzv",
+            "train",
+            *ARGS,
+            "--epochs",
+            "20",
+            "--out",
+            str(out),
+            "--flower-timeout",
+            "300",
+        ],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         def server():
             return [pid for pid in procs.inside(tmp) if "flwr-serverapp" in procs.cmdline(pid)]
 
         (pid, *_) = procs.until(server, 120, "the ServerApp")
-        time.sleep(1.0)   # the launcher has seen it (it looks every 0.2 s)
+        time.sleep(1.0)  # the launcher has seen it (it looks every 0.2 s)
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert time.monotonic() - killed < 30   # --flower-timeout is 300
+    assert time.monotonic() - killed < 30  # --flower-timeout is 300
     assert proc.returncode == 1 and "ServerApp exited without a result" in err and err.count("\n") == 1, err
     assert procs.inside(tmp) == [] and list(tmp.glob("privzv-flower-*")) == []
     lock = FolderLock.take(out.parent / f".{out.name}.lock")
@@ -110,14 +156,37 @@ def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tm
     from privzv.training.run_folder import RunFolder
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", *ARGS, "--epochs", "20", "--out", str(out),
-                             "--checkpoint-every", "1", "--flower-timeout", "300"],
-                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privzv",
+            "train",
+            *ARGS,
+            "--epochs",
+            "20",
+            "--out",
+            str(out),
+            "--checkpoint-every",
+            "1",
+            "--flower-timeout",
+            "300",
+        ],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        def device0_busy():   # a few of device 0's messages answered
-            found = [(pid, w) for pid in procs.inside(tmp) if "executor" in procs.cmdline(pid) and "device0" in procs.cmdline(pid)
-                     for w in tmp.glob("privzv-flower-*/device0/device0.jsonl") if w.stat().st_size > 2000]
+
+        def device0_busy():  # a few of device 0's messages answered
+            found = [
+                (pid, w)
+                for pid in procs.inside(tmp)
+                if "executor" in procs.cmdline(pid) and "device0" in procs.cmdline(pid)
+                for w in tmp.glob("privzv-flower-*/device0/device0.jsonl")
+                if w.stat().st_size > 2000
+            ]
             return found[0] if found else None
 
         pid, _ = procs.until(device0_busy, 240, "device 0 at work")
@@ -126,15 +195,23 @@ def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tm
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert time.monotonic() - killed < 30   # --flower-timeout is 300
-    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, err
+    assert time.monotonic() - killed < 30  # --flower-timeout is 300
+    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, (
+        err
+    )
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
-    with RunFolder.open(out) as folder:   # takes the lock: free
+    with RunFolder.open(out) as folder:  # takes the lock: free
         checkpoint = folder.load_checkpoint()
         folder.load_metrics(checkpoint)
-    resumed = subprocess.run([sys.executable, "-m", "privzv", "train", "--resume", str(out)], capture_output=True,
-                             text=True, timeout=120)
-    assert resumed.returncode == 2 and "cannot be resumed" in resumed.stderr and resumed.stderr.count("\n") == 1
+    resumed = subprocess.run(
+        [sys.executable, "-m", "privzv", "train", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        resumed.returncode == 2 and "cannot be resumed" in resumed.stderr and resumed.stderr.count("\n") == 1
+    )
 
 
 def test_the_stack_names_a_dead_process_and_stops_orphaned_descendants(tmp_path, procs):
@@ -149,10 +226,16 @@ def test_the_stack_names_a_dead_process_and_stops_orphaned_descendants(tmp_path,
     stack = launcher.Stack(work, work / "logs")
     try:
         stack.start("device0", ["sleep", "30"], dict(os.environ))
-        parent = stack.start("superlink", ["sh", "-c", "setsid sleep 31 & echo $! > orphan; sleep 3"], dict(os.environ))
-        orphan = int(procs.until(lambda: (work / "orphan").exists() and (work / "orphan").read_text().strip(), 10, "the orphan"))
-        parent.wait(10)   # the orphan now belongs to init, in a session of its own
-        time.sleep(0.5)   # the guard has looked (every 0.2 s)
+        parent = stack.start(
+            "superlink", ["sh", "-c", "setsid sleep 31 & echo $! > orphan; sleep 3"], dict(os.environ)
+        )
+        orphan = int(
+            procs.until(
+                lambda: (work / "orphan").exists() and (work / "orphan").read_text().strip(), 10, "the orphan"
+            )
+        )
+        parent.wait(10)  # the orphan now belongs to init, in a session of its own
+        time.sleep(0.5)  # the guard has looked (every 0.2 s)
         with pytest.raises(Failed, match="superlink exited with code 0"):
             stack.check_alive()
     finally:

@@ -4,6 +4,7 @@ veth pairs carrying link-local 169.254.x.y addresses the test assigns; TLS and n
 authentication as always. The run equals the in-process run. No namespace has a route to any
 address but its own link-local /30s and loopback, so nothing leaves the namespaces the test made.
 Skipped with the reason where namespaces cannot be made (not root, no iproute2, no CAP_NET_ADMIN)."""
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ def namespaces():
             made.append(ns)
             _ip("-n", ns, "link", "set", "lo", "up")
         for m, ns in enumerate(devices):
-            here, there = f"pza{m}{tag}", f"pzb{m}{tag}"   # created inside the namespaces, never in ours
+            here, there = f"pza{m}{tag}", f"pzb{m}{tag}"  # created inside the namespaces, never in ours
             _ip("link", "add", here, "netns", server, "type", "veth", "peer", "name", there, "netns", ns)
             _ip("-n", server, "addr", "add", f"169.254.{m + 1}.1/30", "dev", here)
             _ip("-n", ns, "addr", "add", f"169.254.{m + 1}.2/30", "dev", there)
@@ -51,9 +52,15 @@ def namespaces():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         pytest.skip(f"network namespaces cannot be made here: {getattr(exc, 'stderr', '') or exc}")
     try:
-        yield Network(server=("ip", "netns", "exec", server),
-                      devices=tuple(("ip", "netns", "exec", ns) for ns in devices),
-                      bind="0.0.0.0", links=tuple(f"169.254.{m + 1}.1" for m in range(2))), made
+        yield (
+            Network(
+                server=("ip", "netns", "exec", server),
+                devices=tuple(("ip", "netns", "exec", ns) for ns in devices),
+                bind="0.0.0.0",
+                links=tuple(f"169.254.{m + 1}.1" for m in range(2)),
+            ),
+            made,
+        )
     finally:
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
@@ -61,7 +68,7 @@ def namespaces():
 
 def test_a_run_across_network_namespaces_equals_the_in_process_run(namespaces, tmp_path):
     net, names = namespaces
-    for ns in names:   # no default route, nothing but the test's link-local subnets
+    for ns in names:  # no default route, nothing but the test's link-local subnets
         routes = _ip("-n", ns, "-4", "route").splitlines()
         assert routes and all(line.startswith("169.254.") for line in routes), (ns, routes)
     config = TrainConfig(dataset="digits", devices=2, epochs=2 / 90, epsilon=8.0)

@@ -3,6 +3,7 @@ with a per-run CA, SuperNode authentication with per-run node keys, SuperExec au
 every Runtime API; no secret in any process's command line or environment; an outside local
 process without the run's credentials can neither connect as a SuperNode, nor take a device's or
 the ServerApp's task, nor push a reply, nor use the Control API (each attempt bounded in time)."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, l
 
 from privzv.training.engines.flower import credentials  # noqa: E402
 
-SECRET_SEED = 48151623   # long enough to be looked for in every process's arguments and environment
+SECRET_SEED = 48151623  # long enough to be looked for in every process's arguments and environment
 
 
 def test_a_runs_credentials_are_its_own_and_private(tmp_path):
@@ -46,18 +47,30 @@ def test_a_runs_credentials_are_its_own_and_private(tmp_path):
         assert one.node_keys[m].parent == folder and one.supernodes[m].secret.parent == folder
         key = load_ssh_private_key(one.node_keys[m].read_bytes(), None)
         assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp384r1"
-    private = [one.superlink.key, one.superlink.secret, *one.node_keys,
-               *(p for s in one.supernodes for p in (s.key, s.secret))]
+    private = [
+        one.superlink.key,
+        one.superlink.secret,
+        *one.node_keys,
+        *(p for s in one.supernodes for p in (s.key, s.secret)),
+    ]
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in private)
     assert (tmp_path / "tls").stat().st_mode & 0o777 == 0o700
     other = tmp_path / "other"
     other.mkdir()
-    two = credentials.make(other, [], hosts=["127.0.0.1", "169.254.1.1"])   # a SuperLink reached at two addresses
-    sans = x509.load_pem_x509_certificate(two.superlink.cert.read_bytes()).extensions.get_extension_for_class(
-        x509.SubjectAlternativeName).value
+    two = credentials.make(
+        other, [], hosts=["127.0.0.1", "169.254.1.1"]
+    )  # a SuperLink reached at two addresses
+    sans = (
+        x509.load_pem_x509_certificate(two.superlink.cert.read_bytes())
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value
+    )
     assert sorted(str(ip) for ip in sans.get_values_for_type(x509.IPAddress)) == ["127.0.0.1", "169.254.1.1"]
-    assert two.ca.read_bytes() != one.ca.read_bytes() and two.superlink.secret.read_bytes() != one.superlink.secret.read_bytes()
-    with pytest.raises(Exception):   # another run's CA did not sign this run's SuperLink
+    assert (
+        two.ca.read_bytes() != one.ca.read_bytes()
+        and two.superlink.secret.read_bytes() != one.superlink.secret.read_bytes()
+    )
+    with pytest.raises(Exception):  # another run's CA did not sign this run's SuperLink
         link.verify_directly_issued_by(x509.load_pem_x509_certificate(two.ca.read_bytes()))
 
 
@@ -72,7 +85,7 @@ def _secrets_of(work: Path) -> list[bytes]:
     """Every secret the run wrote (keys, SuperExec secrets, task tokens, the seed), raw and hex."""
     found = [str(SECRET_SEED).encode()]
     for path in work.rglob("*"):
-        if path.is_file() and (path.stat().st_mode & 0o077) == 0:   # the run's private files
+        if path.is_file() and (path.stat().st_mode & 0o077) == 0:  # the run's private files
             data = _read(path).strip()
             found += [data, data.hex().encode(), *(line for line in data.splitlines() if len(line) >= 16)]
     return [s for s in found if len(s) >= 8]
@@ -81,8 +94,13 @@ def _secrets_of(work: Path) -> list[bytes]:
 def _runtime_client(address: str, ca: str | None, *interceptors):
     from flwr.supercore.runtime import RuntimeHttpClient
 
-    return RuntimeHttpClient.from_server_address(server_address=address, insecure=ca is None, root_certificates=ca,
-                                                 interceptors=list(interceptors), retry_invoker=None)
+    return RuntimeHttpClient.from_server_address(
+        server_address=address,
+        insecure=ca is None,
+        root_certificates=ca,
+        interceptors=list(interceptors),
+        retry_invoker=None,
+    )
 
 
 def _acquire(address: str, ca: str | None, secret: bytes | None):
@@ -94,11 +112,16 @@ def _acquire(address: str, ca: str | None, secret: bytes | None):
 
     interceptors = [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
     if secret is not None:
-        interceptors.append(SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[
-            "/flwr.proto.Runtime/AcquireTask"]))
+        interceptors.append(
+            SuperExecAuthHttpInterceptor(
+                master_secret=secret, protected_methods=["/flwr.proto.Runtime/AcquireTask"]
+            )
+        )
     client = _runtime_client(address, ca, *interceptors)
     try:
-        return client.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP, TaskType.SERVER_APP]))
+        return client.AcquireTask(
+            AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP, TaskType.SERVER_APP])
+        )
     except Exception as exc:  # pylint: disable=broad-exception-caught
         return exc
     finally:
@@ -113,20 +136,49 @@ def _arg(pid: int, flag: str) -> str:
 def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, procs):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "privzv", "train", "--dataset", "digits", "--devices", "2",
-                             "--epsilon", "8", "--epochs", "20", "--secret-seed", str(SECRET_SEED), "--engine", "flower",
-                             "--flower-timeout", "300", "--out", str(tmp_path / "run")],
-                            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "privzv",
+            "train",
+            "--dataset",
+            "digits",
+            "--devices",
+            "2",
+            "--epsilon",
+            "8",
+            "--epochs",
+            "20",
+            "--secret-seed",
+            str(SECRET_SEED),
+            "--engine",
+            "flower",
+            "--flower-timeout",
+            "300",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stopped = None
     try:
+
         def executors():
-            found = {int(_arg(pid, "--runtime-api-address").rsplit(":", 1)[1]): pid for pid in procs.inside(tmp)
-                     if b"flower.executor" in _read(Path(f"/proc/{pid}/cmdline"))}
+            found = {
+                int(_arg(pid, "--runtime-api-address").rsplit(":", 1)[1]): pid
+                for pid in procs.inside(tmp)
+                if b"flower.executor" in _read(Path(f"/proc/{pid}/cmdline"))
+            }
             return found if len(found) == 2 else None
 
         def serverapp():
-            return [pid for pid in procs.inside(tmp) if b"flwr-serverapp" in _read(Path(f"/proc/{pid}/cmdline"))]
+            return [
+                pid for pid in procs.inside(tmp) if b"flwr-serverapp" in _read(Path(f"/proc/{pid}/cmdline"))
+            ]
 
         procs.until(executors, 180, "both devices' executors")
         procs.until(serverapp, 180, "the ServerApp")
@@ -134,26 +186,41 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         ca = str(work / "tls" / "ca.pem")
         # 1. no secret in any process's command line or environment (readable by other processes)
         needles = _secrets_of(work)
-        assert len(needles) > 20 and len(procs.inside(tmp)) >= 7   # SuperLink, SuperExec, ServerApp, 2 x (node, executor)
-        assert any(b"token" in p.name.encode() for p in work.glob("*.token"))   # the ServerApp's token is a file
+        assert (
+            len(needles) > 20 and len(procs.inside(tmp)) >= 7
+        )  # SuperLink, SuperExec, ServerApp, 2 x (node, executor)
+        assert any(
+            b"token" in p.name.encode() for p in work.glob("*.token")
+        )  # the ServerApp's token is a file
         for pid in procs.inside(tmp):
             for part in ("cmdline", "environ"):
                 text = _read(Path(f"/proc/{pid}/{part}"))
                 assert not [n for n in needles if n in text], (pid, part, text[:300])
         # 2. device 0's task, waiting (its executor stopped): no process takes it without the
         # SuperNode's SuperExec secret, over TLS or plain HTTP; the SuperLink's task neither
-        (port0, stopped), = [(port, pid) for port, pid in executors().items()
-                             if "device0" in _arg(pid, "--superexec-auth-secret-file")]
+        ((port0, stopped),) = [
+            (port, pid)
+            for port, pid in executors().items()
+            if "device0" in _arg(pid, "--superexec-auth-secret-file")
+        ]
         os.kill(stopped, signal.SIGSTOP)
         node0 = f"127.0.0.1:{port0}"
-        link_port = int(_arg(next(p for p in procs.inside(tmp) if b"control\x00superlink" in _read(Path(f"/proc/{p}/cmdline"))),
-                             "--port"))
+        link_port = int(
+            _arg(
+                next(
+                    p
+                    for p in procs.inside(tmp)
+                    if b"control\x00superlink" in _read(Path(f"/proc/{p}/cmdline"))
+                ),
+                "--port",
+            )
+        )
         link = f"127.0.0.1:{link_port}"
         for address in (node0, link):
             for secret in (None, secrets.token_bytes(32)):
                 refused = _acquire(address, ca, secret)
                 assert isinstance(refused, Exception), (address, refused)
-            assert isinstance(_acquire(address, None, None), Exception)   # plain HTTP: no answer
+            assert isinstance(_acquire(address, None, None), Exception)  # plain HTTP: no answer
         # 3. without a task's token, no task's input is served and no reply or output accepted
         from flwr.common.constant import SubStatus
         from flwr.proto.runtime_pb2 import PullTaskInputRequest, PushTaskOutputRequest  # pylint: disable=E0611
@@ -167,33 +234,67 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         forged.close()
         # 4. a SuperNode whose key the run did not register is not let in
         rogue_key = tmp_path / "rogue-key"
-        rogue_key.write_bytes(ec.generate_private_key(ec.SECP384R1()).private_bytes(
-            *_openssh()))
-        rogue = subprocess.run([sys.executable, "-m", "privzv.training.engines.flower.supernode", "--superlink", link,
-                                "--root-certificates", ca, "--auth-supernode-private-key", str(rogue_key),
-                                "--max-retries", "1", "--max-wait-time", "5", "--isolation", "process",
-                                "--port", str(_free_port()), "--node-config", "partition-id=0"],
-                               capture_output=True, text=True, timeout=120)
+        rogue_key.write_bytes(ec.generate_private_key(ec.SECP384R1()).private_bytes(*_openssh()))
+        rogue = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "privzv.training.engines.flower.supernode",
+                "--superlink",
+                link,
+                "--root-certificates",
+                ca,
+                "--auth-supernode-private-key",
+                str(rogue_key),
+                "--max-retries",
+                "1",
+                "--max-wait-time",
+                "5",
+                "--isolation",
+                "process",
+                "--port",
+                str(_free_port()),
+                "--node-config",
+                "partition-id=0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         said = rogue.stdout + rogue.stderr
-        assert rogue.returncode != 0 and "SuperNode ID" not in said and "Failed to activate SuperNode" in said, said[-800:]
+        assert (
+            rogue.returncode != 0 and "SuperNode ID" not in said and "Failed to activate SuperNode" in said
+        ), said[-800:]
         # 5. its Control API answers no outside flwr CLI (Flower's own, with this run's CA)
         home = tmp_path / "flwr-home"
         home.mkdir()
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "run"\n\n[superlink.run]\n'
-                                          f'address = "{link}"\nroot-certificates = "{ca}"\n')
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "run"\n\n[superlink.run]\n'
+            f'address = "{link}"\nroot-certificates = "{ca}"\n'
+        )
         public = next(work.glob("tls/device0.pub"))
         env = {**os.environ, "FLWR_HOME": str(home), "COLUMNS": "400"}
         for args in (["ls"], ["stop", "1"], ["supernode", "register", str(public)]):
-            outside = subprocess.run([str(Path(sys.executable).with_name("flwr")), *args], capture_output=True,
-                                     text=True, timeout=120, env=env)
+            outside = subprocess.run(
+                [str(Path(sys.executable).with_name("flwr")), *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
             assert outside.returncode != 0 and "privzv" not in outside.stdout, (args, outside.stderr[-2000:])
         # the probe is sound: the same flwr ls with the run's control secret lists the run
         from privzv.training.engines.flower import control
 
-        inside = subprocess.run([sys.executable, "-m", control.__name__, "flwr", "ls"], capture_output=True, text=True,
-                                timeout=120, env={**env, control.ENV: str(work / "tls" / "control.secret")})
+        inside = subprocess.run(
+            [sys.executable, "-m", control.__name__, "flwr", "ls"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, control.ENV: str(work / "tls" / "control.secret")},
+        )
         assert inside.returncode == 0 and "privzv" in inside.stdout, inside
-        assert proc.poll() is None   # the run goes on
+        assert proc.poll() is None  # the run goes on
         # 6. the SuperLink speaks TLS only, with this run's certificate
         context = ssl.create_default_context(cafile=ca)
         with urllib.request.urlopen(f"https://{link}/health", context=context, timeout=10) as res:
@@ -212,7 +313,8 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
             return res if res.HasField("task") and res.token else None
 
         token = procs.until(taken, 60, "device 0's task with the SuperNode's secret").token
-        from flwr.app import ConfigRecord, Message as FlowerMessage, RecordDict
+        from flwr.app import ConfigRecord, RecordDict
+        from flwr.app import Message as FlowerMessage
         from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
         from privzv.training.engines.flower import executor
@@ -220,8 +322,11 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         task = _runtime_client(node0, ca, RuntimeTokenHttpInterceptor(token))
         message, context, _ = executor.pull_task_input(task)
         assert set(context.state.keys()) == set()
-        push_message(task, FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": 0})}), reply_to=message),
-                     context)
+        push_message(
+            task,
+            FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": 0})}), reply_to=message),
+            context,
+        )
         push_task_output(task, context, SubStatus.COMPLETED, "")
         task.close()
         _, err = proc.communicate(timeout=120)

@@ -1,6 +1,7 @@
 """The default noise source (issue 19, item 8): per-mechanism ChaCha20 streams under HMAC keys of
 the secret seed, an exact discrete Gaussian, inclusion tests that never exceed their rate, and no
 party holding another's key. Every random check uses fixed keys, so none can fail by chance."""
+
 from __future__ import annotations
 
 import copy
@@ -29,12 +30,15 @@ def test_chacha20_keystream_is_rfc_8439s():
     """The words are ChaCha20's keystream: RFC 8439 Sec. 2.4.2's key, nonce 0, block counter 1
     (our blocks count from 0, so the second 64 bytes) gives its test vector's first bytes."""
     source = KeyedNoise(bytes(range(32)))
-    source.words(8)                                   # block 0
+    source.words(8)  # block 0
     block1 = source.words(8).tobytes()
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    ref = Cipher(algorithms.ChaCha20(bytes(range(32)), (1).to_bytes(4, "little") + bytes(12)),
-                 mode=None).encryptor().update(bytes(64))
+    ref = (
+        Cipher(algorithms.ChaCha20(bytes(range(32)), (1).to_bytes(4, "little") + bytes(12)), mode=None)
+        .encryptor()
+        .update(bytes(64))
+    )
     assert block1 == ref
 
 
@@ -43,7 +47,7 @@ def test_a_private_run_draws_every_party_from_keyed_streams(tiny_scheduler, tiny
     default was one Mersenne Twister per party)."""
     sched = _private(tiny_scheduler, tiny_config)
     assert all(isinstance(p.noise, KeyedNoise) for p in (sched.server, *sched.devices))
-    for _ in range(10):   # past the first pooled head window (q M = 8 rounds)
+    for _ in range(10):  # past the first pooled head window (q M = 8 rounds)
         assert sched.step()
     state = sched.server.noise.state_dict()
     # each mechanism drew from its own stream; nothing from the server's root stream
@@ -62,14 +66,14 @@ def test_mechanisms_streams_are_different_streams_not_offsets_of_one(tiny_schedu
     assert len(set(keys.values())) == len(keys)
     names = list(words)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not words[a] & words[b], (a, b)
 
 
 def test_no_device_side_object_holds_a_server_key(tiny_scheduler, tiny_config):
     """A device's objects (its party, model, noise source: every bytes object reachable) contain
     none of the server's keys, and the server's contain no device's."""
-    sched = tiny_scheduler(method="vafl", sigma=0.5)   # vafl: the devices draw noise
+    sched = tiny_scheduler(method="vafl", sigma=0.5)  # vafl: the devices draw noise
     for _ in range(4):
         assert sched.step()
     sched.server.noise.stream("downlink").gaussian((3,), 1.0)
@@ -77,7 +81,7 @@ def test_no_device_side_object_holds_a_server_key(tiny_scheduler, tiny_config):
     server_keys = [server._key, *(s._key for s in server._streams.values())]
     for device in sched.devices:
         held = _bytes_reachable(device)
-        assert device.noise._key in held and device.noise._position > 0   # the walk sees keys
+        assert device.noise._key in held and device.noise._position > 0  # the walk sees keys
         assert not any(k in b for k in server_keys for b in held)
     held = _bytes_reachable(sched.server)
     assert server._key in held and not any(d.noise._key in b for d in sched.devices for b in held)
@@ -107,15 +111,19 @@ def test_same_secret_seed_same_draws_and_a_resume_mid_pool_continues_them():
     c = KeyedNoise(seeds.key(6, "server"))
     draws = [s.stream("downlink").gaussian((7,), 0.3) for s in (a, b, c)]
     assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
-    a.stream("head").gaussian((3000,), 1.0)           # a draw beyond the pool, then pooled ones
+    a.stream("head").gaussian((3000,), 1.0)  # a draw beyond the pool, then pooled ones
     a.stream("sampling").bernoulli(50, 0.1)
     a.stream("downlink").gaussian((3,), 0.3)
     state = a.state_dict()
     resumed = KeyedNoise(seeds.key(5, "server"))
     resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
-    for s in (a, resumed):   # the rest of the pool, a pool of another sigma, a Bernoulli draw
-        s.draws = [s.stream("downlink").gaussian((5,), 0.3), s.stream("downlink").gaussian((2000,), 0.3),
-                   s.stream("head").gaussian((4,), 2.0), s.stream("sampling").bernoulli(40, 0.3)]
+    for s in (a, resumed):  # the rest of the pool, a pool of another sigma, a Bernoulli draw
+        s.draws = [
+            s.stream("downlink").gaussian((5,), 0.3),
+            s.stream("downlink").gaussian((2000,), 0.3),
+            s.stream("head").gaussian((4,), 2.0),
+            s.stream("sampling").bernoulli(40, 0.3),
+        ]
     assert all(torch.equal(x, y) for x, y in zip(a.draws, resumed.draws))
     assert resumed.state_dict() == a.state_dict()
 
@@ -135,10 +143,10 @@ def test_the_discrete_gaussian_has_its_exact_probabilities():
     of 200000 draws match P(y) proportional to exp(-y^2 / 4): chi-square p > 1e-3 (fixed key)."""
     y = noise.discrete_gaussian(KeyedNoise(seeds.key(2, "dg")), 2, 200000)
     support = np.arange(-7, 8)
-    p = np.exp(-support ** 2 / 4.0)
+    p = np.exp(-(support**2) / 4.0)
     p /= p.sum()
     counts = np.array([(y == k).sum() for k in support])
-    assert counts.sum() == len(y)                      # nothing beyond +-7 (mass < 1e-5)
+    assert counts.sum() == len(y)  # nothing beyond +-7 (mass < 1e-5)
     assert stats.chisquare(counts, p * len(y)).pvalue > 1e-3
     assert stats.chisquare(counts, p * len(y) * 0 + len(y) / len(support)).pvalue < 1e-6
 
@@ -152,7 +160,9 @@ def test_released_values_lie_on_one_lattice_whatever_the_value():
     assert math.sqrt(variance) * step >= sigma and math.sqrt(variance) * step < sigma * (1 + 2**-40)
     assert sigma / step >= 2**noise.LATTICE_BITS
     for value in (0.0, 1e-9, 0.123456789, -3.5):
-        out = KeyedNoise(seeds.key(3, "l")).add_gaussian(torch.full((100,), value, dtype=torch.float64), sigma)
+        out = KeyedNoise(seeds.key(3, "l")).add_gaussian(
+            torch.full((100,), value, dtype=torch.float64), sigma
+        )
         k = out.numpy() / step
         assert np.array_equal(k, np.round(k))
 

@@ -1,5 +1,6 @@
 """Methods declare their capabilities and secret state (issue 22 item 2): generic code asks the
 method, never names it, and each declaration is checked against what the method does."""
+
 from __future__ import annotations
 
 import re
@@ -59,14 +60,18 @@ def test_secret_state_covers_every_per_device_state_and_names_real_keys(name, ti
     extra = sched.method.extra_state()
     declared = methods.get(name).SECRET_STATE
     assert {path[0] for path, _ in declared} <= set(extra)
-    per_device = {key for key, value in extra.items()
-                  if isinstance(value, dict) and value and set(value) == {d.index for d in sched.devices}}
+    per_device = {
+        key
+        for key, value in extra.items()
+        if isinstance(value, dict) and value and set(value) == {d.index for d in sched.devices}
+    }
     assert per_device <= {path[0] for path, owner in declared if owner == DEVICE and path[1:] == ("*",)}
     public, secret = run_folder.split_state(sched.state_dict())
     for key in per_device:
-        assert not public["method"][key]   # every device's entry moved to its private part
-        moved = [path for party, entries in secret.items() if party.startswith("device")
-                 for path, _ in entries]
+        assert not public["method"][key]  # every device's entry moved to its private part
+        moved = [
+            path for party, entries in secret.items() if party.startswith("device") for path, _ in entries
+        ]
         assert {("method", key, m) for m in extra[key]} <= set(moved)
 
 
@@ -90,21 +95,39 @@ def test_default_rate_is_the_rate_the_method_applies(name, sigma, tiny_scheduler
     from privzv.training.config import TrainConfig
 
     release = None
-    if sigma and not methods.get(name).LABEL_DP:   # (a label-DP run has no noised release)
-        config = TrainConfig(dataset="breast-cancer", devices=2, batch_size=8, epochs=1, embed_dim=4,
-                             method=name, epsilon=1.0, clip=1.0, head_clip=1.0)
+    if sigma and not methods.get(name).LABEL_DP:  # (a label-DP run has no noised release)
+        config = TrainConfig(
+            dataset="breast-cancer",
+            devices=2,
+            batch_size=8,
+            epochs=1,
+            embed_dim=4,
+            method=name,
+            epsilon=1.0,
+            clip=1.0,
+            head_clip=1.0,
+        )
         release = privacy.plan(config, methods.get(name), 96, 24).release
-    sched = tiny_scheduler(method=name, sigma=sigma, release=release, clip=1.0, head_clip=1.0,
-                           epsilon=1.0 if sigma else float("inf"))
+    sched = tiny_scheduler(
+        method=name,
+        sigma=sigma,
+        release=release,
+        clip=1.0,
+        head_clip=1.0,
+        epsilon=1.0 if sigma else float("inf"),
+    )
     applied = {"lr_device": _device_rate(sched.method), "lr_server": _server_rate(sched.method)}
     left_open = [rate for rate in applied if getattr(sched.method.config, rate) is None]
-    assert left_open   # (build fills only dpzv's device rate: defaults.resolve)
+    assert left_open  # (build fills only dpzv's device rate: defaults.resolve)
     for rate in left_open:
         assert sched.method.default_rate(rate)[0] == pytest.approx(applied[rate])
 
 
 def test_every_method_secret_is_in_the_run_folder_secret_state():
-    declared = {(("method", *path), owner) for name in methods.METHODS
-                for path, owner in methods.get(name).SECRET_STATE}
+    declared = {
+        (("method", *path), owner)
+        for name in methods.METHODS
+        for path, owner in methods.get(name).SECRET_STATE
+    }
     assert declared <= set(run_folder.secret_state())
     assert set(run_folder.SECRET_STATE) <= set(run_folder.secret_state())

@@ -1,12 +1,12 @@
 """Method options: --freeze, the ZO server update, device momentum, and learning on tiny data."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from privzv.training import zo
-from privzv.training.messages import Message, SERVER
-
+from privzv.training.messages import SERVER, Message
 
 
 def _params(module):
@@ -34,7 +34,7 @@ def test_freeze_server_and_freeze_devices(method, tiny_scheduler):
         sched.step()
     assert _changed(head, sched.server.head)
     for before, d in zip(devs, sched.devices):
-        if method == "dpzv":   # perturbations are undone in float32: equal up to rounding
+        if method == "dpzv":  # perturbations are undone in float32: equal up to rounding
             assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(before, d.model.parameters()))
         else:
             assert not _changed(before, d.model)
@@ -68,7 +68,9 @@ def test_device_momentum_accumulates_delta_u_over_steps(tiny_scheduler):
     for delta in (0.5, -0.25, 0.75):
         method.device_send(device, torch.arange(8))
         u = zo.direction(device.model, device.scratch["seeds"][0]).double()
-        method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([delta])}))
+        method.device_receive(
+            device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([delta])})
+        )
         device.scratch.clear()
         device.step += 1
         buf = 0.9 * buf + delta * u
@@ -76,7 +78,7 @@ def test_device_momentum_accumulates_delta_u_over_steps(tiny_scheduler):
         plain = plain - 0.1 * delta * u
     assert torch.allclose(device.flat.double(), w, rtol=0, atol=1e-5)
     assert torch.equal(device.flat, torch.cat([p.detach().reshape(-1) for p in device.model.parameters()]))
-    assert not torch.allclose(device.flat.double(), plain, rtol=0, atol=1e-3)   # not plain ZO-SGD
+    assert not torch.allclose(device.flat.double(), plain, rtol=0, atol=1e-3)  # not plain ZO-SGD
 
 
 @pytest.mark.parametrize("method", ["dpzv", "vafl", "fo-vector"])

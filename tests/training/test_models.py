@@ -1,4 +1,5 @@
 """Party models: shapes, architecture per arXiv:2502.20565v3, App. C, server kinds, fp32, errors."""
+
 import pytest
 import torch
 from torch import nn
@@ -9,22 +10,32 @@ from privzv.training import data, models
 
 def fake_dataset(name, shapes, num_classes=10, n=6):
     xs = [torch.randn(n, *shape) for shape in shapes]
-    return data.VerticalDataset(name, xs, torch.zeros(n, dtype=torch.int64), xs,
-                                torch.zeros(n, dtype=torch.int64), num_classes, "test")
+    return data.VerticalDataset(
+        name,
+        xs,
+        torch.zeros(n, dtype=torch.int64),
+        xs,
+        torch.zeros(n, dtype=torch.int64),
+        num_classes,
+        "test",
+    )
 
 
 def count(module, kind):
     return sum(isinstance(layer, kind) for layer in module.modules())
 
 
-@pytest.mark.parametrize("name, shapes, convs", [
-    ("digits", [(1, 2, 8)] * 4, 0),
-    ("breast-cancer", [(10,), (10,), (10,)], 0),
-    ("mnist-5k", [(1, 4, 28)] * 7, 2),
-    ("mnist", [(1, 1, 28)] * 28, 2),  # one-row bands still work (pooling rounds up)
-    ("cifar10", [(3, 16, 16)] * 4, 4),
-    ("cifar10", [(3, 32, 32)], 4),
-])
+@pytest.mark.parametrize(
+    "name, shapes, convs",
+    [
+        ("digits", [(1, 2, 8)] * 4, 0),
+        ("breast-cancer", [(10,), (10,), (10,)], 0),
+        ("mnist-5k", [(1, 4, 28)] * 7, 2),
+        ("mnist", [(1, 1, 28)] * 28, 2),  # one-row bands still work (pooling rounds up)
+        ("cifar10", [(3, 16, 16)] * 4, 4),
+        ("cifar10", [(3, 32, 32)], 4),
+    ],
+)
 def test_device_models_map_batches_to_embeddings(name, shapes, convs):
     ds = fake_dataset(name, shapes)
     for m in range(ds.devices):
@@ -73,12 +84,15 @@ def test_sum_server_sums_device_outputs():
     assert list(server.parameters()) == []
 
 
-@pytest.mark.parametrize("args, match", [
-    ((3, 5, 10, "sum"), "embed_dim == num_classes"),
-    ((3, 5, 10, "attention"), "allowed are mlp, sum"),
-    ((0, 5, 10, "mlp"), "devices 0"),
-    ((3, 0, 10, "mlp"), "embed_dim 0"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((3, 5, 10, "sum"), "embed_dim == num_classes"),
+        ((3, 5, 10, "attention"), "allowed are mlp, sum"),
+        ((0, 5, 10, "mlp"), "devices 0"),
+        ((3, 0, 10, "mlp"), "embed_dim 0"),
+    ],
+)
 def test_server_model_errors(args, match):
     with pytest.raises(PrivzvError, match=match):
         models.server_model(*args)

@@ -11,6 +11,7 @@ it outside any noise and the ledger, which charges only the record's own batches
 device update depends only on Delta and the public u; first-order device updates J(x)^T g carry
 the record's features into later releases (docs/accounting.md, "Threat model contract").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +24,7 @@ from privzv.release import PROTECTS
 from privzv.training import data, methods, run
 from privzv.training.config import TrainConfig
 
-ROUNDS = 12        # three rounds of each device; the changed record is in round 0's batch
+ROUNDS = 12  # three rounds of each device; the changed record is in round 0's batch
 
 
 def _digits(monkeypatch, changed: int | None = None):
@@ -74,22 +75,31 @@ def _releases(config: TrainConfig, dataset, replay=None, changed=None) -> list[t
 
 def _moved_without_the_record(method: str, monkeypatch) -> bool:
     """Whether a release whose batch lacks the changed record differs between the neighbours."""
-    config = TrainConfig(dataset="digits", method=method, devices=4, batch_size=32, epochs=1,
-                         freeze="server", sigma=0.05, seed=1, evals=1, transcripts=False)
+    config = TrainConfig(
+        dataset="digits",
+        method=method,
+        devices=4,
+        batch_size=32,
+        epochs=1,
+        freeze="server",
+        sigma=0.05,
+        seed=1,
+        evals=1,
+        transcripts=False,
+    )
     first = _releases(config, _digits(monkeypatch))
-    changed = int(first[0][0][0])                  # a record of round 0's batch
+    changed = int(first[0][0][0])  # a record of round 0's batch
     second = _releases(config, _digits(monkeypatch, changed), replay=first, changed=changed)
     moved = False
     for (ids, a), (ids2, b) in zip(first, second):
-        assert torch.equal(ids, ids2)              # the same (public) batches
+        assert torch.equal(ids, ids2)  # the same (public) batches
         if changed not in ids.tolist():
             moved |= any(not torch.equal(a[k], b[k]) for k in a)
     return moved
 
 
 # what each method's releases do: the record-level methods must not move, the others do
-MOVES = {"dpzv": False, "zoo-vfl": False, "fo-vector": True, "czofo": True, "vafl": True,
-         "rr-prior": True}
+MOVES = {"dpzv": False, "zoo-vfl": False, "fo-vector": True, "czofo": True, "vafl": True, "rr-prior": True}
 
 
 @pytest.mark.parametrize("method", methods.METHODS)
@@ -104,8 +114,9 @@ def test_a_record_level_claim_holds_on_the_releases(method, monkeypatch):
     assert moved == MOVES[method]
     if moved:
         assert cls.PROTECTS != "record"
-    assert cls.PROTECTS == ("record" if method in ("dpzv", "zoo-vfl") else
-                            "none" if method == "vafl" else "label")
+    assert cls.PROTECTS == (
+        "record" if method in ("dpzv", "zoo-vfl") else "none" if method == "vafl" else "label"
+    )
 
 
 def test_the_unit_reaches_every_epsilon_of_a_run(tmp_path, capsys):
@@ -113,9 +124,26 @@ def test_the_unit_reaches_every_epsilon_of_a_run(tmp_path, capsys):
     from privzv.training import cli
 
     out = tmp_path / "run"
-    assert cli.main(["--dataset", "digits", "--method", "fo-vector", "--devices", "2",
-                     "--epochs", "0.05", "--epsilon", "50", "--out", str(out),
-                     "--no-transcripts"]) == 0
+    assert (
+        cli.main(
+            [
+                "--dataset",
+                "digits",
+                "--method",
+                "fo-vector",
+                "--devices",
+                "2",
+                "--epochs",
+                "0.05",
+                "--epsilon",
+                "50",
+                "--out",
+                str(out),
+                "--no-transcripts",
+            ]
+        )
+        == 0
+    )
     std = capsys.readouterr()
     assert "covers labels only" in std.out and "covers labels only" in std.err
     summary = __import__("json").loads((out / "summary.json").read_text())

@@ -1,5 +1,6 @@
 """Every noise draw has the calibrated std, comes from the right party's generator, and the
 server's generator cannot be reproduced from anything a device knows."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,10 +16,9 @@ from scipy import stats
 from privzv import accounting
 from privzv.errors import PrivzvError
 from privzv.training import methods, privacy, zo
-from privzv.training.messages import Message, SERVER
-from privzv.training.noise import KeyedNoise
+from privzv.training.messages import SERVER, Message
 from privzv.training.methods import common
-
+from privzv.training.noise import KeyedNoise
 
 N = 2000
 
@@ -28,7 +28,7 @@ def _pvalue(samples, sigma):
     chi-square test of sum(x^2)/sigma^2 ~ chi2(n) (scale)."""
     x = np.asarray(samples, dtype=float).ravel()
     ks = stats.kstest(x, "norm", args=(0, sigma)).pvalue
-    s = float(np.sum(x ** 2)) / sigma ** 2
+    s = float(np.sum(x**2)) / sigma**2
     chi = 2 * min(stats.chi2.cdf(s, len(x)), stats.chi2.sf(s, len(x)))
     return min(ks, chi)
 
@@ -50,8 +50,9 @@ def _dpzv_noise(sched, draws):
 def test_dpzv_scalar_noise_has_the_calibrated_std(tiny_scheduler, tiny_config):
     config = tiny_config(epsilon=2.0, delta=1e-5)
     plan = privacy.plan(config, methods.get("dpzv"), records=96, rounds=24)
-    expected = accounting.calibrate(2.0, 1e-5, dataclasses.replace(plan.release, sigma=None),
-                                    plan.schedule, accountant="pld").sigma
+    expected = accounting.calibrate(
+        2.0, 1e-5, dataclasses.replace(plan.release, sigma=None), plan.schedule, accountant="pld"
+    ).sigma
     assert plan.sigma == pytest.approx(expected)
     assert (plan.release.aggregate, plan.release.batch_size, plan.release.clip) == ("mean", 8, 10.0)
     sched = tiny_scheduler(sigma=plan.sigma)
@@ -108,8 +109,12 @@ def test_server_noise_is_not_reproducible_from_device_known_seeds(tiny_scheduler
     sched = tiny_scheduler(sigma=1.0)
     for _ in range(12):
         sched.step()
-    device_seeds = {int(e.fields["seed"][0]) for p, t in sched.recorder.transcripts.items()
-                    if p != SERVER for e in t.select("local", "seed")}
+    device_seeds = {
+        int(e.fields["seed"][0])
+        for p, t in sched.recorder.transcripts.items()
+        if p != SERVER
+        for e in t.select("local", "seed")
+    }
     assert len(device_seeds) == 12
     z = _dpzv_noise(sched, 3)
     for s in device_seeds | {sched.devices[0].seed}:
@@ -124,7 +129,9 @@ def test_secret_seed_changes_the_noise_but_nothing_a_device_draws(tiny_scheduler
     for s in (a, b, c):
         for _ in range(6):
             s.step()
-    seeds = lambda s: [int(e.fields["seed"][0]) for e in s.recorder.transcripts["device0"].select("local", "seed")]  # noqa: E731
+    seeds = lambda s: [
+        int(e.fields["seed"][0]) for e in s.recorder.transcripts["device0"].select("local", "seed")
+    ]  # noqa: E731
     deltas = lambda s: [float(e.fields["delta"][0]) for e in s.recorder.transcripts[SERVER].select("sent")]  # noqa: E731
     assert seeds(a) == seeds(c) and seeds(a) == seeds(b)
     assert deltas(a) == deltas(b)
@@ -133,8 +140,10 @@ def test_secret_seed_changes_the_noise_but_nothing_a_device_draws(tiny_scheduler
 
 # ------------------------------------------------------------------ --secure-noise (OpenDP, secrets)
 
-needs_opendp = pytest.mark.skipif(importlib.util.find_spec("opendp") is None,
-                                  reason="the optional extra privzv[secure] (opendp) is not installed")
+needs_opendp = pytest.mark.skipif(
+    importlib.util.find_spec("opendp") is None,
+    reason="the optional extra privzv[secure] (opendp) is not installed",
+)
 
 
 @needs_opendp
@@ -149,7 +158,7 @@ def test_secure_gaussian_has_the_std_and_is_centred_on_the_value():
     assert noisy.dtype == torch.float32 and noisy.shape == value.shape
     right, wrong = _ks_pvalues((noisy - value).numpy(), sigma)
     assert right > level and wrong < level
-    assert abs(float((noisy - value).mean())) < 5 * sigma / n ** 0.5
+    assert abs(float((noisy - value).mean())) < 5 * sigma / n**0.5
     matrix = SecureNoise().gaussian((n // 4, 4), 2.0)
     assert matrix.shape == (n // 4, 4) and _pvalue(matrix.numpy(), 2.0) > level
     assert torch.equal(SecureNoise().add_gaussian(value, 0.0), value)
@@ -167,7 +176,7 @@ def test_secure_draws_are_not_reproducible_from_any_seed():
         draws.append((source.gaussian((16,), 1.0), source.bernoulli(64, 0.5), source.seed()))
     (g1, b1, s1), (g2, b2, s2) = draws
     assert not torch.equal(g1, g2) and not torch.equal(b1, b2) and s1 != s2
-    assert SecureNoise().state_dict() == {"kind": "secure"}   # no generator state to restore
+    assert SecureNoise().state_dict() == {"kind": "secure"}  # no generator state to restore
 
 
 @needs_opendp
@@ -224,6 +233,7 @@ def test_secure_noise_config_gives_every_party_a_secure_source(tiny_scheduler):
 def _strict_json(text: str):
     def refuse(token):
         raise AssertionError(f"{token} token in JSON output")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -232,8 +242,26 @@ def test_secure_noise_flag_trains_and_every_json_output_is_strict(tmp_path, caps
     from privzv.cli import main
 
     out = tmp_path / "run"
-    argv = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--batch-size", "64",
-            "--sigma", "1", "--epsilon", "50", "--secure-noise", "--no-transcripts", "--json", "--out", str(out)]
+    argv = [
+        "train",
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--epochs",
+        "0.05",
+        "--batch-size",
+        "64",
+        "--sigma",
+        "1",
+        "--epsilon",
+        "50",
+        "--secure-noise",
+        "--no-transcripts",
+        "--json",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     summary = _strict_json(capsys.readouterr().out)
     assert summary["rounds"] > 0 and summary["sigma"] == 1

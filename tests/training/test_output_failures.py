@@ -1,6 +1,7 @@
 """A run whose writes fail (a full disk, an I/O error): one stderr line, exit 1, and either no run
 folder at all (before its round-0 commit) or a folder that --resume continues to the unfailed
 run's result (issue 24 item 3)."""
+
 from __future__ import annotations
 
 import errno
@@ -11,13 +12,31 @@ import subprocess
 import pytest
 
 from privzv.cli import main
-from privzv.training import run, run_folder
+from privzv.training import run_folder
 
-FLAGS = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.05", "--sigma", "1",
-         "--epsilon", "50", "--seed", "1", "--secret-seed", "3", "--checkpoint-every", "1", "--json"]
+FLAGS = [
+    "train",
+    "--dataset",
+    "digits",
+    "--devices",
+    "2",
+    "--epochs",
+    "0.05",
+    "--sigma",
+    "1",
+    "--epsilon",
+    "50",
+    "--seed",
+    "1",
+    "--secret-seed",
+    "3",
+    "--checkpoint-every",
+    "1",
+    "--json",
+]
 
 
-pytestmark = pytest.mark.usefixtures("no_plots")   # conftest.py
+pytestmark = pytest.mark.usefixtures("no_plots")  # conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +53,12 @@ def reference(tmp_path_factory, no_plots):
 def _same_result(out, reference):
     ours, theirs = (json.loads((o / "summary.json").read_text()) for o in (out, reference))
     drop = ("wall_seconds",)
-    assert {k: v for k, v in ours.items() if k not in drop} == {k: v for k, v in theirs.items() if k not in drop}
-    assert (out / "private" / "ledger.json").read_bytes() == (reference / "private" / "ledger.json").read_bytes()
+    assert {k: v for k, v in ours.items() if k not in drop} == {
+        k: v for k, v in theirs.items() if k not in drop
+    }
+    assert (out / "private" / "ledger.json").read_bytes() == (
+        reference / "private" / "ledger.json"
+    ).read_bytes()
     for name in ("server.bin", "device0.bin", "server.jsonl"):
         assert (out / "transcripts" / name).read_bytes() == (reference / "transcripts" / name).read_bytes()
 
@@ -49,6 +72,7 @@ def _full_disk_after(count: int):
         if len(calls) >= count:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, *args, **kwargs)
+
     return write
 
 
@@ -60,8 +84,9 @@ def _one_line_failure(capsys, rc):
 
 
 @pytest.mark.parametrize("when", ["before the commit", "mid-run", "at the last write"])
-def test_a_full_disk_is_one_line_and_leaves_no_folder_or_a_resumable_one(when, reference, tmp_path,
-                                                                         capsys, monkeypatch):
+def test_a_full_disk_is_one_line_and_leaves_no_folder_or_a_resumable_one(
+    when, reference, tmp_path, capsys, monkeypatch
+):
     count = {"before the commit": 3, "mid-run": reference[1] // 2, "at the last write": reference[1]}[when]
     out = tmp_path / "run"
     monkeypatch.setattr(run_folder, "atomic_write", _full_disk_after(count))
@@ -71,7 +96,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_folder_or_a_resumable_one(when, r
         assert "no run folder was left" in err and list(tmp_path.iterdir()) == []
         return
     assert "--resume" in err and not (out / "summary.json").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]     # no temp folder, no lock
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temp folder, no lock
     assert not list(out.rglob(".*.tmp"))
     assert main(["train", "--resume", str(out), "--json"]) == 0
     _same_result(out, reference[0])
@@ -99,8 +124,9 @@ def test_a_full_disk_in_the_journal_or_a_transcript_is_one_line(reference, tmp_p
 
 def _mount_tmpfs(path, size: str) -> None:
     path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         path.rmdir()
         pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
@@ -112,7 +138,7 @@ def test_a_real_full_disk_then_resume(reference, tmp_path, capsys):
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "4m")
     try:
-        outcomes = []   # per room left: whether the run folder was kept
+        outcomes = []  # per room left: whether the run folder was kept
         for room in (16_000, 200_000, 400_000, 600_000, 800_000, 1_000_000, 1_400_000):
             out = disk / f"run{room}"
             stat = os.statvfs(disk)
@@ -120,12 +146,12 @@ def test_a_real_full_disk_then_resume(reference, tmp_path, capsys):
                 fh.write(bytes(max(0, stat.f_bavail * stat.f_frsize - room)))
             rc = main([*FLAGS, "--out", str(out)])
             (disk / "filler").unlink()
-            if rc == 0:   # the whole run fit
+            if rc == 0:  # the whole run fit
                 break
             _one_line_failure(capsys, rc)
             assert sorted(p.name for p in disk.iterdir()) == ([out.name] if out.exists() else [])
             outcomes.append(out.exists())
-            if out.exists():   # failed after its commit: room made, the resume finishes it
+            if out.exists():  # failed after its commit: room made, the resume finishes it
                 assert main(["train", "--resume", str(out), "--json"]) == 0
                 _same_result(out, reference[0])
                 break

@@ -1,4 +1,5 @@
 """The run's accuracy plots do not stretch chance-level noise into a learning curve."""
+
 import types
 
 import pytest
@@ -14,10 +15,13 @@ def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch):
 
     seen = []
     monkeypatch.setattr(plt, "close", lambda fig: seen.append(fig))
-    rows = [{"round": r, "test_accuracy": a, "bytes_up": 10 * r, "bytes_down": r}
-            for r, a in ((1, 0.07), (2, 0.105), (3, 0.09))]   # chance-level wobble
-    config = types.SimpleNamespace(method="dpzv", dataset="digits", devices=4,
-                                   epsilon=float("inf"), freeze=None)
+    rows = [
+        {"round": r, "test_accuracy": a, "bytes_up": 10 * r, "bytes_down": r}
+        for r, a in ((1, 0.07), (2, 0.105), (3, 0.09))
+    ]  # chance-level wobble
+    config = types.SimpleNamespace(
+        method="dpzv", dataset="digits", devices=4, epsilon=float("inf"), freeze=None
+    )
     plots.write(tmp_path, rows, config, chance=plots.chance([0, 1, 1, 2]))
     monkeypatch.undo()
     assert len(seen) == 2 and (tmp_path / "accuracy_vs_rounds.png").is_file()

@@ -1,4 +1,5 @@
 """Regression tests of the privacy review: each fails without its fix."""
+
 from __future__ import annotations
 
 import copy
@@ -73,8 +74,17 @@ def test_sigma_zero_under_a_finite_epsilon_is_refused(tiny_config):
 
 
 def test_resuming_a_private_run_without_its_ledger_is_refused(tmp_path):
-    config = TrainConfig(dataset="digits", devices=2, epochs=0.1, batch_size=64, evals=1, seed=5,
-                         sigma=2.0, epsilon=50.0, transcripts=False)
+    config = TrainConfig(
+        dataset="digits",
+        devices=2,
+        epochs=0.1,
+        batch_size=64,
+        evals=1,
+        seed=5,
+        sigma=2.0,
+        epsilon=50.0,
+        transcripts=False,
+    )
     out = tmp_path / "run"
     out.mkdir()
     first = run.train(config, out)

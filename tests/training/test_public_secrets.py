@@ -6,6 +6,7 @@ each round, which records were in the secret sample (eavesdropper: the Poisson b
 records; secret-subsampling: the kept rows among the device's public super-batch), and tries to
 follow the secret batch sizes. Each guess must be at chance within a confidence bound.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,15 +22,28 @@ from privzv.errors import PrivzvError
 from privzv.training import run, run_folder, sampling, transcript
 from privzv.training.config import TrainConfig
 
-RECORDS = 1437   # digits' training split
-RUN = TrainConfig(dataset="digits", devices=2, epochs=1.0, batch_size=64, clip=0.1, sigma=1.0,
-                  epsilon=50.0, seed=4, evals=46, accountant="rdp")   # evaluated every round; rdp: fast
+RECORDS = 1437  # digits' training split
+RUN = TrainConfig(
+    dataset="digits",
+    devices=2,
+    epochs=1.0,
+    batch_size=64,
+    clip=0.1,
+    sigma=1.0,
+    epsilon=50.0,
+    seed=4,
+    evals=46,
+    accountant="rdp",
+)  # evaluated every round; rdp: fast
 
 
 # ------------------------------------------------------------------------------ the reader
 def _public(run_dir: Path) -> list[Path]:
-    return sorted(p for p in run_dir.rglob("*")
-                  if p.is_file() and run_folder.PRIVATE not in p.relative_to(run_dir).parts)
+    return sorted(
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file() and run_folder.PRIVATE not in p.relative_to(run_dir).parts
+    )
 
 
 def _tensors(tree):
@@ -73,7 +87,7 @@ def _read_public(run_dir: Path, rounds: int) -> tuple[dict, dict]:
             rows = np.zeros(rounds)
             masks = [[] for _ in range(rounds)]
             for e in t.entries:
-                for field, v in e.fields.items():
+                for v in e.fields.values():
                     if e.round >= rounds or v.ndim == 0:
                         continue
                     rows[e.round] += v.shape[0]
@@ -85,16 +99,19 @@ def _read_public(run_dir: Path, rounds: int) -> tuple[dict, dict]:
             guesses[f"mask:{name}"] = masks
         elif path.suffix in (".json", ".jsonl", ".journal"):
             text = path.read_text()
-            lines = ([json.loads(text)] if path.suffix == ".json"
-                     else [json.loads(x) for x in text.splitlines() if x.strip()])
+            lines = (
+                [json.loads(text)]
+                if path.suffix == ".json"
+                else [json.loads(x) for x in text.splitlines() if x.strip()]
+            )
             ordered = np.zeros((rounds, RECORDS), bool)
             k = 0
             for line in lines:
                 for ints in _int_lists(line):
                     v = np.asarray(ints)
-                    if len(v) == RECORDS:     # a per-record list (counts): the records touched
+                    if len(v) == RECORDS:  # a per-record list (counts): the records touched
                         ordered |= v > 0
-                    elif v.min() >= 0 and v.max() < RECORDS and k < rounds:   # k-th id list: round k
+                    elif v.min() >= 0 and v.max() < RECORDS and k < rounds:  # k-th id list: round k
                         ordered[k, v] = True
                         k += 1
             guesses[name] = ordered
@@ -104,18 +121,21 @@ def _read_public(run_dir: Path, rounds: int) -> tuple[dict, dict]:
                 for r in rows_:
                     if isinstance(r.get(key), (int, float)) and r["round"] <= rounds:
                         s[r["round"]] = r[key]
-                series[f"{name} {key}"] = np.diff(s)   # the increment of round t
+                series[f"{name} {key}"] = np.diff(s)  # the increment of round t
         elif path.suffix in (".npz", ".pt"):
-            arrays = (list(np.load(path).values()) if path.suffix == ".npz"
-                      else list(_tensors(torch.load(path, weights_only=True))))
+            arrays = (
+                list(np.load(path).values())
+                if path.suffix == ".npz"
+                else list(_tensors(torch.load(path, weights_only=True)))
+            )
             union = np.zeros(RECORDS, bool)
             for a in arrays:
                 a = np.asarray(a, dtype=float)
-                for axis, size in enumerate(a.shape):   # a per-record array: touched records
+                for axis, size in enumerate(a.shape):  # a per-record array: touched records
                     if size == RECORDS:
                         union |= np.moveaxis(a, axis, 0).reshape(RECORDS, -1).any(axis=1)
                 if a.ndim == 2 and len(a) == rounds and np.array_equal(a[:, 0], np.arange(rounds)):
-                    for c in range(1, a.shape[1]):   # a per-round log
+                    for c in range(1, a.shape[1]):  # a per-round log
                         series[f"{name} column {c}"] = a[:, c]
             guesses[name] = np.broadcast_to(union, (rounds, RECORDS))
     return guesses, series
@@ -140,7 +160,7 @@ def _check_reader_learns_nothing(run_dir: Path, truth: np.ndarray, candidates: n
     guesses, series = _read_public(run_dir, rounds)
     leaks = []
     for name, guess in guesses.items():
-        if name.startswith("mask:"):   # a boolean field of round t, over its candidates in order
+        if name.startswith("mask:"):  # a boolean field of round t, over its candidates in order
             guess = np.zeros_like(truth)
             for t, found in enumerate(guesses[name]):
                 for mask in found:
@@ -153,7 +173,7 @@ def _check_reader_learns_nothing(run_dir: Path, truth: np.ndarray, candidates: n
         ok = np.isfinite(s)
         if ok.sum() > 10 and np.std(s[ok]) > 0:
             r = np.corrcoef(s[ok], sizes[ok])[0, 1]
-            if abs(r) > 0.7:   # ~ 5 sigma for 46 independent rounds
+            if abs(r) > 0.7:  # ~ 5 sigma for 46 independent rounds
                 leaks.append(f"{name}: correlation {r:.2f} with the secret sizes")
     assert not leaks, leaks
 
@@ -164,8 +184,9 @@ def test_a_reader_of_every_public_file_recovers_no_poisson_batch(tmp_path, monke
     metrics' bytes_up (and the table in checkpoint.pt) gave them away (advantage 1.0)."""
     drawn = []
     draw = sampling.PoissonSampler.draw
-    monkeypatch.setattr(sampling.PoissonSampler, "draw",
-                        lambda self, d, s: drawn.append(draw(self, d, s)) or drawn[-1])
+    monkeypatch.setattr(
+        sampling.PoissonSampler, "draw", lambda self, d, s: drawn.append(draw(self, d, s)) or drawn[-1]
+    )
     config = dataclasses.replace(RUN, threat="eavesdropper")
     summary = run.train(config, tmp_path / "run", secret_seed=1)
     rounds = summary["rounds"]
@@ -177,8 +198,9 @@ def test_a_reader_of_every_public_file_recovers_no_poisson_batch(tmp_path, monke
     # the secrets are kept, in the private area: the ledger resumes from them
     assert (tmp_path / "run" / "private" / "ledger.journal").is_file()
     private = transcript.read_folder(tmp_path / "run" / "private" / "transcripts", "device0")
-    assert [e.fields["ids"].tolist() for e in private.select("local", "batch")] == \
-        [ids.tolist() for ids in drawn[0::2]]
+    assert [e.fields["ids"].tolist() for e in private.select("local", "batch")] == [
+        ids.tolist() for ids in drawn[0::2]
+    ]
     assert summary["bytes_up"] is None and summary["bytes_down"] > 0
 
 
@@ -215,9 +237,12 @@ def test_no_public_file_holds_the_table_or_a_device_model(tmp_path):
     assert state["method"]["devices"] == {} and "traffic" not in state
     for path in _public(out):
         if path.suffix in (".pt", ".npz"):
-            arrays = (list(np.load(path).values()) if path.suffix == ".npz"
-                      else list(_tensors(torch.load(path, weights_only=True))))
-            assert not any(RECORDS in np.shape(a) for a in arrays), path   # no per-record array
+            arrays = (
+                list(np.load(path).values())
+                if path.suffix == ".npz"
+                else list(_tensors(torch.load(path, weights_only=True)))
+            )
+            assert not any(RECORDS in np.shape(a) for a in arrays), path  # no per-record array
     # each device's state is its own file; a party reads its own state only
     for m in range(2):
         own = run_folder.party_state(out, f"device{m}")
@@ -256,9 +281,30 @@ def test_add_remove_is_refused_for_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "replace-one" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
-    assert main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--steps", "100", "--dataset-size",
-                 "1000", "--batch-size", "10", "--clip", "1", "--threat", "eavesdropper",
-                 "--neighbors", "add-remove"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--steps",
+                "100",
+                "--dataset-size",
+                "1000",
+                "--batch-size",
+                "10",
+                "--clip",
+                "1",
+                "--threat",
+                "eavesdropper",
+                "--neighbors",
+                "add-remove",
+            ]
+        )
+        == 0
+    )
 
 
 # ------------------------------------------------------------------------------ Flower

@@ -1,5 +1,6 @@
 """Datasets and models are registries (issue 22 item 2, issue 21 item 4): adding one touches one
 place, and what a registered dataset declares holds when it is loaded."""
+
 from __future__ import annotations
 
 import math
@@ -26,11 +27,11 @@ def _linear(shape, embed_dim: int) -> nn.Module:
 
 def test_a_registered_dataset_and_model_train_through_the_api_and_the_cli_parser(tmp_path, monkeypatch):
     monkeypatch.setitem(models.DEVICE_MODELS, "toy-linear", _linear)
-    monkeypatch.setitem(data.REGISTRY, "toy", data.Dataset(_toy, 3, "two columns per device",
-                                                           model="toy-linear"))
+    monkeypatch.setitem(
+        data.REGISTRY, "toy", data.Dataset(_toy, 3, "two columns per device", model="toy-linear")
+    )
     assert cli.build_parser().parse_args(["--dataset", "toy"]).dataset == "toy"
-    config = TrainConfig(dataset="toy", devices=2, epochs=1, batch_size=8, embed_dim=3, evals=1,
-                         seed=1)
+    config = TrainConfig(dataset="toy", devices=2, epochs=1, batch_size=8, embed_dim=3, evals=1, seed=1)
     sched = run.build(config, data.load("toy", 2), secret_seed=1)
     assert isinstance(sched.devices[0].model[1], nn.Linear)
     summary = run.train(config, tmp_path / "run", secret_seed=1)

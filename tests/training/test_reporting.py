@@ -1,5 +1,6 @@
 """The trainer's reporting edges (issue 22 item 5): the start banner prints the values applied,
 and a divergence names the flags and values to try."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,18 @@ from privzv.training import divergence, run
 from privzv.training.config import TrainConfig
 from privzv.training.scheduler import Scheduler
 
-SMALL = ["train", "--dataset", "breast-cancer", "--devices", "2", "--epochs", "0.05",
-         "--no-transcripts", "--secret-seed", "1"]
+SMALL = [
+    "train",
+    "--dataset",
+    "breast-cancer",
+    "--devices",
+    "2",
+    "--epochs",
+    "0.05",
+    "--no-transcripts",
+    "--secret-seed",
+    "1",
+]
 
 
 def test_the_banner_prints_the_method_default_as_a_number(tmp_path, capsys):
@@ -30,9 +41,10 @@ def test_the_banner_prints_the_dp_heads_rate(tmp_path, capsys):
 
 def test_advice_names_each_rate_flag_with_a_hundredth_of_the_applied_rate(tiny_scheduler):
     method = tiny_scheduler(method="vafl").method
-    assert method.config.lr_device is None   # left to the method: its LR_DEVICE 0.05 applies
-    assert divergence.advice(method) == ("lower the learning rates: try --lr-device 0.0005 "
-                                         "--lr-server 0.0005 (a hundredth of this run's)")
+    assert method.config.lr_device is None  # left to the method: its LR_DEVICE 0.05 applies
+    assert divergence.advice(method) == (
+        "lower the learning rates: try --lr-device 0.0005 --lr-server 0.0005 (a hundredth of this run's)"
+    )
     given = tiny_scheduler(method="vafl", lr_device=0.2, lr_server=0.3).method
     assert "--lr-device 0.002 --lr-server 0.003" in divergence.advice(given)
 
@@ -49,8 +61,26 @@ def test_a_divergence_during_a_round_is_advised_once(tmp_path, monkeypatch):
 
 
 def test_a_diverging_run_names_values_to_try(tmp_path, capsys):
-    rc = main(["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
-               "--lr-device", "1000", "--lr-server", "1000", "--json", "--out", str(tmp_path / "r")])
+    rc = main(
+        [
+            "train",
+            "--dataset",
+            "digits",
+            "--devices",
+            "2",
+            "--epochs",
+            "0.2",
+            "--batch-size",
+            "64",
+            "--lr-device",
+            "1000",
+            "--lr-server",
+            "1000",
+            "--json",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "training diverged by round" in err[0]
     assert "try --lr-device 10 --lr-server 10" in err[0]

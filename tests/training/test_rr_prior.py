@@ -1,5 +1,6 @@
 """rr-prior: RRWithPrior (Ghazi et al. 2021) is exactly epsilon-label-DP, samples its stated
 distribution, and the run privatises each label once and trains only on privatised labels."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,12 @@ from privzv.training.noise import KeyedNoise
 
 def _priors(classes=5):
     rng = np.random.default_rng(0)
-    return [np.full(classes, 1 / classes), np.array([0.9, 0.05, 0.03, 0.01, 0.01]),
-            np.array([0.4, 0.4, 0.1, 0.05, 0.05]), rng.dirichlet(np.ones(classes))]
+    return [
+        np.full(classes, 1 / classes),
+        np.array([0.9, 0.05, 0.03, 0.01, 0.01]),
+        np.array([0.4, 0.4, 0.1, 0.05, 0.05]),
+        rng.dirichlet(np.ones(classes)),
+    ]
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 1.0, 2.0, 5.0])
@@ -29,11 +34,11 @@ def test_every_output_probability_ratio_is_at_most_e_to_the_epsilon_and_reaches_
         assert np.allclose(probs.sum(axis=1), 1.0, atol=1e-12) and (probs >= 0).all()
         # columns: outputs; rows: the true label. Label neighbours = any two rows.
         support = probs.max(axis=0) > 0
-        assert ((probs[:, support] > 0).all())        # same support for every label
+        assert (probs[:, support] > 0).all()  # same support for every label
         ratio = probs[:, support].max(axis=0) / probs[:, support].min(axis=0)
         assert ratio.max() <= math.exp(epsilon)
         _, k = rr_prior.top_k_sets(prior[None], epsilon)
-        if k[0] > 1:   # with two or more candidate outputs the bound is attained, up to the
+        if k[0] > 1:  # with two or more candidate outputs the bound is attained, up to the
             # relative 2^-40 that other_weight leaves for the sources' rounding
             assert ratio.max() == pytest.approx(math.exp(epsilon), rel=1e-11)
 
@@ -64,8 +69,17 @@ def test_randomise_draws_from_the_stated_distribution():
 def _run(epsilon, **kw):
     from privzv.training import data
 
-    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=0.5, batch_size=64,
-                         epsilon=epsilon, seed=4, transcripts=False, **kw)
+    config = TrainConfig(
+        dataset="digits",
+        method="rr-prior",
+        devices=2,
+        epochs=0.5,
+        batch_size=64,
+        epsilon=epsilon,
+        seed=4,
+        transcripts=False,
+        **kw,
+    )
     ds = data.load("digits", 2)
     return run.build(config, ds, secret_seed=5), ds
 
@@ -78,14 +92,14 @@ def test_run_privatises_each_label_once_and_stage_one_trains_on_its_half_only():
     first = server.labels.clone()
     flipped = (first[stage_one] != ds.y_train[stage_one]).float().mean()
     keep = math.e / (math.e + 9)
-    assert abs(float(flipped) - (1 - keep)) < 0.06          # plain RR over 10 classes at eps 1
+    assert abs(float(flipped) - (1 - keep)) < 0.06  # plain RR over 10 classes at eps 1
     # stage 1: gradients for stage-2 records are zero
     up = method.device_send(sched.devices[0], torch.arange(64))
     down = method.server_reply(server, up)
     assert (down["g"][~stage_one[:64]] == 0).all() and (down["g"][stage_one[:64]] != 0).any()
     while sched.round < method.switch + 1:
         sched.step()
-    assert method.second and torch.equal(server.labels[stage_one], first[stage_one])   # once
+    assert method.second and torch.equal(server.labels[stage_one], first[stage_one])  # once
     assert (server.labels[~stage_one] != ds.y_train[~stage_one]).any()
     # the public checkpoint state holds the privatised labels, nothing that predicts the draws
     state = method.extra_state()
@@ -95,8 +109,15 @@ def test_run_privatises_each_label_once_and_stage_one_trains_on_its_half_only():
 def test_infinite_epsilon_keeps_the_labels_and_a_run_states_what_it_protects(tmp_path):
     sched, ds = _run(math.inf)
     assert torch.equal(sched.server.labels[sched.method.stage_one], ds.y_train[sched.method.stage_one])
-    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=0.2, batch_size=64,
-                         epsilon=2.0, transcripts=False)
+    config = TrainConfig(
+        dataset="digits",
+        method="rr-prior",
+        devices=2,
+        epochs=0.2,
+        batch_size=64,
+        epsilon=2.0,
+        transcripts=False,
+    )
     summary = run.train(config, tmp_path / "r", secret_seed=1)
     assert summary["epsilon_spent"] == 2.0 and summary["delta"] == 0.0 and summary["sigma"] == 0.0
     assert summary["protects"] == "label"
@@ -109,8 +130,16 @@ def _wire(epsilon, labels_seed):
 
     from privzv.training import data
 
-    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=0.5, batch_size=64,
-                         epsilon=epsilon, seed=4, transcripts=True)
+    config = TrainConfig(
+        dataset="digits",
+        method="rr-prior",
+        devices=2,
+        epochs=0.5,
+        batch_size=64,
+        epsilon=epsilon,
+        seed=4,
+        transcripts=True,
+    )
     ds = copy.copy(data.load("digits", 2))
     if labels_seed is not None:
         g = torch.Generator().manual_seed(labels_seed)
@@ -118,17 +147,22 @@ def _wire(epsilon, labels_seed):
     sched = run.build(config, ds, secret_seed=5)
     for _ in range(run.rounds_for(config, len(ds.y_train))):
         sched.step()
-    assert sched.method.second                       # both stages ran
-    return {p: [(e.round, e.direction, {k: torch.as_tensor(v) for k, v in e.fields.items()})
-                for e in t.entries] for p, t in sched.recorder.transcripts.items()}
+    assert sched.method.second  # both stages ran
+    return {
+        p: [(e.round, e.direction, {k: torch.as_tensor(v) for k, v in e.fields.items()}) for e in t.entries]
+        for p, t in sched.recorder.transcripts.items()
+    }
 
 
 def _same(a, b):
     return a.keys() == b.keys() and all(
-        len(a[p]) == len(b[p]) and all(
-            x[:2] == y[:2] and x[2].keys() == y[2].keys()
-            and all(torch.equal(x[2][k], y[2][k]) for k in x[2]) for x, y in zip(a[p], b[p]))
-        for p in a)
+        len(a[p]) == len(b[p])
+        and all(
+            x[:2] == y[:2] and x[2].keys() == y[2].keys() and all(torch.equal(x[2][k], y[2][k]) for k in x[2])
+            for x, y in zip(a[p], b[p])
+        )
+        for p in a
+    )
 
 
 def test_at_epsilon_near_zero_no_message_of_the_run_depends_on_the_true_labels():
@@ -150,4 +184,3 @@ def test_the_labels_are_randomised_from_the_servers_secret_rr_prior_stream():
     assert sched.server.noise.state_dict()["streams"]["rr-prior"]["position"] > 0
     again, _ = _run(1.0)
     assert torch.equal(again.server.labels, sched.server.labels)
-

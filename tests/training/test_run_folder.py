@@ -1,4 +1,5 @@
 """The run folder: secrets stay in private/, runs survive SIGKILL, resume refuses tampered folders."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,6 @@ import random
 import shutil
 import signal
 import stat
-import sys
 import time
 
 import numpy as np
@@ -22,9 +22,18 @@ from privzv.training.config import TrainConfig
 from privzv.training.noise import KeyedNoise
 
 CLIP, SIGMA = 0.1, 1.0
-PRIVATE_RUN = TrainConfig(dataset="digits", devices=2, epochs=0.3, batch_size=64, evals=2, seed=5,
-                          clip=CLIP, sigma=SIGMA, epsilon=50.0,
-                          head_sampling="batch")   # _denoised replays the pooled head's draws
+PRIVATE_RUN = TrainConfig(
+    dataset="digits",
+    devices=2,
+    epochs=0.3,
+    batch_size=64,
+    evals=2,
+    seed=5,
+    clip=CLIP,
+    sigma=SIGMA,
+    epsilon=50.0,
+    head_sampling="batch",
+)  # _denoised replays the pooled head's draws
 
 
 def _one_line_exit_2(capsys, argv, *words):
@@ -61,17 +70,31 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     assert secret["source"] == "os-entropy" and isinstance(secret["secret_seed"], int)
     s = secret["secret_seed"]
     server = KeyedNoise(seeds.key(s, "server"))
-    keys = [seeds.key(s, "server"), seeds.key(s, "device", 0), seeds.key(s, "device", 1),
-            *(server.stream(name)._key for name in ("downlink", "head", "sampling", "keep"))]
-    needles = [str(s).encode(), s.to_bytes(8, "little")] + [k for key in keys for k in (key, key.hex().encode())]
+    keys = [
+        seeds.key(s, "server"),
+        seeds.key(s, "device", 0),
+        seeds.key(s, "device", 1),
+        *(server.stream(name)._key for name in ("downlink", "head", "sampling", "keep")),
+    ]
+    needles = [str(s).encode(), s.to_bytes(8, "little")] + [
+        k for key in keys for k in (key, key.hex().encode())
+    ]
     # the secret states are in the private checkpoint only
     ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
     server_state = run_folder.party_state(out, "server")["server"]["noise"]
     device_state = run_folder.party_state(out, "device0")["devices"][0]["noise"]
     assert server_state["kind"] == device_state["kind"] == "keyed"
     public = _public_files(out)
-    assert {"config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "server.jsonl", "server.bin",
-            "device0.jsonl", "device0.bin"} <= {p.name for p in public}
+    assert {
+        "config.json",
+        "checkpoint.pt",
+        "metrics.jsonl",
+        "summary.json",
+        "server.jsonl",
+        "server.bin",
+        "device0.jsonl",
+        "device0.bin",
+    } <= {p.name for p in public}
     for path in public:
         data = path.read_bytes()
         assert not any(n in data for n in needles), path
@@ -79,16 +102,24 @@ def test_public_files_hold_no_secret_seed_and_no_generator_state(private_run):
     assert not any("noise" in key for key in _keys(ckpt["state"]))
     # the private area is the owner's only
     assert stat.S_IMODE((out / "private").stat().st_mode) == 0o700
-    assert all(stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600)
-               for p in (out / "private").rglob("*"))
+    assert all(
+        stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600)
+        for p in (out / "private").rglob("*")
+    )
 
 
 def _whole_state(out):
     """The whole scheduler state: checkpoint.pt with every party's private part merged back."""
     ckpt = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
-    return run_folder.merge_state(ckpt["state"], {
-        party: torch.load(out / "private" / party / f"checkpoint-{ckpt['id']}.pt", weights_only=True)["state"]
-        for party in ckpt["parties"]})
+    return run_folder.merge_state(
+        ckpt["state"],
+        {
+            party: torch.load(out / "private" / party / f"checkpoint-{ckpt['id']}.pt", weights_only=True)[
+                "state"
+            ]
+            for party in ckpt["parties"]
+        },
+    )
 
 
 def _keys(tree, prefix=""):
@@ -103,8 +134,11 @@ def _keys(tree, prefix=""):
 
 def _released(out):
     """Every downlink Delta in round order, as the devices received them."""
-    rows = [(e.round, float(e.fields["delta"][0])) for party in ("device0", "device1")
-            for e in transcript.load(out, party).select("received")]
+    rows = [
+        (e.round, float(e.fields["delta"][0]))
+        for party in ("device0", "device1")
+        for e in transcript.load(out, party).select("received")
+    ]
     return np.array([d for _, d in sorted(rows)])
 
 
@@ -148,11 +182,25 @@ def _values(tree):
 
 
 def test_secret_seed_flag_reproduces_the_noise_and_stays_private(tmp_path, capsys):
-    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64",
-            "--sigma", "1", "--secret-seed", "123", "--json"]
+    args = [
+        "train",
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--epochs",
+        "0.2",
+        "--batch-size",
+        "64",
+        "--sigma",
+        "1",
+        "--secret-seed",
+        "123",
+        "--json",
+    ]
     for name in ("a", "b"):
         assert main([*args, "--out", str(tmp_path / name)]) == 0
-    assert main([*args[:-3], "--json", "--out", str(tmp_path / "c")]) == 0     # OS entropy
+    assert main([*args[:-3], "--json", "--out", str(tmp_path / "c")]) == 0  # OS entropy
     a, b, c = (_released(tmp_path / n) for n in "abc")
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     secrets_a = json.loads((tmp_path / "a" / "private" / "secrets.json").read_text())
@@ -162,15 +210,20 @@ def test_secret_seed_flag_reproduces_the_noise_and_stays_private(tmp_path, capsy
 
 def test_attack_run_refuses_the_private_area(private_run, capsys):
     out, _ = private_run
-    _one_line_exit_2(capsys, ["attack", "run", "--attack", "direct-label", "--run", str(out / "private")],
-                     "private area")
-    assert main(["attack", "run", "--attack", "feature-server", "--run", str(out), "--json"]) == 0   # MLP head: not direct-label
+    _one_line_exit_2(
+        capsys, ["attack", "run", "--attack", "direct-label", "--run", str(out / "private")], "private area"
+    )
+    assert (
+        main(["attack", "run", "--attack", "feature-server", "--run", str(out), "--json"]) == 0
+    )  # MLP head: not direct-label
 
 
 # ------------------------------------------------------------------------------ crash safety
 def _journal_releases(tmp_path, name):
-    paths = [tmp_path / name / "private" / "ledger.journal",
-             *tmp_path.glob(f".{name}.new-*/private/ledger.journal")]
+    paths = [
+        tmp_path / name / "private" / "ledger.journal",
+        *tmp_path.glob(f".{name}.new-*/private/ledger.journal"),
+    ]
     return sum(_read_or_empty(p).count(b'"ids"') for p in paths)
 
 
@@ -180,7 +233,6 @@ def _read_or_empty(path):
         return path.read_bytes()
     except FileNotFoundError:
         return b""
-
 
 
 def _alive(pid):
@@ -193,12 +245,34 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys, cli_pr
     included), then --resume: the run completes, the model, metrics and ledger equal an unkilled
     run's bit for bit (seeded noise re-makes the discarded releases, counted once)."""
     config = dataclasses.replace(PRIVATE_RUN, epochs=1.0, batch_size=32, evals=3)
-    flags = ["--dataset", "digits", "--devices", "2", "--epochs", "1", "--batch-size", "32",
-             "--clip", str(CLIP), "--sigma", str(SIGMA), "--epsilon", "50", "--seed", "5",
-             "--secret-seed", "77", "--checkpoint-every", "7", "--head-sampling", "batch", "--json"]
+    flags = [
+        "--dataset",
+        "digits",
+        "--devices",
+        "2",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--clip",
+        str(CLIP),
+        "--sigma",
+        str(SIGMA),
+        "--epsilon",
+        "50",
+        "--seed",
+        "5",
+        "--secret-seed",
+        "77",
+        "--checkpoint-every",
+        "7",
+        "--head-sampling",
+        "batch",
+        "--json",
+    ]
     with open(tmp_path / "c.json", "w") as fh:
         json.dump({"evals": 3}, fh)
-    reference = run.train(config, tmp_path / "reference", secret_seed=77)   # (also warms imports)
+    reference = run.train(config, tmp_path / "reference", secret_seed=77)  # (also warms imports)
     out = tmp_path / "run"
     fresh = ["train", *flags, "--config", str(tmp_path / "c.json"), "--out", str(out)]
     resume = ["train", "--resume", str(out), "--json"]
@@ -228,11 +302,14 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys, cli_pr
     ref_rows = [json.loads(x) for x in (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [r["round"] for r in ref_rows]
     assert [r["test_accuracy"] for r in rows] == [r["test_accuracy"] for r in ref_rows]
-    for party in ("server", "device0", "device1"):   # streamed transcripts: cut back and continued
+    for party in ("server", "device0", "device1"):  # streamed transcripts: cut back and continued
         got, ref = (transcript.load(o, party).entries for o in (out, tmp_path / "reference"))
         assert [(e.round, e.direction, e.kind) for e in got] == [(e.round, e.direction, e.kind) for e in ref]
-        assert all(a.fields.keys() == b.fields.keys() and all(np.array_equal(a.fields[k], b.fields[k])
-                                                              for k in a.fields) for a, b in zip(got, ref))
+        assert all(
+            a.fields.keys() == b.fields.keys()
+            and all(np.array_equal(a.fields[k], b.fields[k]) for k in a.fields)
+            for a, b in zip(got, ref)
+        )
     # seeded noise: the discarded releases were re-made bit for bit, so counted once (the ledger
     # is the unkilled run's); the journal says how many were discarded and replayed
     ledger = json.loads((out / "private" / "ledger.json").read_text())
@@ -248,8 +325,9 @@ def test_sigkill_at_random_points_then_resume_completes(tmp_path, capsys, cli_pr
 def test_a_locked_out_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     lock = run_folder.FolderLock.take(tmp_path / ".run.lock")
-    _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(out)],
-                     "another privzv run")
+    _one_line_exit_2(
+        capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(out)], "another privzv run"
+    )
     assert not out.exists()
     lock.release()
     assert list(tmp_path.iterdir()) == []
@@ -258,17 +336,27 @@ def test_a_locked_out_is_refused(tmp_path, capsys):
 def test_a_finished_or_refused_run_leaves_only_its_folder(private_run, tmp_path, capsys):
     """No .NAME.lock (nor anything else) beside the run folder: after a finished run, a run that
     failed after taking the lock, a refused resume (exit 2), and after a killed run's stale lock."""
-    args = ["train", "--devices", "2", "--epochs", "0.1", "--batch-size", "64", "--no-transcripts",
-            "--json", "--out"]
+    args = [
+        "train",
+        "--devices",
+        "2",
+        "--epochs",
+        "0.1",
+        "--batch-size",
+        "64",
+        "--no-transcripts",
+        "--json",
+        "--out",
+    ]
     assert main([*args, str(tmp_path / "run")]) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     copy = _copy(private_run, tmp_path / "resumed")
     saved = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**saved, "sigma": 2.0}))
-    _one_line_exit_2(capsys, ["train", "--resume", str(copy)], "sigma")   # refused inside the lock
+    _one_line_exit_2(capsys, ["train", "--resume", str(copy)], "sigma")  # refused inside the lock
     assert [p.name for p in copy.parent.iterdir()] == ["copy"]
     shutil.rmtree(copy.parent)
-    (tmp_path / ".again.lock").touch()         # left by a killed run: taken over, then removed
+    (tmp_path / ".again.lock").touch()  # left by a killed run: taken over, then removed
     assert main([*args, str(tmp_path / "again")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "run"]
 
@@ -278,8 +366,9 @@ def test_a_run_failing_inside_the_lock_leaves_nothing(tmp_path, capsys, monkeypa
         raise run_folder.PrivzvError("--x 1: refused")
 
     monkeypatch.setattr(run, "build", refuse)
-    _one_line_exit_2(capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out",
-                              str(tmp_path / "run")], "--x 1")
+    _one_line_exit_2(
+        capsys, ["train", "--devices", "2", "--epochs", "0.1", "--out", str(tmp_path / "run")], "--x 1"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -292,10 +381,10 @@ def test_a_lock_taken_on_a_removed_lock_file_is_not_held(tmp_path, monkeypatch):
     real_flock, newer = fcntl.flock, []
 
     def flock(fd, op):
-        if not newer:           # between this taker's open and its flock
+        if not newer:  # between this taker's open and its flock
             newer.append(None)
-            path.unlink()       # the holder finishes and removes the file
-            newer[0] = run_folder.FolderLock.take(path)   # a new run takes the path
+            path.unlink()  # the holder finishes and removes the file
+            newer[0] = run_folder.FolderLock.take(path)  # a new run takes the path
         return real_flock(fd, op)
 
     monkeypatch.setattr(fcntl, "flock", flock)
@@ -330,8 +419,23 @@ def test_leftover_temporary_folders_are_cleaned(tmp_path, capsys):
     leftover = tmp_path / ".run.new-abc123"
     (leftover / "private").mkdir(parents=True)
     (leftover / "private" / "secrets.json").write_text('{"secret_seed": 1}')
-    assert main(["train", "--devices", "2", "--epochs", "0.1", "--batch-size", "64", "--json",
-                 "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--devices",
+                "2",
+                "--epochs",
+                "0.1",
+                "--batch-size",
+                "64",
+                "--json",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     assert not leftover.exists()
 
 
@@ -339,17 +443,35 @@ def _format_1_folder(path):
     """A minimal run folder as privzv wrote it before streamed transcripts (format 1)."""
     config = {"dataset": "digits", "method": "dpzv", "devices": 2, "epochs": 0.1, "batch_size": 64, "seed": 1}
     (path / "transcripts").mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"format": 1, "run_id": "0123456789abcdef", "config": config,
-                                                  "seed": 1, "sigma": 0.0, "rounds": 5, "checkpoint_every": 200}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "run_id": "0123456789abcdef",
+                "config": config,
+                "seed": 1,
+                "sigma": 0.0,
+                "rounds": 5,
+                "checkpoint_every": 200,
+            }
+        )
+    )
     for party in ("server", "device0", "device1"):
-        (path / "transcripts" / f"{party}.json").write_text(json.dumps({"party": party, "meta": {}, "entries": []}))
+        (path / "transcripts" / f"{party}.json").write_text(
+            json.dumps({"party": party, "meta": {}, "entries": []})
+        )
         np.savez(path / "transcripts" / f"{party}.npz")
     return path
 
 
-@pytest.mark.parametrize("argv", [["train", "--resume", "{run}"],
-                                  ["train", "--resume", "{run}", "--extend", "--epochs", "1"],
-                                  ["attack", "run", "--attack", "direct-label", "--run", "{run}"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--resume", "{run}"],
+        ["train", "--resume", "{run}", "--extend", "--epochs", "1"],
+        ["attack", "run", "--attack", "direct-label", "--run", "{run}"],
+    ],
+)
 def test_a_format_1_folder_is_refused_naming_its_format(tmp_path, capsys, argv):
     run_dir = _format_1_folder(tmp_path / "old")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -382,32 +504,48 @@ def _set_config(key, value):
     return lambda obj: obj["config"].__setitem__(key, value)
 
 
-@pytest.mark.parametrize("name, path, change, words", [
-    ("counts zeroed", "private/ledger.json", _zero_counts, ["ledger.json", "differs"]),
-    ("budget raised", "private/ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
-    ("releases not a number", "private/ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
-    ("NaN token", "private/ledger.json", _set("epsilon_budget", float("nan")),
-     ["ledger.json", "not JSON", "NaN"]),   # the run folder reads strict JSON, as --config does
-    ("sigma lowered", "config.json", _set("sigma", 0.001), ["sigma"]),
-    ("sigma zero", "config.json", _set("sigma", 0.0), ["sigma"]),
-    ("budget raised in config", "config.json", _set_config("epsilon", 1e6), ["epsilon"]),
-    ("epochs cut in config", "config.json", _set_config("epochs", 0.1), ["epochs"]),
-    ("clip changed in config", "config.json", _set_config("clip", 5.0), ["clip"]),
-    ("foreign run id", "config.json", _set("run_id", "0123456789abcdef"), ["belong", "0123456789abcdef"]),
-])
+@pytest.mark.parametrize(
+    "name, path, change, words",
+    [
+        ("counts zeroed", "private/ledger.json", _zero_counts, ["ledger.json", "differs"]),
+        ("budget raised", "private/ledger.json", _set("epsilon_budget", 1e6), ["ledger.json", "differs"]),
+        ("releases not a number", "private/ledger.json", _set("releases", "x"), ["ledger.json", "corrupt"]),
+        (
+            "NaN token",
+            "private/ledger.json",
+            _set("epsilon_budget", float("nan")),
+            ["ledger.json", "not JSON", "NaN"],
+        ),  # the run folder reads strict JSON, as --config does
+        ("sigma lowered", "config.json", _set("sigma", 0.001), ["sigma"]),
+        ("sigma zero", "config.json", _set("sigma", 0.0), ["sigma"]),
+        ("budget raised in config", "config.json", _set_config("epsilon", 1e6), ["epsilon"]),
+        ("epochs cut in config", "config.json", _set_config("epochs", 0.1), ["epochs"]),
+        ("clip changed in config", "config.json", _set_config("clip", 5.0), ["clip"]),
+        ("foreign run id", "config.json", _set("run_id", "0123456789abcdef"), ["belong", "0123456789abcdef"]),
+    ],
+)
 def test_tampered_files_are_refused(private_run, tmp_path, capsys, name, path, change, words):
     out = _copy(private_run, tmp_path)
     _edit_json(out / path, change)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], *words)
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before   # nothing written
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing written
 
 
-@pytest.mark.parametrize("name", ["private/ledger.json", "private/ledger.journal", "checkpoint.pt",
-                                  "metrics.jsonl", "config.json", "private/device1/checkpoint-*.pt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "private/ledger.json",
+        "private/ledger.journal",
+        "checkpoint.pt",
+        "metrics.jsonl",
+        "config.json",
+        "private/device1/checkpoint-*.pt",
+    ],
+)
 def test_corrupt_or_missing_files_are_refused(private_run, tmp_path, capsys, name):
     out = _copy(private_run, tmp_path)
-    path, = out.glob(name)
+    (path,) = out.glob(name)
     word = name.rsplit("/", 1)[-1].split("*")[0]
     path.write_bytes(b"\x00garbage{")
     _one_line_exit_2(capsys, ["train", "--resume", str(out)], word)
@@ -436,8 +574,10 @@ def test_foreign_ledger_copied_in_is_refused(private_run, tmp_path, capsys):
 def test_old_checkpoint_with_a_newer_ledger_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     run.train(PRIVATE_RUN, out)
-    old = {p.relative_to(out): p.read_bytes()
-           for p in [out / "checkpoint.pt", *(out / "private").glob("*/checkpoint-*")]}
+    old = {
+        p.relative_to(out): p.read_bytes()
+        for p in [out / "checkpoint.pt", *(out / "private").glob("*/checkpoint-*")]
+    }
     assert main(["train", "--resume", str(out), "--extend", "--epochs", "0.6", "--json"]) == 0
     capsys.readouterr()
     for name, data in old.items():
@@ -452,8 +592,12 @@ def test_epochs_change_needs_extend_and_extend_rechecks_the_budget(private_run, 
     _one_line_exit_2(capsys, ["train", "--resume", str(out), "--seed", "3"], "--seed")
     calibrated = tmp_path / "calibrated"
     run.train(dataclasses.replace(PRIVATE_RUN, sigma=None, epsilon=2.0), calibrated)
-    _one_line_exit_2(capsys, ["train", "--resume", str(calibrated), "--extend", "--epochs", "3"],
-                     "would spend epsilon", "budget 2")
+    _one_line_exit_2(
+        capsys,
+        ["train", "--resume", str(calibrated), "--extend", "--epochs", "3"],
+        "would spend epsilon",
+        "budget 2",
+    )
     config = json.loads((calibrated / "config.json").read_text())
     assert config["config"]["epochs"] == 0.3 and config["extensions"] == []
 
@@ -467,24 +611,31 @@ def test_extend_records_the_extension_and_the_ledger_continues(private_run, tmp_
     assert config["config"]["epochs"] == 0.6 and config["rounds"] == second["rounds"] > first["rounds"]
     assert config["extensions"][0]["round"] == first["rounds"] and config["extensions"][0]["epochs"] == 0.3
     assert json.loads((out / "private" / "ledger.json").read_text())["releases"] == second["rounds"]
-    assert main(["train", "--resume", str(out), "--json"]) == 0   # and it resumes again
+    assert main(["train", "--resume", str(out), "--json"]) == 0  # and it resumes again
 
 
 def test_secret_keep_decisions_stay_private_and_survive_resume(tmp_path):
     """Under secret-subsampling the server's keep masks go to private/transcripts/ (with their
     position) and a resumed run puts them back in place: same transcripts as a straight run."""
-    cfg = dataclasses.replace(PRIVATE_RUN, threat="secret-subsampling", batch_size=16, super_batch=64,
-                              epochs=0.2)
+    cfg = dataclasses.replace(
+        PRIVATE_RUN, threat="secret-subsampling", batch_size=16, super_batch=64, epochs=0.2
+    )
     run.train(cfg, tmp_path / "half", secret_seed=4, checkpoint_every=3)
     run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "half", resume=True, extend=True)
     run.train(dataclasses.replace(cfg, epochs=0.4), tmp_path / "straight", secret_seed=4)
     for out in (tmp_path / "half", tmp_path / "straight"):
         assert not transcript.load(out, "server").select("local", "keep")
-    half, straight = (transcript.load(tmp_path / n / "private", "server").select("local", "keep")
-                      for n in ("half", "straight"))
+    half, straight = (
+        transcript.load(tmp_path / n / "private", "server").select("local", "keep")
+        for n in ("half", "straight")
+    )
     assert len(half) == len(straight) > 0
-    assert all(np.array_equal(a.fields["mask"], b.fields["mask"]) and a.round == b.round
-               and a.fields["_position"] == b.fields["_position"] for a, b in zip(half, straight))
+    assert all(
+        np.array_equal(a.fields["mask"], b.fields["mask"])
+        and a.round == b.round
+        and a.fields["_position"] == b.fields["_position"]
+        for a, b in zip(half, straight)
+    )
     public = [(e.round, e.kind) for e in transcript.load(tmp_path / "half", "server").entries]
     assert public == [(e.round, e.kind) for e in transcript.load(tmp_path / "straight", "server").entries]
 
@@ -492,11 +643,13 @@ def test_secret_keep_decisions_stay_private_and_survive_resume(tmp_path):
 def test_rr_prior_keeps_its_labels_out_of_the_public_checkpoint(tmp_path):
     """rr-prior's server labels are raw for the half it has not privatised yet: a checkpoint
     taken in stage 1 keeps them in the private area only."""
-    config = TrainConfig(dataset="digits", method="rr-prior", devices=2, epochs=1.0, epsilon=1.0,
-                         evals=2, transcripts=False)
+    config = TrainConfig(
+        dataset="digits", method="rr-prior", devices=2, epochs=1.0, epsilon=1.0, evals=2, transcripts=False
+    )
     run.train(config, tmp_path / "run", secret_seed=3, checkpoint_every=5)
     ckpt = torch.load(tmp_path / "run" / run_folder.CHECKPOINT, weights_only=True)
     assert "labels" not in ckpt["state"]["method"]
-    private = torch.load(tmp_path / "run" / "private" / "server" / f"checkpoint-{ckpt['id']}.pt",
-                         weights_only=True)
+    private = torch.load(
+        tmp_path / "run" / "private" / "server" / f"checkpoint-{ckpt['id']}.pt", weights_only=True
+    )
     assert ("method", "labels") in [path for path, _ in private["state"]]

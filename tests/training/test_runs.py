@@ -1,4 +1,5 @@
 """Whole runs on digits: reproducibility, the ledger (budget, stop, resume), secret subsampling."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,12 @@ def _train(tmp_path, name, **changes):
 def _checkpoint(out):
     """The whole scheduler state: the public checkpoint with its private part merged back."""
     public = torch.load(out / run_folder.CHECKPOINT, weights_only=True)
-    secret = {party: torch.load(out / run_folder.PRIVATE / party / f"checkpoint-{public['id']}.pt",
-                                weights_only=True)["state"] for party in public["parties"]}
+    secret = {
+        party: torch.load(
+            out / run_folder.PRIVATE / party / f"checkpoint-{public['id']}.pt", weights_only=True
+        )["state"]
+        for party in public["parties"]
+    }
     return run_folder.merge_state(public["state"], secret)
 
 
@@ -77,7 +82,7 @@ def test_resume_continues_the_run_and_the_ledger(tmp_path):
     resumed = run.train(dataclasses.replace(BASE, epochs=1.0, **kw), half, resume=True, extend=True)
     ledger = json.loads((half / "private" / "ledger.json").read_text())
     assert first == h_sum["rounds"] and ledger["releases"] == resumed["rounds"] == s_sum["rounds"]
-    assert _same(_checkpoint(half), _checkpoint(straight))           # bit for bit
+    assert _same(_checkpoint(half), _checkpoint(straight))  # bit for bit
     assert resumed["epsilon_spent"] == pytest.approx(s_sum["epsilon_spent"])
     assert len(transcript.load(half, SERVER).entries) == len(transcript.load(straight, SERVER).entries)
 
@@ -86,20 +91,25 @@ def test_run_stops_before_the_release_that_would_exceed_the_budget_even_after_re
     out, summary = _train(tmp_path, "b", sigma=2.0, epsilon=1.5, epochs=2.0)
     assert summary["stopped"] == "budget" and summary["rounds"] < summary["rounds_planned"]
     assert summary["epsilon_spent"] <= 1.5
-    again = run.train(dataclasses.replace(BASE, sigma=2.0, epsilon=1.5, epochs=4.0), out, resume=True,
-                      extend=True)
+    again = run.train(
+        dataclasses.replace(BASE, sigma=2.0, epsilon=1.5, epochs=4.0), out, resume=True, extend=True
+    )
     assert again["stopped"] == "budget" and again["rounds"] == summary["rounds"]
 
 
 def test_secret_subsampling_keeps_a_private_poisson_subset(tmp_path):
-    out, summary = _train(tmp_path, "s", sigma=0.5, threat="secret-subsampling", batch_size=16, super_batch=64)
+    out, summary = _train(
+        tmp_path, "s", sigma=0.5, threat="secret-subsampling", batch_size=16, super_batch=64
+    )
     server, device = transcript.load(out, SERVER), transcript.load(out, "device0")
-    assert not server.select("local", "keep")             # the server's secret: private/ only
+    assert not server.select("local", "keep")  # the server's secret: private/ only
     private = transcript.load(out / "private", SERVER)
     masks = np.concatenate([e.fields["mask"] for e in private.select("local", "keep")])
     sent = sum(len(e.fields["ids"]) for e in server.select("received"))
-    assert masks.size == sent and sent > 16 * summary["rounds"]        # B' records sent per round
+    assert masks.size == sent and sent > 16 * summary["rounds"]  # B' records sent per round
     p = masks.mean()
     assert abs(p - 0.25) <= 5 * np.sqrt(0.25 * 0.75 / masks.size)
-    assert not device.select("local", "keep") and all(len(e.fields["ids"]) <= 64 for e in device.select("sent"))
+    assert not device.select("local", "keep") and all(
+        len(e.fields["ids"]) <= 64 for e in device.select("sent")
+    )
     assert all(e.kind != "keep" for e in device.entries)

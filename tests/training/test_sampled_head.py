@@ -1,5 +1,6 @@
 """The head on a secret sample of the table (``--head-sampling table``): which records a step
 uses, what it computes, and that no party can tell which records a step used."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,10 +23,10 @@ def test_the_default_for_a_private_trained_first_order_head_is_the_table(tiny_co
     p = privacy.plan(private, methods.get("dpzv"), records=96, rounds=24)
     assert p.release.head.sampling_rate == 8 / 96 and p.release.head.batch_size == 8
     assert p.release.head.window == 0 and p.result["head_steps"] == 24
-    assert head.sampling(tiny_config()) == "batch"                       # no noise
-    assert head.sampling(tiny_config(epsilon=2.0, method="zoo-vfl")) == "batch"   # zeroth order
+    assert head.sampling(tiny_config()) == "batch"  # no noise
+    assert head.sampling(tiny_config(epsilon=2.0, method="zoo-vfl")) == "batch"  # zeroth order
     assert head.sampling(tiny_config(epsilon=2.0, head_window=2)) == "batch"
-    assert head.share(tiny_config(epsilon=2.0, freeze="devices")) == 1.0   # the whole budget
+    assert head.share(tiny_config(epsilon=2.0, freeze="devices")) == 1.0  # the whole budget
     for bad in (dict(method="zoo-vfl"), dict(head_window=2)):
         with pytest.raises(PrivzvError):
             head.sampling(tiny_config(epsilon=2.0, head_sampling="table", **bad))
@@ -52,12 +53,12 @@ class _Concat(torch.nn.Module):
 
 def test_only_records_every_device_has_sent_are_sampled():
     step, server = _sampled_head()
-    assert len(step.sample()) == 0                        # an empty table: nobody eligible
+    assert len(step.sample()) == 0  # an empty table: nobody eligible
     server.table.update(0, torch.arange(0, 30), torch.randn(30, 3))
     server.table.update(1, torch.arange(20, 50), torch.randn(30, 3))
     seen = torch.cat([step.sample() for _ in range(200)])
-    assert set(seen.tolist()) == set(range(20, 30))        # both rows filled: 20..29 only
-    assert 0.2 < len(seen) / (200 * 10) < 0.4               # each at about q_h = 0.3
+    assert set(seen.tolist()) == set(range(20, 30))  # both rows filled: 20..29 only
+    assert 0.2 < len(seen) / (200 * 10) < 0.4  # each at about q_h = 0.3
 
 
 def test_a_step_is_the_clipped_sum_of_the_sample_over_the_fixed_divisor():
@@ -67,14 +68,14 @@ def test_a_step_is_the_clipped_sum_of_the_sample_over_the_fixed_divisor():
     for m in range(2):
         server.table.update(m, torch.arange(50), torch.randn(50, 3))
     before = [p.detach().clone() for p in step.params]
-    sampling = server.noise.stream("head-sampling")         # the sample's own stream
+    sampling = server.noise.stream("head-sampling")  # the sample's own stream
     state = sampling.state_dict()
     ids = step.sample()
-    sampling.load_state_dict(state)                         # the step draws the same sample
+    sampling.load_state_dict(state)  # the step draws the same sample
     rows = server.table.gather(ids)
     grads = head.per_example_gradients(step.module, rows, server.labels[ids])
     expected = head.zo.clip_rows(grads, 0.5).sum(0) / step.dp.batch_size
-    step.step([torch.full((1, 3), 1e6)] * 2, torch.zeros(1, dtype=torch.long))   # ignored
+    step.step([torch.full((1, 3), 1e6)] * 2, torch.zeros(1, dtype=torch.long))  # ignored
     moved = torch.cat([(b - p.detach()).reshape(-1) for b, p in zip(before, step.params)])
     assert step.rows > len(ids) > 0
     assert torch.allclose(moved, expected, atol=1e-6)
@@ -86,23 +87,29 @@ def _public_bytes(folder) -> dict:
     out = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        if path.is_dir() or path.suffix in (".png", ".svg") or (
-                rel.startswith("private/") and not rel.startswith("private/transcripts/")):
+        if (
+            path.is_dir()
+            or path.suffix in (".png", ".svg")
+            or (rel.startswith("private/") and not rel.startswith("private/transcripts/"))
+        ):
             continue
         data = path.read_bytes()
-        if path.suffix == ".pt":   # the public checkpoint: the parties' states
+        if path.suffix == ".pt":  # the public checkpoint: the parties' states
             state = torch.load(path, weights_only=False)
-            for key in ("run_id", "id", "metrics"):   # a random run id; wall-clock times
+            for key in ("run_id", "id", "metrics"):  # a random run id; wall-clock times
                 state.pop(key)
             # the head's momentum: a sum of its noisy DP steps (the release), moved at rate 0
             state["state"]["method"].pop("optimizer")
             data = repr(_plain(state)).encode()
         elif path.suffix in (".json", ".jsonl", ".journal"):
             text = data.decode()
-            lines = ([json.loads(text)] if path.suffix == ".json" else
-                     [json.loads(line) for line in text.splitlines() if line.strip()])
+            lines = (
+                [json.loads(text)]
+                if path.suffix == ".json"
+                else [json.loads(line) for line in text.splitlines() if line.strip()]
+            )
             for value in lines:
-                if isinstance(value, dict):   # wall-clock times; random run and checkpoint ids
+                if isinstance(value, dict):  # wall-clock times; random run and checkpoint ids
                     for key in ("wall_seconds", "run_id", "checkpoint"):
                         value.pop(key, None)
             data = json.dumps(lines, sort_keys=True).encode()
@@ -142,6 +149,7 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
                 ids = torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
             samples.setdefault(flip, []).append(ids.tolist())
             return ids
+
         return sample
 
     config = tiny_config(epsilon=2.0, lr_server=0.0, transcripts=True, epochs=0.25)
@@ -152,7 +160,7 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
         run.train(dataclasses.replace(config), folder, secret_seed=7, progress=False)
         seen[flip] = _public_bytes(folder)
     assert samples[False] != samples[True]
-    assert sum(map(len, samples[False])) != sum(map(len, samples[True]))   # sizes differ too
+    assert sum(map(len, samples[False])) != sum(map(len, samples[True]))  # sizes differ too
     assert any(name.startswith("transcripts/device") for name in seen[False])
     assert seen[False].keys() == seen[True].keys()
     for name in seen[False]:
@@ -170,16 +178,19 @@ def test_the_ghost_clipped_sum_equals_per_example_clipping():
     rows = [torch.randn(40, 5) * 4 for _ in range(3)]
     labels = torch.randint(0, 4, (40,))
     weights = (torch.rand(40) < 0.7).float()
-    expected = (zo.clip_rows(head.per_example_gradients(module, rows, labels), 0.3)
-                * weights[:, None]).sum(0)
+    expected = (zo.clip_rows(head.per_example_gradients(module, rows, labels), 0.3) * weights[:, None]).sum(0)
     fast = head.linear_clipped_sum(module, rows, labels, 0.3, weights)
     assert torch.allclose(fast, expected, atol=1e-6)
     bad = [r[:1].clone() for r in rows]
     bad[0][0, 0] = float("inf")
     one = head.linear_clipped_sum(module, bad, labels[:1], 0.3, torch.ones(1))
     assert torch.isfinite(one).all() and float(one.norm()) <= 0.3 * (1 + 1e-6)
-    assert head.linear_clipped_sum(_Concat(torch.nn.Sequential(torch.nn.LayerNorm(15))),
-                                   rows, labels, 0.3, weights) is None
+    assert (
+        head.linear_clipped_sum(
+            _Concat(torch.nn.Sequential(torch.nn.LayerNorm(15))), rows, labels, 0.3, weights
+        )
+        is None
+    )
 
 
 def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, tiny_scheduler):
@@ -234,9 +245,8 @@ def test_the_default_rate_moves_the_weights_by_noise_step_per_step(tiny_config, 
     step = sched.method.head
     assert type(step).__name__ == "SampledHead" and not step.server.table.filled.any()
     size = sum(q.numel() for q in step.params)
-    assert size > 1000                                   # ||N(0, I_P)|| / sqrt(P) = 1 +- 2 %
+    assert size > 1000  # ||N(0, I_P)|| / sqrt(P) = 1 +- 2 %
     before = torch.cat([q.detach().reshape(-1) for q in step.params])
     step.step(None, None)
     moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
     assert moved == pytest.approx(head.NOISE_STEP, rel=0.05)
-

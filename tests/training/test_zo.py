@@ -1,4 +1,5 @@
 """The ZO estimator, the sphere direction, restore-and-update, and the clipping bound."""
+
 from __future__ import annotations
 
 import math
@@ -6,16 +7,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privzv.training import zo
-from privzv.training.messages import Message, SERVER
+from privzv.training.messages import SERVER, Message
 from privzv.training.methods import dpzv
 
 
-
 def test_direction_is_on_the_sqrt_d_sphere_over_all_parameters():
-    params = [torch.zeros(3), torch.zeros(40)]     # very different sizes
+    params = [torch.zeros(3), torch.zeros(40)]  # very different sizes
     shares = []
     for seed in range(400):
         u = zo.direction(params, seed)
@@ -73,11 +74,11 @@ def test_flatten_makes_the_parameters_views_of_one_buffer_and_keeps_u():
     u_before = zo.direction(model, 7)
     flat = zo.flatten_(model)
     assert flat.shape == (sum(p.numel() for p in before),) and flat.is_contiguous()
-    assert [id(p) for p in model.parameters()] == ids                  # same Parameter objects
+    assert [id(p) for p in model.parameters()] == ids  # same Parameter objects
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert torch.equal(model(x), out)
     assert torch.equal(flat, torch.cat([b.reshape(-1) for b in before]))
-    flat[0] = 42.0                                                     # a view, not a copy
+    flat[0] = 42.0  # a view, not a copy
     assert float(next(model.parameters()).detach().reshape(-1)[0]) == 42.0
     flat[0] = before[0].reshape(-1)[0]
     # u depends on the seed and d only: the same for the model, its parameter list and the buffer
@@ -121,9 +122,9 @@ def test_zo_estimator_mean_is_twice_the_smoothed_gradient_on_a_quadratic():
         samples.append(float((plus - minus) / lam) * zo.direction([param], seed).double())
     samples = torch.stack(samples)
     mean, se = samples.mean(0), samples.std(0) / math.sqrt(n)
-    assert torch.allclose(param, w, atol=1e-12)                      # perturbations cancel
-    assert ((mean - 2 * grad).abs() <= 5 * se).all()                 # matches within 5 s.e.
-    assert ((mean - grad).abs() > 5 * se).any()                      # and the test can tell 1x from 2x
+    assert torch.allclose(param, w, atol=1e-12)  # perturbations cancel
+    assert ((mean - 2 * grad).abs() <= 5 * se).all()  # matches within 5 s.e.
+    assert ((mean - grad).abs() > 5 * se).any()  # and the test can tell 1x from 2x
 
 
 def test_restore_and_update_leaves_w_minus_eta_delta_u(tiny_scheduler):
@@ -158,7 +159,9 @@ def test_frozen_devices_are_restored_exactly_up_to_rounding(tiny_scheduler):
     device = sched.devices[0]
     w0 = [p.detach().clone() for p in device.model.parameters()]
     sched.method.device_send(device, torch.arange(8))
-    sched.method.device_receive(device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([5.0])}))
+    sched.method.device_receive(
+        device, Message(0, SERVER, "device0", "delta", {"delta": torch.tensor([5.0])})
+    )
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(w0, device.model.parameters()))
 
 
@@ -192,8 +195,13 @@ def test_server_delta_sensitivity_with_a_poisoned_record(tiny_scheduler):
         gen = torch.Generator().manual_seed(1)
         ids = torch.arange(8)
         h_plus, h_minus = torch.randn(8, 4, generator=gen), torch.randn(8, 4, generator=gen)
-        msg = lambda hp: Message(0, "device0", SERVER, "embeddings",  # noqa: E731
-                                 {"ids": ids, "h_plus": hp, "h_minus": h_minus})
+        msg = lambda hp: Message(
+            0,
+            "device0",
+            SERVER,
+            "embeddings",  # noqa: E731
+            {"ids": ids, "h_plus": hp, "h_minus": h_minus},
+        )
         method.train_server = False
         base = float(method.server_reply(server, msg(h_plus))["delta"])
         bad = h_plus.clone()
@@ -228,11 +236,16 @@ def test_secret_subsampling_delta_divides_the_kept_sum_by_b(tiny_scheduler):
     stale = server.table.gather(ids)
     y = server.labels[ids]
     with torch.no_grad():
-        deltas = (common.losses(server.head, common.with_row(stale, 0, hp), y)
-                  - common.losses(server.head, common.with_row(stale, 0, hm), y)) / method.lam
-    got = float(method.server_reply(server, Message(0, "device0", SERVER, "embeddings",
-                                                    {"ids": ids, "h_plus": hp, "h_minus": hm}))["delta"])
+        deltas = (
+            common.losses(server.head, common.with_row(stale, 0, hp), y)
+            - common.losses(server.head, common.with_row(stale, 0, hm), y)
+        ) / method.lam
+    got = float(
+        method.server_reply(
+            server, Message(0, "device0", SERVER, "embeddings", {"ids": ids, "h_plus": hp, "h_minus": hm})
+        )["delta"]
+    )
     kept = torch.as_tensor(sched.recorder.transcripts[SERVER].select("local", "keep")[-1].fields["mask"])
-    expected = float(zo.clip_scalars(deltas, 0.05)[kept].sum() / 4)     # / B, not / |kept|
+    expected = float(zo.clip_scalars(deltas, 0.05)[kept].sum() / 4)  # / B, not / |kept|
     assert got == pytest.approx(expected, abs=1e-6)
-    assert 0 < int(kept.sum()) < 8          # (fixed secret seed) a real subset was kept
+    assert 0 < int(kept.sum()) < 8  # (fixed secret seed) a real subset was kept

@@ -1,4 +1,5 @@
 """The ZO baselines zoo-vfl and czofo: estimators, DP noise and clipping, learning, determinism."""
+
 import copy
 import math
 
@@ -40,19 +41,21 @@ def big_head(sched, factor=200.0):
 
 # ------------------------------------------------------------------ releases and registry
 
+
 def test_registered_and_releases():
     config = TrainConfig(batch_size=B, clip=C)
     assert methods.get("czofo").release(config) == Release(
-        clip=C, batch_size=B, aggregate="per-sample", dim=czofo.PERTURBATIONS, protects="label")
-    assert methods.get("czofo").release(config).sensitivity == 2 * C          # per sample, replace-one
+        clip=C, batch_size=B, aggregate="per-sample", dim=czofo.PERTURBATIONS, protects="label"
+    )
+    assert methods.get("czofo").release(config).sensitivity == 2 * C  # per sample, replace-one
     assert methods.get("zoo-vfl").release(config).sensitivity == pytest.approx(2 * C / B)
     for name in ("czofo", "zoo-vfl"):
         with pytest.raises(PrivzvError, match="secret-subsampling"):
-            methods.get(name).release(TrainConfig(method=name, threat="secret-subsampling",
-                                                  super_batch=64))
+            methods.get(name).release(TrainConfig(method=name, threat="secret-subsampling", super_batch=64))
 
 
 # ------------------------------------------------------------------ czofo
+
 
 def test_czofo_feedback_is_the_directional_derivative_of_each_record_loss(digits):
     sched = scheduler(digits, "czofo", freeze="server", lam=1e-4)
@@ -62,11 +65,11 @@ def test_czofo_feedback_is_the_directional_derivative_of_each_record_loss(digits
     up = method.device_send(dev, ids)
     h = up["h"].clone().requires_grad_(True)
     rows = common.with_row(server.table.gather(ids), 1, h)
-    common.losses(server.head, rows, server.labels[ids]).sum().backward()   # per-record dL_i/dh_i
+    common.losses(server.head, rows, server.labels[ids]).sum().backward()  # per-record dL_i/dh_i
     down = method.server_reply(server, up)
     u = czofo.unit_directions(dev.step_seed(), (B, czofo.PERTURBATIONS, 8))
     assert torch.allclose(up["h_perturbed"], up["h"][:, None] + 1e-4 * u)
-    expected = (u * h.grad[:, None]).sum(-1)                                 # u_ik . dL_i/dh_i
+    expected = (u * h.grad[:, None]).sum(-1)  # u_ik . dL_i/dh_i
     assert down["d"].shape == (B, czofo.PERTURBATIONS)
     assert torch.allclose(down["d"], expected, atol=2e-2, rtol=2e-2)
     # bytes: ids int64, h and n perturbed embeddings float32 up; n x B float32 down
@@ -76,11 +79,11 @@ def test_czofo_feedback_is_the_directional_derivative_of_each_record_loss(digits
 
 def test_czofo_embedding_gradient_is_unbiased():
     torch.manual_seed(0)
-    grad = torch.randn(3, 6)                         # true dL_i/dh_i of 3 records, E = 6
+    grad = torch.randn(3, 6)  # true dL_i/dh_i of 3 records, E = 6
     estimates = []
     for seed in range(4000):
         u = czofo.unit_directions(seed, (3, czofo.PERTURBATIONS, 6))
-        d = (u * grad[:, None]).sum(-1)              # exact directional derivatives
+        d = (u * grad[:, None]).sum(-1)  # exact directional derivatives
         estimates.append(czofo.embedding_gradient(d, u))
     mean = torch.stack(estimates).mean(0)
     assert torch.allclose(mean, grad, atol=0.1)
@@ -104,13 +107,13 @@ def test_czofo_noise_has_the_calibrated_std_from_the_servers_generator(digits):
         d = czofo_reply(noisy, up)
         z = d - czofo_reply(clean, up)
         expected = replay.gaussian((B, czofo.PERTURBATIONS), sigma)
-        assert torch.allclose(z, expected, atol=1e-5)    # exactly the server's downlink draw
+        assert torch.allclose(z, expected, atol=1e-5)  # exactly the server's downlink draw
         draws.append(z)
     z = torch.stack(draws).double()
-    n = z.numel()                                         # 4800 values
+    n = z.numel()  # 4800 values
     assert abs(float(z.mean())) < 4 * sigma / math.sqrt(n)
     assert abs(float(z.std()) / sigma - 1) < 0.05
-    flat = z.reshape(60, -1)                              # uncorrelated across entries
+    flat = z.reshape(60, -1)  # uncorrelated across entries
     assert abs(float(torch.corrcoef(flat.T[:2])[0, 1])) < 0.4
 
 
@@ -127,8 +130,9 @@ def test_czofo_clipping_bounds_each_record_also_for_nan_and_inf(digits):
     h_perturbed[3, 0] = float("nan")
     h_perturbed[3, 1] = float("inf")
     h_perturbed[3, 2:] = -h_perturbed[3, 2:] * 1e6
-    other = type(up)(up.round, up.sender, up.receiver, up.kind,
-                     {"ids": ids, "h": up["h"], "h_perturbed": h_perturbed})
+    other = type(up)(
+        up.round, up.sender, up.receiver, up.kind, {"ids": ids, "h": up["h"], "h_perturbed": h_perturbed}
+    )
     d2 = czofo_reply(sched, other)
     change = (d2 - d).norm(dim=1)
     assert torch.all(torch.isfinite(d2)) and torch.all(d2.norm(dim=1) <= C * (1 + 1e-5))
@@ -145,6 +149,7 @@ def test_czofo_without_dp_sends_unclipped_feedback(digits):
 
 # ------------------------------------------------------------------ zoo-vfl
 
+
 def test_zoo_vfl_sends_one_sided_pairs_and_restores_and_updates_exactly(digits):
     sched = scheduler(digits, "zoo-vfl", freeze="server", lr_device=0.01)
     dev, method = sched.devices[0], sched.method
@@ -154,7 +159,7 @@ def test_zoo_vfl_sends_one_sided_pairs_and_restores_and_updates_exactly(digits):
     up = method.device_send(dev, ids)
     u = zo.direction(dev.model, seed)
     with torch.no_grad():
-        assert torch.equal(up["h"], reference(dev.x[ids]))                  # h at w
+        assert torch.equal(up["h"], reference(dev.x[ids]))  # h at w
         zo.perturb_(reference, seed, -method.lam, zo.gaussian_norm(reference, seed))
         assert torch.allclose(up["h_perturbed"], reference(dev.x[ids]), atol=1e-6)  # at w - lam*u
     down = method.server_reply(sched.server, up)
@@ -188,8 +193,9 @@ def test_zoo_vfl_noise_std_and_clipped_mean_sensitivity(digits):
     deltas = []
     for fill in (float("nan"), float("inf"), -1e9, 1e9):
         h_perturbed[5] = fill
-        other = type(up)(up.round, up.sender, up.receiver, up.kind,
-                         {"ids": ids, "h": up["h"], "h_perturbed": h_perturbed})
+        other = type(up)(
+            up.round, up.sender, up.receiver, up.kind, {"ids": ids, "h": up["h"], "h_perturbed": h_perturbed}
+        )
         deltas.append(float(clean.method.server_reply(clean.server, other)["delta"]))
     assert all(math.isfinite(x) for x in deltas)
     spread = max(deltas + [reference]) - min(deltas + [reference])
@@ -198,11 +204,15 @@ def test_zoo_vfl_noise_std_and_clipped_mean_sensitivity(digits):
 
 # ------------------------------------------------------------------ learning and determinism
 
-@pytest.mark.parametrize("method, rounds, freeze, floor", [
-    ("czofo", 400, None, 0.6),
-    ("czofo", 500, "server", 0.3),    # the devices' ZO path learns on its own
-    ("zoo-vfl", 1000, None, 0.2),
-])
+
+@pytest.mark.parametrize(
+    "method, rounds, freeze, floor",
+    [
+        ("czofo", 400, None, 0.6),
+        ("czofo", 500, "server", 0.3),  # the devices' ZO path learns on its own
+        ("zoo-vfl", 1000, None, 0.2),
+    ],
+)
 def test_learns_above_chance_on_digits(digits, method, rounds, freeze, floor):
     # the methods' own default rates (run.build would otherwise apply training/tuned.py's, whose
     # czofo device rate 5e-4 nearly freezes the devices)
@@ -219,8 +229,9 @@ def test_same_seed_same_run(digits, method):
     def final(secret):
         sched = scheduler(digits, method, sigma=0.05, secret_seed=secret, epsilon=1.0)
         run_rounds(sched, 30)
-        return [p.detach().clone() for d in sched.devices for p in d.model.parameters()] + \
-               [p.detach().clone() for p in sched.server.head.parameters()]
+        return [p.detach().clone() for d in sched.devices for p in d.model.parameters()] + [
+            p.detach().clone() for p in sched.server.head.parameters()
+        ]
 
     a, b, c = final(1), final(1), final(2)
     assert all(torch.equal(x, y) for x, y in zip(a, b))

@@ -1,7 +1,8 @@
 """The in-process engine: every device lives in this Python process and is called directly."""
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -42,7 +43,7 @@ class InProcessEngine:
     def abort(self, m: int) -> None:
         device = self.devices[m]
         self.method.device_abort(device)
-        end_round(device, stepped=False)   # the round is spent; the device's step (its batch) is not
+        end_round(device, stepped=False)  # the round is spent; the device's step (its batch) is not
 
     def embeddings(self, x_test: Sequence[torch.Tensor], rows: slice) -> list[torch.Tensor]:
         """Every device's embedding of test records ``rows`` (no grad; the caller sets eval mode)."""
@@ -52,8 +53,10 @@ class InProcessEngine:
         return [d.model for d in self.devices]
 
     def state_dict(self) -> list[dict]:
-        return [{"model": d.model.state_dict(), "step": d.step, "noise": d.noise.state_dict()}
-                for d in self.devices]
+        return [
+            {"model": d.model.state_dict(), "step": d.step, "noise": d.noise.state_dict()}
+            for d in self.devices
+        ]
 
     def load_state_dict(self, states: list[dict]) -> None:
         for d, s in zip(self.devices, states):

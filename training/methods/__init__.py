@@ -1,4 +1,5 @@
 """Training methods: the registry ``--method NAME`` -> Method class (see ``methods.base``)."""
+
 from __future__ import annotations
 
 import importlib
@@ -14,7 +15,7 @@ MODULES = {
     "rr-prior": "privzv.training.methods.rr_prior",
 }
 METHODS = tuple(MODULES)
-DEFAULT = "dpzv"   # TrainConfig.method's default
+DEFAULT = "dpzv"  # TrainConfig.method's default
 
 
 def get(name: str):

@@ -38,16 +38,18 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
   nothing (a budget stop never reaches a device: the ledger is asked first).
 * ``extra_state`` / ``load_extra_state``: optimiser states etc. for checkpoints (tensors/dicts).
 """
+
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from privzv.training.messages import Message
 
-DEVICE = "device"   # a SECRET_STATE owner: the device whose index the path's "*" matched
+DEVICE = "device"  # a SECRET_STATE owner: the device whose index the path's "*" matched
 
 if TYPE_CHECKING:
     from privzv.release import Release
@@ -64,21 +66,21 @@ class Method(abc.ABC):
     """
 
     name: ClassVar[str]
-    LR_DEVICE: ClassVar[float]   # default learning rates (when --lr-device / --lr-server are not given)
+    LR_DEVICE: ClassVar[float]  # default learning rates (when --lr-device / --lr-server are not given)
     LR_SERVER: ClassVar[float]
-    RELEASED_BY: ClassVar[str] = "server"   # the party that draws the release's noise
-    PROTECTS: ClassVar[str] = "record"      # what the run's epsilon covers (privzv.release.PROTECTS)
+    RELEASED_BY: ClassVar[str] = "server"  # the party that draws the release's noise
+    PROTECTS: ClassVar[str] = "record"  # what the run's epsilon covers (privzv.release.PROTECTS)
     # Capabilities, asked by generic code (config rules, defaults, the run's summary):
-    MULTI_DIRECTION: ClassVar[bool] = False   # takes --directions K > 1
-    ZO_DEVICE_RATE: ClassVar[bool] = False    # its device rate defaults to ZO_RATE/sqrt(d), and a
+    MULTI_DIRECTION: ClassVar[bool] = False  # takes --directions K > 1
+    ZO_DEVICE_RATE: ClassVar[bool] = False  # its device rate defaults to ZO_RATE/sqrt(d), and a
     #                                           tuned one converts across device_momentum (defaults)
-    LABEL_DP: ClassVar[bool] = False          # its epsilon is spent on privatised labels by the
+    LABEL_DP: ClassVar[bool] = False  # its epsilon is spent on privatised labels by the
     #                                           method itself, not on a noised release
     # Paths into ``extra_state()`` that are a party's secret, with their owner (SERVER, or
     # DEVICE: the device whose index the "*" matched); the run folder keeps them private.
     SECRET_STATE: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()
 
-    def __init__(self, config: "TrainConfig", sigma: float = 0.0, release: "Release | None" = None):
+    def __init__(self, config: TrainConfig, sigma: float = 0.0, release: Release | None = None):
         self.config = config
         self.sigma = float(sigma if release is None else release.sigma or 0.0)
         self.head_dp = None if release is None or not self.sigma else release.head
@@ -89,12 +91,12 @@ class Method(abc.ABC):
         self.round = 0  # set by the scheduler before each round
 
     @classmethod
-    def release(cls, config: "TrainConfig") -> "Release | None":
+    def release(cls, config: TrainConfig) -> Release | None:
         """The DP release of one round (sigma unset), or None if this method has no DP option."""
         return None
 
     @classmethod
-    def zeroth_order_head(cls, config: "TrainConfig") -> bool:
+    def zeroth_order_head(cls, config: TrainConfig) -> bool:
         """Whether this method's server head takes zeroth-order steps in a run of ``config``."""
         return False
 
@@ -108,11 +110,13 @@ class Method(abc.ABC):
             return self.LR_DEVICE, own
         if self.head_dp is None or self.zeroth_order_head(self.config):
             return self.LR_SERVER, own
-        return (head.default_lr(self.head_dp, self.LR_SERVER),
-                f"the DP head's default min({head.MAX_LR:g}, 1/z_h)")
+        return (
+            head.default_lr(self.head_dp, self.LR_SERVER),
+            f"the DP head's default min({head.MAX_LR:g}, 1/z_h)",
+        )
 
     @classmethod
-    def uplink_batch(cls, config: "TrainConfig") -> int:
+    def uplink_batch(cls, config: TrainConfig) -> int:
         """How many records a device sends per round (B; B' under secret subsampling)."""
         return config.batch_size
 
@@ -121,22 +125,22 @@ class Method(abc.ABC):
         refuses any other: ``sampling.refusal``): here one embedding ``h`` [n, E]."""
         return {"h": (n, self.config.embed_dim)}
 
-    def setup(self, devices: Sequence["Device"], server: "Server") -> None:
+    def setup(self, devices: Sequence[Device], server: Server) -> None:
         """Create optimisers etc. once the parties exist (called once, before any round)."""
 
     @abc.abstractmethod
-    def device_send(self, device: "Device", ids: torch.Tensor) -> Message:
+    def device_send(self, device: Device, ids: torch.Tensor) -> Message:
         """Device side, first half: compute on the batch ``ids`` and return the uplink message."""
 
     @abc.abstractmethod
-    def server_reply(self, server: "Server", up: Message) -> Message:
+    def server_reply(self, server: Server, up: Message) -> Message:
         """Server side: consume the uplink, update the table and head, return the downlink."""
 
     @abc.abstractmethod
-    def device_receive(self, device: "Device", down: Message) -> None:
+    def device_receive(self, device: Device, down: Message) -> None:
         """Device side, second half: update the device's model from the downlink."""
 
-    def device_abort(self, device: "Device") -> None:
+    def device_abort(self, device: Device) -> None:
         """Device side: undo ``device_send`` (the server refused the uplink; nothing came back).
         The model must be as before ``device_send`` (up to float rounding: DPZV moves back by the
         opposite perturbation rather than keep a copy of its parameters)."""

@@ -1,16 +1,17 @@
 """Pieces shared by the methods: per-record losses, first-order device updates, the first-order
 methods' base class, the device side of a seeded ZO step and its undo. The head's
 step (plain or DP) is in :mod:`privzv.training.methods.head`."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from privzv.release import Release
 from privzv.training import zo
-from privzv.training.methods import head
 from privzv.training.messages import SERVER
+from privzv.training.methods import head
 from privzv.training.methods.base import DEVICE, Method
 from privzv.training.methods.head import losses
 
@@ -50,8 +51,9 @@ def noted_seed(device) -> int:
     return noted_seeds(device)[0]
 
 
-def embedding_gradients(server, head_step, m: int, ids: torch.Tensor, emb: torch.Tensor,
-                        train: bool) -> torch.Tensor:
+def embedding_gradients(
+    server, head_step, m: int, ids: torch.Tensor, emb: torch.Tensor, train: bool
+) -> torch.Tensor:
     """Server side of first-order VFL: per-record gradients dl_i/dh_i [B, E] of the loss w.r.t.
     device m's embedding ``emb`` (the stale table for the others), and, if ``train``, the head's
     step (``head.FirstOrderHead``) on the same rows, after the gradients. Row i depends only on
@@ -81,8 +83,9 @@ class FirstOrderDevices:
 
     def setup_devices(self, devices, default_lr: float) -> None:
         rate = lr(self.config.lr_device, default_lr)
-        self.device_optimizers = {d.index: sgd(d.model.parameters(), rate, self.config.momentum)
-                                  for d in devices}
+        self.device_optimizers = {
+            d.index: sgd(d.model.parameters(), rate, self.config.momentum) for d in devices
+        }
 
     def backpropagate(self, device, grad: torch.Tensor) -> None:
         """Device m: backpropagate ``grad`` through the embedding kept in ``scratch['h']``; step."""
@@ -97,8 +100,10 @@ class FirstOrderDevices:
         self.head = head.first_order(self.config, server, self.head_dp, self.LR_SERVER)
 
     def extra_state(self) -> dict:
-        return {"devices": {m: o.state_dict() for m, o in self.device_optimizers.items()},
-                "server": self.head.state_dict()}
+        return {
+            "devices": {m: o.state_dict() for m, o in self.device_optimizers.items()},
+            "server": self.head.state_dict(),
+        }
 
     def load_extra_state(self, state: dict) -> None:
         for m, o in self.device_optimizers.items():
@@ -116,26 +121,44 @@ class FirstOrderMethod(FirstOrderDevices, Method):
 
     @classmethod
     def release(cls, config) -> Release:
-        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
-                                      aggregate="per-sample", neighbors=config.neighbors,
-                                      dim=config.embed_dim, protects=cls.PROTECTS), config)
+        return head.with_head(
+            Release(
+                clip=config.clip,
+                batch_size=config.batch_size,
+                aggregate="per-sample",
+                neighbors=config.neighbors,
+                dim=config.embed_dim,
+                protects=cls.PROTECTS,
+            ),
+            config,
+        )
 
     def setup(self, devices, server) -> None:
         self.setup_devices(devices, self.LR_DEVICE)
         self.setup_head(server)
 
 
-def loss_differences(server, m: int, stale: list[torch.Tensor], labels: torch.Tensor,
-                     h_a: torch.Tensor, h_b: torch.Tensor, lam: float) -> torch.Tensor:
+def loss_differences(
+    server,
+    m: int,
+    stale: list[torch.Tensor],
+    labels: torch.Tensor,
+    h_a: torch.Tensor,
+    h_b: torch.Tensor,
+    lam: float,
+) -> torch.Tensor:
     """Per-record (l_i(h_a) - l_i(h_b)) / lam with device m's row replaced (arXiv:2502.20565v3, eq. (7)),
     the other devices' rows from the stale table ``stale``; no autograd."""
     with torch.no_grad():
-        return (losses(server.head, with_row(stale, m, h_a), labels)
-                - losses(server.head, with_row(stale, m, h_b), labels)) / lam
+        return (
+            losses(server.head, with_row(stale, m, h_a), labels)
+            - losses(server.head, with_row(stale, m, h_b), labels)
+        ) / lam
 
 
-def perturbed_forwards(device, ids: torch.Tensor, shifts: Sequence[float],
-                       directions: int = 1) -> list[torch.Tensor]:
+def perturbed_forwards(
+    device, ids: torch.Tensor, shifts: Sequence[float], directions: int = 1
+) -> list[torch.Tensor]:
     """Device side of a seeded ZO step (DPZV, ZOO-VFL) along ``directions`` = K directions
     u_1..u_K, u_k = u(seed_k), seed_k = ``device.step_seed(k)`` (noted in the device's
     transcript). For each direction, for each shift s in ``shifts``, in order: move the

@@ -24,6 +24,7 @@ changes one row by at most 2C in L2. The devices train first order, so the run's
 labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``). Without DP the feedback is not
 clipped (the baseline of the paper). arXiv:2502.20565v2 instead evaluated this baseline with VAFL's forward embedding noise.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,8 +55,10 @@ def embedding_gradient(d: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def only_device_threats(config) -> None:
     """The baselines have no secret subsampling: refuse an accounting that would assume it."""
     if config.threat == "secret-subsampling":
-        raise PrivzvError(f"--threat secret-subsampling: --method {config.method} does not "
-                          "implement it (only dpzv does); use device or eavesdropper")
+        raise PrivzvError(
+            f"--threat secret-subsampling: --method {config.method} does not "
+            "implement it (only dpzv does); use device or eavesdropper"
+        )
 
 
 class CZOFO(common.FirstOrderDevices, Method):
@@ -66,9 +69,17 @@ class CZOFO(common.FirstOrderDevices, Method):
     @classmethod
     def release(cls, config) -> Release:
         only_device_threats(config)
-        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
-                                      aggregate="per-sample", neighbors=config.neighbors,
-                                      dim=PERTURBATIONS, protects=cls.PROTECTS), config)
+        return head.with_head(
+            Release(
+                clip=config.clip,
+                batch_size=config.batch_size,
+                aggregate="per-sample",
+                neighbors=config.neighbors,
+                dim=PERTURBATIONS,
+                protects=cls.PROTECTS,
+            ),
+            config,
+        )
 
     def uplink_shapes(self, n: int) -> dict[str, tuple[int, ...]]:
         e = self.config.embed_dim
@@ -88,8 +99,14 @@ class CZOFO(common.FirstOrderDevices, Method):
         u = unit_directions(seed, (len(h), PERTURBATIONS, h.shape[1]))
         device.scratch.update(seed=seed, h=h)
         h = h.detach()
-        return self.message(device_name(device.index), SERVER, "embeddings",
-                            ids=ids, h=h, h_perturbed=h[:, None, :] + self.lam * u)
+        return self.message(
+            device_name(device.index),
+            SERVER,
+            "embeddings",
+            ids=ids,
+            h=h,
+            h_perturbed=h[:, None, :] + self.lam * u,
+        )
 
     def server_reply(self, server, up):
         m = device_index(up.sender)
@@ -98,12 +115,20 @@ class CZOFO(common.FirstOrderDevices, Method):
         rows = common.with_row(server.table.gather(ids), m, h)
         with torch.no_grad():
             base = common.losses(server.head, rows, labels)
-            diffs = torch.stack([common.losses(server.head, common.with_row(rows, m, hp), labels)
-                                 for hp in h_perturbed.unbind(dim=1)], dim=1) - base[:, None]
-        per_record = self.clip_feedback(diffs / self.lam)                 # [B, n]
+            diffs = (
+                torch.stack(
+                    [
+                        common.losses(server.head, common.with_row(rows, m, hp), labels)
+                        for hp in h_perturbed.unbind(dim=1)
+                    ],
+                    dim=1,
+                )
+                - base[:, None]
+            )
+        per_record = self.clip_feedback(diffs / self.lam)  # [B, n]
         noisy = server.noise.stream("downlink").add_gaussian(per_record, self.sigma)
         server.table.update(m, ids, h)
-        if self.train_server:   # after the feedback is computed (arXiv:2306.16077, Alg. 1, lines 9-11)
+        if self.train_server:  # after the feedback is computed (arXiv:2306.16077, Alg. 1, lines 9-11)
             self.head.step(rows, labels)
         return self.message(SERVER, up.sender, "loss_differences", d=noisy.float())
 

@@ -30,6 +30,7 @@ device moves back by lam*u_K (``device_abort``; exact up to float32 rounding). A
 never reaches a device: the scheduler asks the ledger before the device computes.
 Ablations: sigma = 0 (no noise), ``no_clip`` (no clipping; NaN/inf -> 0; never with noise).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,7 +46,7 @@ class DPZV(Method):
     name = "dpzv"
     LR_DEVICE = 0.03
     LR_SERVER = 0.05
-    UPLINK = ("h_plus", "h_minus")   # names of the two embeddings sent, in order of computation
+    UPLINK = ("h_plus", "h_minus")  # names of the two embeddings sent, in order of computation
     MULTI_DIRECTION = True
     ZO_DEVICE_RATE = True
     # ZO momentum (a function of every device's releases, kept by its device); a pooled DP
@@ -54,9 +55,17 @@ class DPZV(Method):
 
     @classmethod
     def release(cls, config) -> Release:
-        return head.with_head(Release(clip=config.clip, batch_size=config.batch_size,
-                                      aggregate="mean", neighbors=config.neighbors,
-                                      dim=config.directions, protects=cls.PROTECTS), config)
+        return head.with_head(
+            Release(
+                clip=config.clip,
+                batch_size=config.batch_size,
+                aggregate="mean",
+                neighbors=config.neighbors,
+                dim=config.directions,
+                protects=cls.PROTECTS,
+            ),
+            config,
+        )
 
     @classmethod
     def zeroth_order_head(cls, config) -> bool:
@@ -76,14 +85,18 @@ class DPZV(Method):
         self.directions = cfg.directions
         self.clip = None if cfg.no_clip else cfg.clip
         self.lr_device = common.lr(cfg.lr_device, self.LR_DEVICE)
-        self.keep = (cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None)
+        self.keep = cfg.batch_size / cfg.super_batch if cfg.threat == "secret-subsampling" else None
         if cfg.server_update == "fo":
             self.head = head.first_order(cfg, server, self.head_dp, self.LR_SERVER)
         else:
-            self.head = head.ZerothOrderHead(server.head, common.lr(cfg.lr_server, self.LR_SERVER),
-                                             self.lam, server.noise.stream("head"), self.head_dp)
-        self.buffers = ({d.index: torch.zeros_like(d.flat) for d in devices}
-                        if cfg.device_momentum else {})
+            self.head = head.ZerothOrderHead(
+                server.head,
+                common.lr(cfg.lr_server, self.LR_SERVER),
+                self.lam,
+                server.noise.stream("head"),
+                self.head_dp,
+            )
+        self.buffers = {d.index: torch.zeros_like(d.flat) for d in devices} if cfg.device_momentum else {}
 
     # device, first half ---------------------------------------------------------------------
     def shifts(self) -> tuple[float, float]:
@@ -92,8 +105,9 @@ class DPZV(Method):
 
     def device_send(self, device, ids):
         embeddings = common.perturbed_forwards(device, ids, self.shifts(), self.directions)
-        return self.message(device_name(device.index), SERVER, "embeddings",
-                            ids=ids, **dict(zip(self.UPLINK, embeddings)))
+        return self.message(
+            device_name(device.index), SERVER, "embeddings", ids=ids, **dict(zip(self.UPLINK, embeddings))
+        )
 
     # server ---------------------------------------------------------------------------------
     def received(self, server, up) -> tuple:
@@ -114,7 +128,7 @@ class DPZV(Method):
         if self.directions > 1:
             h_mid = h_mid.mean(dim=1)
         server.table.update(m, ids, h_mid)
-        if self.train_server:   # the round's kept records only (a DP head steps even on none)
+        if self.train_server:  # the round's kept records only (a DP head steps even on none)
             self.head.step([r[kept] for r in common.with_row(stale, m, h_mid)], labels[kept])
         return self.message(SERVER, up.sender, "delta", delta=big_delta)
 
@@ -125,11 +139,18 @@ class DPZV(Method):
         if self.directions == 1:
             delta = common.loss_differences(server, m, stale, labels, h_plus, h_minus, self.lam)
             return zo.clip_scalars(delta, self.clip)[kept].sum() / self.config.batch_size
-        delta = torch.stack([common.loss_differences(server, m, stale, labels, h_plus[:, k],
-                                                     h_minus[:, k], self.lam)
-                             for k in range(self.directions)], dim=1)
-        clipped = (zo.clip_rows(delta, self.clip) if self.clip is not None
-                   else torch.nan_to_num(delta, nan=0.0, posinf=0.0, neginf=0.0))
+        delta = torch.stack(
+            [
+                common.loss_differences(server, m, stale, labels, h_plus[:, k], h_minus[:, k], self.lam)
+                for k in range(self.directions)
+            ],
+            dim=1,
+        )
+        clipped = (
+            zo.clip_rows(delta, self.clip)
+            if self.clip is not None
+            else torch.nan_to_num(delta, nan=0.0, posinf=0.0, neginf=0.0)
+        )
         return clipped[kept].sum(dim=0) / self.config.batch_size
 
     # device, second half --------------------------------------------------------------------
@@ -140,10 +161,10 @@ class DPZV(Method):
         seeds, norms = device.scratch["seeds"], device.scratch["norms"]
         k_count = len(seeds)
         deltas = down["delta"].tolist() if self.train_devices else [0.0] * k_count
-        steps = [d / k_count for d in deltas]      # along the average of the K directions
+        steps = [d / k_count for d in deltas]  # along the average of the K directions
         if device.index not in self.buffers:
             for k, (seed, norm, step) in enumerate(zip(seeds, norms, steps)):
-                restore = self.lam if k == k_count - 1 else 0.0   # the last direction's +lam (eq. (9))
+                restore = self.lam if k == k_count - 1 else 0.0  # the last direction's +lam (eq. (9))
                 zo.perturb_(device.flat, seed, restore - self.lr_device * step, norm)
             return
         buf = self.buffers[device.index]

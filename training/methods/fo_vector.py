@@ -13,6 +13,7 @@ aggregate="per-sample", dim=embed_dim)`` with the head's update: same secret (la
 J(x_I)^T g carries the batch's raw features into every later release, so the run's epsilon covers
 labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``).
 """
+
 from __future__ import annotations
 
 from privzv.training import zo

@@ -37,11 +37,12 @@ are computed on a fixed number of rows (:func:`capacity`, padding masked out) so
 does not depend on the sample's size, except when the sample exceeds it (probability below
 1e-15), and nothing about the sample is noted in a transcript or written to a public file.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -55,7 +56,7 @@ from privzv.training import zo
 # default share of each round's 1/z^2 on a sampled head (z_h / z_d = sqrt(0.01 / 0.99) = 0.1),
 # chosen by the measurement in docs/results.md ("The head on a secret sample of the table")
 TABLE_SHARE = 0.99
-MAX_LR = 0.1   # default rate of a DP head on the round's batch: min(MAX_LR, 1 / z_h) (issue 7's prototype)
+MAX_LR = 0.1  # default rate of a DP head on the round's batch: min(MAX_LR, 1 / z_h) (issue 7's prototype)
 # default rate of a sampled head: NOISE_STEP / (sigma_h sqrt(P)), P its trainable parameters: a
 # step's noise moves the weights by about NOISE_STEP whatever z_h, C_h, B and P (1/z_h let the
 # noise dominate: digits' head reached test losses of 168); chosen on seed 100 (docs/results.md,
@@ -99,14 +100,17 @@ def sampling(config) -> str:
         return "batch"
     if config.head_sampling == "table":
         if zeroth_order(config):
-            raise PrivzvError(f"--head-sampling table: a zeroth-order head ({config.method}) "
-                              "steps on the round's batch; use --head-sampling batch")
+            raise PrivzvError(
+                f"--head-sampling table: a zeroth-order head ({config.method}) "
+                "steps on the round's batch; use --head-sampling batch"
+            )
         if config.head_window:
-            raise PrivzvError(f"--head-window {config.head_window}: a head on a sample of the "
-                              "table steps every round; use --head-sampling batch to pool")
+            raise PrivzvError(
+                f"--head-window {config.head_window}: a head on a sample of the "
+                "table steps every round; use --head-sampling batch to pool"
+            )
         return "table"
-    default = (config.private and trains_head(config) and not zeroth_order(config)
-               and not config.head_window)
+    default = config.private and trains_head(config) and not zeroth_order(config) and not config.head_window
     return "table" if default else "batch"
 
 
@@ -129,8 +133,10 @@ def window(config) -> int:
         return 0
     if config.head_window is not None:
         if config.head_window and zeroth_order(config):
-            raise PrivzvError(f"--head-window {config.head_window}: a zeroth-order head "
-                              f"({config.method}) steps every round; use --head-window 0")
+            raise PrivzvError(
+                f"--head-window {config.head_window}: a zeroth-order head "
+                f"({config.method}) steps every round; use --head-window 0"
+            )
         return config.head_window
     pooled = config.threat == "device" and config.activation is None and not zeroth_order(config)
     return WINDOW if pooled else 0
@@ -141,12 +147,13 @@ def head_update(config) -> HeadUpdate | None:
     round (divisor B) or pooled over windows of q batches of each device (divisor q M B)."""
     if not (config.private and trains_head(config)):
         return None
-    from privzv.training import defaults   # (defaults reads the method registry)
+    from privzv.training import defaults  # (defaults reads the method registry)
 
     q = window(config)
     divisor = config.batch_size * (q * config.devices if q else 1)
-    return HeadUpdate(clip=defaults.with_clip(config).head_clip, batch_size=divisor,
-                      neighbors=config.neighbors, window=q)
+    return HeadUpdate(
+        clip=defaults.with_clip(config).head_clip, batch_size=divisor, neighbors=config.neighbors, window=q
+    )
 
 
 def with_head(release: Release, config) -> Release:
@@ -159,8 +166,9 @@ def on_table(release: Release | None, config, records: int) -> Release | None:
     """``release`` with its head's sampling rate q_h = B/D when the head samples the table."""
     if release is None or release.head is None or sampling(config) != "table":
         return release
-    return dataclasses.replace(release, head=dataclasses.replace(
-        release.head, sampling_rate=config.batch_size / records))
+    return dataclasses.replace(
+        release, head=dataclasses.replace(release.head, sampling_rate=config.batch_size / records)
+    )
 
 
 def default_lr(dp: HeadUpdate | None, plain: float, size: int) -> float:
@@ -174,19 +182,21 @@ def default_lr(dp: HeadUpdate | None, plain: float, size: int) -> float:
     return min(MAX_LR, dp.sensitivity / dp.sigma)
 
 
-def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> "FirstOrderHead":
+def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> FirstOrderHead:
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     size = sum(p.numel() for p in server.head.parameters() if p.requires_grad)
     rate = default_lr(dp, plain_lr, size) if config.lr_server is None else float(config.lr_server)
     if dp is not None and dp.sampled:
         return SampledHead(server.head, rate, config.momentum, dp, server.noise.stream("head"), server=server)
     per_epoch = -(-len(server.labels) // config.batch_size)
-    return FirstOrderHead(server.head, rate, config.momentum, dp, server.noise.stream("head"),
-                          walk=(config.devices, per_epoch))
+    return FirstOrderHead(
+        server.head, rate, config.momentum, dp, server.noise.stream("head"), walk=(config.devices, per_epoch)
+    )
 
 
-def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
-                          labels: torch.Tensor) -> torch.Tensor:
+def per_example_gradients(
+    head: nn.Module, rows: Sequence[torch.Tensor], labels: torch.Tensor
+) -> torch.Tensor:
     """[n, P]: row i is the gradient of record i's loss w.r.t. the head's trainable parameters,
     flattened in ``parameters()`` order (``torch.func.vmap`` over ``grad``)."""
     params = {k: p.detach() for k, p in head.named_parameters() if p.requires_grad}
@@ -199,8 +209,9 @@ def per_example_gradients(head: nn.Module, rows: Sequence[torch.Tensor],
     return torch.cat([g.reshape(len(labels), -1) for g in grads.values()], dim=1)
 
 
-def linear_clipped_sum(head: nn.Module, rows: Sequence[torch.Tensor], labels: torch.Tensor,
-                       clip: float, weights: torch.Tensor) -> torch.Tensor | None:
+def linear_clipped_sum(
+    head: nn.Module, rows: Sequence[torch.Tensor], labels: torch.Tensor, clip: float, weights: torch.Tensor
+) -> torch.Tensor | None:
     """sum_i w_i clip_{C_h}(g_i), flat in ``parameters()`` order, without forming the per-example
     gradients g_i, for a head whose trainable parameters are all weights and biases of
     ``nn.Linear`` layers, each applied once to a [n, in] input (ghost clipping: Goodfellow 2015,
@@ -217,8 +228,7 @@ def linear_clipped_sum(head: nn.Module, rows: Sequence[torch.Tensor], labels: to
     if not params or any(id(p) not in owned for p in params):
         return None
     seen: dict[nn.Linear, list] = {m: [] for m in layers}
-    hooks = [m.register_forward_hook(lambda mod, args, out: seen[mod].append((args[0], out)))
-             for m in layers]
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen[mod].append((args[0], out))) for m in layers]
     try:
         with torch.enable_grad():
             loss = nn.functional.cross_entropy(head(list(rows)), labels, reduction="sum")
@@ -229,11 +239,12 @@ def linear_clipped_sum(head: nn.Module, rows: Sequence[torch.Tensor], labels: to
     finally:
         for h in hooks:
             h.remove()
-    inputs = [torch.nan_to_num(seen[m][0][0].detach(), nan=0.0, posinf=0.0, neginf=0.0)
-              for m in layers]
+    inputs = [torch.nan_to_num(seen[m][0][0].detach(), nan=0.0, posinf=0.0, neginf=0.0) for m in layers]
     deltas = [torch.nan_to_num(d, nan=0.0, posinf=0.0, neginf=0.0) for d in deltas]
-    norm2 = sum(d.square().sum(1) * (a.square().sum(1) + (m.bias is not None))
-                for m, d, a in zip(layers, deltas, inputs))
+    norm2 = sum(
+        d.square().sum(1) * (a.square().sum(1) + (m.bias is not None))
+        for m, d, a in zip(layers, deltas, inputs)
+    )
     scale = weights * (clip / norm2.sqrt().clamp_min(1e-12)).clamp(max=1.0)
     grads = {}
     for m, d, a in zip(layers, deltas, inputs):
@@ -250,13 +261,20 @@ class FirstOrderHead:
     ``dp`` (window q >= 1) needs ``walk`` = (devices M, batches per epoch s) to find its windows'
     ends; its step calls count the served releases, as the ledger does."""
 
-    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate | None = None,
-                 noise=None, walk: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        head: nn.Module,
+        lr: float,
+        momentum: float,
+        dp: HeadUpdate | None = None,
+        noise=None,
+        walk: tuple[int, int] | None = None,
+    ):
         self.module, self.dp, self.noise, self.walk = head, dp, noise, walk
         self.params = [p for p in head.parameters() if p.requires_grad]
         self.optimizer = torch.optim.SGD(self.params, lr=lr, momentum=momentum) if self.params else None
         self.pooled = dp is not None and dp.window > 0
-        self.pool = torch.zeros(sum(p.numel() for p in self.params))   # the open window's sum
+        self.pool = torch.zeros(sum(p.numel() for p in self.params))  # the open window's sum
         self.calls = 0
 
     def clipped_sum(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
@@ -267,8 +285,7 @@ class FirstOrderHead:
 
     def private_gradient(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         """sum_i clip_{C_h}(g_i) / B + N(0, sigma_h^2 I): the released gradient, flat [P]."""
-        return self.noise.add_gaussian(self.clipped_sum(rows, labels) / self.dp.batch_size,
-                                       self.dp.sigma)
+        return self.noise.add_gaussian(self.clipped_sum(rows, labels) / self.dp.batch_size, self.dp.sigma)
 
     def pooled_gradient(self, rows: Sequence[torch.Tensor], labels: torch.Tensor):
         """Add the round's clipped rows to the window's sum; at the window's end, the released
@@ -288,8 +305,7 @@ class FirstOrderHead:
             if len(labels):
                 first_order_step(self.optimizer, losses(self.module, rows, labels).mean())
             return
-        flat = (self.pooled_gradient(rows, labels) if self.pooled
-                else self.private_gradient(rows, labels))
+        flat = self.pooled_gradient(rows, labels) if self.pooled else self.private_gradient(rows, labels)
         if flat is None:
             return
         for p, g in zip(self.params, flat.split([p.numel() for p in self.params])):
@@ -301,8 +317,7 @@ class FirstOrderHead:
         secret: ``privzv.training.run_folder.SECRET_STATE``, and its step count)."""
         state = self.optimizer.state_dict() if self.optimizer else None
         if self.pooled:
-            state = {**state, "head_pool": {"sum": self.pool.clone(),
-                                            "calls": torch.tensor(self.calls)}}
+            state = {**state, "head_pool": {"sum": self.pool.clone(), "calls": torch.tensor(self.calls)}}
         return state
 
     def load_state_dict(self, state: dict | None) -> None:
@@ -328,15 +343,16 @@ class SampledHead(FirstOrderHead):
     table: ``EmbeddingTable.filled``), and makes one noisy step on them, divisor
     ``dp.batch_size``, the per-example gradients computed on :func:`capacity` rows."""
 
-    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise,
-                 server):
+    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise, server):
         super().__init__(head, lr, momentum, dp, noise)
         self.server = server
         self.rows = capacity(dp.sampling_rate * len(server.labels))
 
     def sample(self) -> torch.Tensor:
         """The ids of this step's sample (secret: never noted, logged or sent)."""
-        keep = self.server.noise.stream("head-sampling").bernoulli(len(self.server.labels), self.dp.sampling_rate)
+        keep = self.server.noise.stream("head-sampling").bernoulli(
+            len(self.server.labels), self.dp.sampling_rate
+        )
         return torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
 
     def clipped_sum(self, rows, labels) -> torch.Tensor:

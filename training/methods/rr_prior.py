@@ -25,6 +25,7 @@ Y_k. Every output's probability ratio between two labels is at most 1 / p <= e^e
 ``tests/training/test_rr_prior.py`` checks it exactly). The draws are exact, from the server's
 secret "rr-prior" stream (:func:`randomise`: uniform integers and Bernoulli(p), no inverse CDF).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,7 @@ def output_distribution(prior: np.ndarray, labels: np.ndarray, epsilon: float) -
     in_top = np.zeros((n, classes), dtype=bool)
     in_top[np.arange(n)[:, None], order] = np.arange(classes)[None, :] < k[:, None]
     keep = _keep(epsilon, k)
-    other = (1.0 - keep) / np.maximum(k - 1, 1)          # = 1 / (e^eps + k - 1)
+    other = (1.0 - keep) / np.maximum(k - 1, 1)  # = 1 / (e^eps + k - 1)
     truth_in = in_top[np.arange(n), labels]
     probs = np.where(in_top, np.where(truth_in, other, 1.0 / k)[:, None], 0.0)
     rows = np.flatnonzero(truth_in)
@@ -111,7 +112,7 @@ def _uniform_below(source, bound: np.ndarray) -> np.ndarray:
 
 class RRPrior(common.FirstOrderMethod):
     name = "rr-prior"
-    LABEL_DP = True     # privacy by privatised labels, not by a release (privzv.training.run)
+    LABEL_DP = True  # privacy by privatised labels, not by a release (privzv.training.run)
     # the server's labels: raw for the half not yet privatised (stage 1)
     SECRET_STATE = common.FirstOrderMethod.SECRET_STATE + ((("labels",), SERVER),)
 
@@ -131,7 +132,7 @@ class RRPrior(common.FirstOrderMethod):
         self.switch = run.rounds_for(self.config, n) // 2
         self.true_labels = server.labels.clone()
         self.known = self.stage_one.clone()
-        with torch.no_grad():   # K: the head's output size (not read from the labels)
+        with torch.no_grad():  # K: the head's output size (not read from the labels)
             classes = server.head(server.table.gather(torch.arange(1))).shape[1]
         noisy = torch.zeros_like(server.labels)
         ones = self.stage_one.numpy()
@@ -145,8 +146,12 @@ class RRPrior(common.FirstOrderMethod):
         if math.isinf(self.config.epsilon):
             return labels
         # the server's secret "rr-prior" stream (its state is kept in the run's private area)
-        return randomise(prior / prior.sum(axis=1, keepdims=True), labels, self.config.epsilon,
-                         self.server.noise.stream("rr-prior"))
+        return randomise(
+            prior / prior.sum(axis=1, keepdims=True),
+            labels,
+            self.config.epsilon,
+            self.server.noise.stream("rr-prior"),
+        )
 
     def second_stage(self, server) -> None:
         """RRWithPrior for the records not yet privatised, the prior from the current model."""

@@ -19,6 +19,7 @@ secret) the head is the server's own computation from DP embeddings and its own 
 on it would buy nothing; the labels are not protected by VAFL at all (the downlink gradient is
 exact), and its epsilon says nothing about them.
 """
+
 from __future__ import annotations
 
 import dataclasses

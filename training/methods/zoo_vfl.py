@@ -20,6 +20,7 @@ DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (
 keeps the sensitivity 2C/B on an epoch's smaller last batch. Without DP nothing is clipped (the baseline
 as published). arXiv:2502.20565v2 instead evaluated this baseline with VAFL's forward embedding noise.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,8 @@ class ZooVFL(DPZV):
     LR_DEVICE = 5e-3
     LR_SERVER = 0.005
     UPLINK = ("h", "h_perturbed")
-    MULTI_DIRECTION = False   # one direction, as published
-    ZO_DEVICE_RATE = False    # its published rate LR_DEVICE
+    MULTI_DIRECTION = False  # one direction, as published
+    ZO_DEVICE_RATE = False  # its published rate LR_DEVICE
 
     @classmethod
     def release(cls, config):

@@ -18,6 +18,7 @@ as the server resolved it (the tuned C and rates of ``privzv.training.defaults``
 device's model size) and sigma. In the executor the device (``device.DeviceParty``) lives in the
 executor's memory between messages; in Flower's simulation in ``context.state`` (:func:`handle`).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,9 @@ def reply_keys(path: Path) -> list[bytes]:
     try:
         return [bytes.fromhex(line) for line in path.read_text().split()]
     except (OSError, ValueError) as exc:
-        raise PrivzvError(f"flower: {str(path)!r}: the devices' reply keys, hex, one a line ({exc})") from None
+        raise PrivzvError(
+            f"flower: {str(path)!r}: the devices' reply keys, hex, one a line ({exc})"
+        ) from None
 
 
 @server_app.main()
@@ -70,20 +73,24 @@ def main(grid: Grid, context: Context) -> None:
     try:
         import flwr.superlink.grid.http_grid as http_grid
 
-        waits.quick_pulls(http_grid)   # the replies' objects: no 1 s wait for one not yet stored
+        waits.quick_pulls(http_grid)  # the replies' objects: no 1 s wait for one not yet stored
         torch.set_num_threads(1)
         secret = env.get("PRIVZV_FLOWER_SECRET_SEED_FILE")
         every = env.get("PRIVZV_FLOWER_CHECKPOINT_EVERY")
-        summary = run.train(public_config(context), Path(env["PRIVZV_FLOWER_OUT"]),
-                            secret_seed=None if secret is None else int(Path(secret).read_text()),
-                            overwrite=env.get("PRIVZV_FLOWER_OVERWRITE") == "1",
-                            checkpoint_every=None if every is None else int(every), engine=engine)
+        summary = run.train(
+            public_config(context),
+            Path(env["PRIVZV_FLOWER_OUT"]),
+            secret_seed=None if secret is None else int(Path(secret).read_text()),
+            overwrite=env.get("PRIVZV_FLOWER_OVERWRITE") == "1",
+            checkpoint_every=None if every is None else int(every),
+            engine=engine,
+        )
         result = {"summary": summary, "wire": engines[0].wire if engines else None}
     except PrivzvError as exc:
         result = {"error": str(exc)}
-    except Failed as exc:   # a runtime failure (a device's reply missing or refused): exit 1
+    except Failed as exc:  # a runtime failure (a device's reply missing or refused): exit 1
         result = {"failed": str(exc)}
-    except Exception:   # reported to the launcher, which raises it where the user sees it
+    except Exception:  # reported to the launcher, which raises it where the user sees it
         result = {"error": "ServerApp failed:\n" + traceback.format_exc()}
     tmp = status.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
@@ -91,17 +98,18 @@ def main(grid: Grid, context: Context) -> None:
 
 
 # --------------------------------------------------------------------------------- device side
-DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"   # simulation: the folder of the devices' folders
-NOISE_KEY = "noise-key"     # in the device's folder, mode 0600: never on a command line (ps shows those)
-REPLY_KEY = "reply-key"     # in the device's folder, mode 0600: the key its replies are signed with
+DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"  # simulation: the folder of the devices' folders
+NOISE_KEY = "noise-key"  # in the device's folder, mode 0600: never on a command line (ps shows those)
+REPLY_KEY = "reply-key"  # in the device's folder, mode 0600: the key its replies are signed with
 
 
 def _secret_file(folder: Path, name: str, what: str) -> str:
     try:
         return (folder / name).read_text().strip()
     except OSError as exc:
-        raise PrivzvError(f"flower: {str(folder / name)!r}: {what}, in a file only the device reads "
-                          f"({exc})") from None
+        raise PrivzvError(
+            f"flower: {str(folder / name)!r}: {what}, in a file only the device reads ({exc})"
+        ) from None
 
 
 def noise_key(folder: Path) -> bytes:
@@ -112,8 +120,9 @@ def noise_key(folder: Path) -> bytes:
     except ValueError:
         key = b""
     if len(key) != 32:
-        raise PrivzvError(f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key must be 32 "
-                          "bytes in hex")
+        raise PrivzvError(
+            f"flower: {str(folder / NOISE_KEY)!r}: the device's noise key must be 32 bytes in hex"
+        )
     return key
 
 
@@ -131,8 +140,10 @@ def device_folder(node: dict, m: int) -> Path:
     if "folder" in node:
         return Path(str(node["folder"]))
     if DEVICES_ENV not in os.environ:
-        raise PrivzvError(f"flower: device {m} has no folder: set node config folder=\"DIR\" "
-                          f"(a SuperNode) or {DEVICES_ENV} (the simulation engine)")
+        raise PrivzvError(
+            f'flower: device {m} has no folder: set node config folder="DIR" '
+            f"(a SuperNode) or {DEVICES_ENV} (the simulation engine)"
+        )
     return Path(os.environ[DEVICES_ENV]) / device_name(m)
 
 
@@ -142,7 +153,7 @@ def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: 
     m = int(node["partition-id"])
     if kind == "query.hello":
         state.clear()
-        if live is None:   # the server's config with the defaults it resolved (C, rates) and sigma
+        if live is None:  # the server's config with the defaults it resolved (C, rates) and sigma
             state["config"] = ConfigRecord(dict(content["config"]))
         record = content["config"]
     elif live is not None:
@@ -163,14 +174,16 @@ def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: 
     return party
 
 
-def handle(kind: str, content: RecordDict, node: dict, state: RecordDict, live: dict | None = None) -> RecordDict:
+def handle(
+    kind: str, content: RecordDict, node: dict, state: RecordDict, live: dict | None = None
+) -> RecordDict:
     """Device ``node["partition-id"]``'s answer to a message ``kind`` (``"query.send"``, ...) with
     ``content``. ``live`` (the long-lived executor's): device m stays in memory there, and nothing
     of it goes to ``state`` (the task's ``context.state``, which its SuperNode serves to whoever
     pulls the task); None (Flower's simulation, where the context stays in the SuperLink's
     process tree): ``state`` keeps the run's config and the device's state between messages."""
     party = _party(kind, content, node, state, live)
-    if kind == "query.hello":   # the device loaded its slice and started its transcript
+    if kind == "query.hello":  # the device loaded its slice and started its transcript
         reply = RecordDict({"node": ConfigRecord({"partition-id": party.m})})
     elif kind == "query.embed":
         h = party.embed(int(content["rows"]["start"]), int(content["rows"]["stop"]))
@@ -185,8 +198,10 @@ def handle(kind: str, content: RecordDict, node: dict, state: RecordDict, live: 
         party.abort()
         reply = RecordDict({})
     else:
-        raise PrivzvError(f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
-                          "train.receive, train.abort, query.embed")
+        raise PrivzvError(
+            f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
+            "train.receive, train.abort, query.embed"
+        )
     if live is None:
         state["device"] = ConfigRecord({"blob": party.save()})
     else:

@@ -14,6 +14,7 @@ the device's own per-run key, over the id of the task it answers and a digest of
 so the server accepts a reply only from the process that holds device m's key (not from any
 local process that pulled device m's task from its SuperNode).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,20 +31,22 @@ META, TENSORS, AUTH = "meta", "tensors", "auth"
 
 def encode(msg: Message) -> RecordDict:
     """The records of ``msg``."""
-    meta = ConfigRecord({"round": int(msg.round), "sender": msg.sender, "receiver": msg.receiver,
-                         "kind": msg.kind})
-    arrays = ArrayRecord({name: Array(np.ascontiguousarray(t.detach().cpu().numpy()))
-                          for name, t in msg.tensors.items()})
+    meta = ConfigRecord(
+        {"round": int(msg.round), "sender": msg.sender, "receiver": msg.receiver, "kind": msg.kind}
+    )
+    arrays = ArrayRecord(
+        {name: Array(np.ascontiguousarray(t.detach().cpu().numpy())) for name, t in msg.tensors.items()}
+    )
     return RecordDict({META: meta, TENSORS: arrays})
 
 
 def decode(content: RecordDict) -> Message:
     """The privzv Message of records made by :func:`encode`."""
     meta = content[META]
-    tensors = {name: torch.from_numpy(np.array(arr.numpy(), copy=True))
-               for name, arr in content[TENSORS].items()}
-    return Message(int(meta["round"]), str(meta["sender"]), str(meta["receiver"]), str(meta["kind"]),
-                   tensors)
+    tensors = {
+        name: torch.from_numpy(np.array(arr.numpy(), copy=True)) for name, arr in content[TENSORS].items()
+    }
+    return Message(int(meta["round"]), str(meta["sender"]), str(meta["receiver"]), str(meta["kind"]), tensors)
 
 
 def wire_bytes(obj) -> int:

@@ -10,6 +10,7 @@ compared in constant time), else 401. ``python -m privzv.training.engines.flower
 ARGS``: Flower's ``flwr ARGS`` whose Control API client sends that header (over TLS). The
 Fleet and Runtime APIs are untouched (node and SuperExec authentication guard them).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 HEADER = "x-privzv-control"
-ENV = "PRIVZV_FLOWER_CONTROL"   # the path of the control secret's 0600 file (never the secret)
+ENV = "PRIVZV_FLOWER_CONTROL"  # the path of the control secret's 0600 file (never the secret)
 PREFIX = "/v1/control/"
 
 
@@ -38,8 +39,9 @@ class ControlGate:
             if not hmac.compare_digest(given, self.secret):
                 from starlette.responses import PlainTextResponse
 
-                await PlainTextResponse("this run's Control API needs its launcher's credential",
-                                        status_code=401)(scope, receive, send)
+                await PlainTextResponse(
+                    "this run's Control API needs its launcher's credential", status_code=401
+                )(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -60,7 +62,7 @@ def superlink() -> None:
     from flwr.superlink.cli.flower_superlink import flower_superlink
     from starlette.middleware import Middleware
 
-    secret, middleware = _secret(), link._get_middleware   # pylint: disable=protected-access
+    secret, middleware = _secret(), link._get_middleware  # pylint: disable=protected-access
     link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *middleware()]
     sys.argv[0] = "flower-superlink"
     flower_superlink()
@@ -73,7 +75,9 @@ def flwr() -> None:
     secret, make = _secret(), ControlHttpClient.from_server_address.__func__
 
     def from_server_address(cls, server_address, insecure, root_certificates, interceptors, **kwargs):
-        return make(cls, server_address, insecure, root_certificates, [*interceptors, _Header(secret)], **kwargs)
+        return make(
+            cls, server_address, insecure, root_certificates, [*interceptors, _Header(secret)], **kwargs
+        )
 
     ControlHttpClient.from_server_address = classmethod(from_server_address)
     sys.argv[0] = "flwr"

@@ -16,6 +16,7 @@ command line, never the secret):
 * ``tls/control.secret``: 32 random bytes that the run's Control API asks of every caller
   (``control``): only the launcher's ``flwr`` calls carry them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-VALID = datetime.timedelta(days=2)   # a run's certificates expire soon after any run could end
+VALID = datetime.timedelta(days=2)  # a run's certificates expire soon after any run could end
 
 
 def private_file(path: Path, data: bytes) -> Path:
@@ -50,8 +51,16 @@ class Server:
     secret: Path
 
     def flags(self, ca: Path) -> list[str]:
-        return ["--ssl-ca-certfile", str(ca), "--ssl-certfile", str(self.cert), "--ssl-keyfile", str(self.key),
-                "--superexec-auth-secret-file", str(self.secret)]
+        return [
+            "--ssl-ca-certfile",
+            str(ca),
+            "--ssl-certfile",
+            str(self.cert),
+            "--ssl-keyfile",
+            str(self.key),
+            "--superexec-auth-secret-file",
+            str(self.secret),
+        ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +68,9 @@ class Credentials:
     ca: Path
     superlink: Server
     supernodes: list[Server]
-    node_keys: list[Path]      # device m's private authentication key (OpenSSH), in its own folder
-    node_public: list[Path]    # ... and its public key, registered with the SuperLink
-    control: Path              # the Control API's secret (``control``)
+    node_keys: list[Path]  # device m's private authentication key (OpenSSH), in its own folder
+    node_public: list[Path]  # ... and its public key, registered with the SuperLink
+    control: Path  # the Control API's secret (``control``)
 
 
 def _name(text: str) -> x509.Name:
@@ -70,13 +79,21 @@ def _name(text: str) -> x509.Name:
 
 def _certificate(subject: str, public, issuer: str, key, hosts: list[str], ca: bool) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
-               .public_key(public).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALID)
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALID)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if hosts:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address(host)) for host in hosts]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host)) for host in hosts]),
+            critical=False,
+        )
     return builder.sign(key, hashes.SHA256())
 
 
@@ -86,11 +103,20 @@ def _pem(cert: x509.Certificate) -> bytes:
 
 def _server(folder: Path, name: str, hosts: list[str], ca_key, ca_name: str) -> Server:
     key = ec.generate_private_key(ec.SECP256R1())
-    (folder / f"{name}.pem").write_bytes(_pem(_certificate(name, key.public_key(), ca_name, ca_key, hosts, ca=False)))
-    private_file(folder / f"{name}-key.pem", key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return Server(folder / f"{name}.pem", folder / f"{name}-key.pem",
-                  private_file(folder / f"{name}.secret", secrets.token_bytes(32)))
+    (folder / f"{name}.pem").write_bytes(
+        _pem(_certificate(name, key.public_key(), ca_name, ca_key, hosts, ca=False))
+    )
+    private_file(
+        folder / f"{name}-key.pem",
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    return Server(
+        folder / f"{name}.pem",
+        folder / f"{name}-key.pem",
+        private_file(folder / f"{name}.secret", secrets.token_bytes(32)),
+    )
 
 
 def make(work: Path, device_folders: list[Path], hosts: list[str] = ("127.0.0.1",)) -> Credentials:
@@ -101,15 +127,31 @@ def make(work: Path, device_folders: list[Path], hosts: list[str] = ("127.0.0.1"
     tls.mkdir(mode=0o700)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = f"privzv run CA {secrets.token_hex(4)}"
-    (tls / "ca.pem").write_bytes(_pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, [], ca=True)))
+    (tls / "ca.pem").write_bytes(
+        _pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, [], ca=True))
+    )
     keys, public = [], []
     for m, folder in enumerate(device_folders):
         node = ec.generate_private_key(ec.SECP384R1())
-        keys.append(private_file(folder / "node-key", node.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())))
+        keys.append(
+            private_file(
+                folder / "node-key",
+                node.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.OpenSSH,
+                    serialization.NoEncryption(),
+                ),
+            )
+        )
         public.append(tls / f"device{m}.pub")
-        public[-1].write_bytes(node.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                              serialization.PublicFormat.OpenSSH))
-    return Credentials(tls / "ca.pem", _server(tls, "superlink", list(hosts), ca_key, ca_name),
-                       [_server(folder, "supernode", ["127.0.0.1"], ca_key, ca_name) for folder in device_folders],
-                       keys, public, private_file(tls / "control.secret", secrets.token_bytes(32)))
+        public[-1].write_bytes(
+            node.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        )
+    return Credentials(
+        tls / "ca.pem",
+        _server(tls, "superlink", list(hosts), ca_key, ca_name),
+        [_server(folder, "supernode", ["127.0.0.1"], ca_key, ca_name) for folder in device_folders],
+        keys,
+        public,
+        private_file(tls / "control.secret", secrets.token_bytes(32)),
+    )

@@ -12,6 +12,7 @@ the state, as Flower's vertical-FL example recomputes its forward) and then runs
 from the device's partition id (:func:`own_data`): the columns of device m, train and test, and
 nothing else is kept; labels are never loaded into the party.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from privzv.training import data, methods, models, noise, seeds, transcript
+from privzv.training import data, methods, models, noise, seeds
 from privzv.training.config import TrainConfig
 from privzv.training.engines.inprocess import end_round
 from privzv.training.messages import Message, device_name
@@ -47,10 +48,12 @@ def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[Ow
     if cache is not None and cache.exists():
         own = OwnData(**torch.load(cache, weights_only=True))
     else:
-        dataset = data.load(config.dataset, config.devices, config.data_dir, seed=config.seed,
-                            records=config.records)
-        own = OwnData(dataset.name, str(dataset.partition), dataset.num_classes, dataset.x_train[m],
-                      dataset.x_test[m])
+        dataset = data.load(
+            config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
+        )
+        own = OwnData(
+            dataset.name, str(dataset.partition), dataset.num_classes, dataset.x_train[m], dataset.x_test[m]
+        )
         del dataset
         if cache is not None:
             torch.save(dataclasses.asdict(own), cache)
@@ -72,30 +75,39 @@ class DeviceParty:
     ``folder``: the device's own folder (its transcript, its data slice); None: no transcript.
     """
 
-    def __init__(self, config: TrainConfig, m: int, noise_key: bytes, sigma: float,
-                 folder: Path | None = None):
+    def __init__(
+        self, config: TrainConfig, m: int, noise_key: bytes, sigma: float, folder: Path | None = None
+    ):
         self.config, self.m = config, m
         self.data, model = own_data(config, m, None if folder is None else folder / "own-data.pt")
-        self.device = Device(m, model, self.data.x_train, seed=config.seed,
-                             noise=private_noise(config, noise_key))
+        self.device = Device(
+            m, model, self.data.x_train, seed=config.seed, noise=private_noise(config, noise_key)
+        )
         self.method = methods.get(config.method)(config, sigma=sigma)
         self.method.setup([self.device], _no_server(config, self.data.num_classes))
         self.pending: dict | None = None
         self.folder = folder if config.transcripts else None
         self.recorder = self._recorder()
-        self.transcript_sizes: dict | None = None   # the transcript files' sizes after the last message
+        self.transcript_sizes: dict | None = None  # the transcript files' sizes after the last message
         self.device.note = self._note
 
     def _recorder(self) -> Recorder:
-        return Recorder([device_name(self.m)], {device_name(self.m): self._meta()},
-                        enabled=self.folder is not None)
+        return Recorder(
+            [device_name(self.m)], {device_name(self.m): self._meta()}, enabled=self.folder is not None
+        )
 
     def _meta(self) -> dict:
-        return {"party": device_name(self.m), "dataset": self.data.name,
-                "records": len(self.data.x_train), "partition": self.data.partition,
-                "features_shape": list(self.data.x_train.shape[1:]), "engine": "flower",
-                "contains": {"raw_embeddings": [device_name(self.m)]
-                             if self.method.RELEASED_BY == "server" else []}}
+        return {
+            "party": device_name(self.m),
+            "dataset": self.data.name,
+            "records": len(self.data.x_train),
+            "partition": self.data.partition,
+            "features_shape": list(self.data.x_train.shape[1:]),
+            "engine": "flower",
+            "contains": {
+                "raw_embeddings": [device_name(self.m)] if self.method.RELEASED_BY == "server" else []
+            },
+        }
 
     def _note(self, kind: str, fields: dict) -> None:
         self.recorder.local(device_name(self.m), self.method.round, kind, fields)
@@ -104,9 +116,17 @@ class DeviceParty:
     def save(self) -> bytes:
         self._append_transcript()
         buf = io.BytesIO()
-        torch.save({"model": self.device.model.state_dict(), "step": self.device.step,
-                    "noise": self.device.noise.state_dict(), "method": self.method.extra_state(),
-                    "pending": self.pending, "transcript": self.transcript_sizes}, buf)
+        torch.save(
+            {
+                "model": self.device.model.state_dict(),
+                "step": self.device.step,
+                "noise": self.device.noise.state_dict(),
+                "method": self.method.extra_state(),
+                "pending": self.pending,
+                "transcript": self.transcript_sizes,
+            },
+            buf,
+        )
         return buf.getvalue()
 
     def _append_transcript(self) -> None:
@@ -186,8 +206,10 @@ class DeviceParty:
         return h
 
     def save_model_state(self) -> dict:
-        return {"model": {k: v.clone() for k, v in self.device.model.state_dict().items()},
-                "noise": self.device.noise.state_dict()}
+        return {
+            "model": {k: v.clone() for k, v in self.device.model.state_dict().items()},
+            "noise": self.device.noise.state_dict(),
+        }
 
     def load_model_state(self, state: dict) -> None:
         self.device.model.load_state_dict(state["model"])
@@ -198,5 +220,9 @@ def _no_server(config: TrainConfig, num_classes: int) -> Server:
     """A server stand-in for ``method.setup`` on a device: a head of the public architecture (no
     labels, an empty table); whatever the method builds for the server here is never used."""
     head = models.server_model(config.devices, config.embed_dim, num_classes, kind=config.server_kind)
-    return Server(head, torch.zeros(0, dtype=torch.int64),
-                  EmbeddingTable(config.devices, 0, config.embed_dim), noise.SeededNoise(0, "unused"))
+    return Server(
+        head,
+        torch.zeros(0, dtype=torch.int64),
+        EmbeddingTable(config.devices, 0, config.embed_dim),
+        noise.SeededNoise(0, "unused"),
+    )

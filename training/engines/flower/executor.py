@@ -24,23 +24,25 @@ model, private generator and method state are never rebuilt per message and neve
 process; the task's ``context.state``, which the SuperNode serves to whoever pulls the task,
 stays empty. Each reply is signed with the device's key (``apps.answer``).
 """
+
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 import traceback
+from pathlib import Path
 
 from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.common.serde import context_from_proto, run_from_proto
 from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
-from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
-    AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest)
+from flwr.proto.runtime_pb2 import AcquireTaskRequest, PullAppMessagesRequest, PullTaskInputRequest  # pylint: disable=E0611
 from flwr.supercore.constant import TaskType
 from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
 from flwr.supercore.inflatable.inflatable_protobuf_utils import (
-    make_confirm_message_received_fn_protobuf, make_pull_object_fn_protobuf)
+    make_confirm_message_received_fn_protobuf,
+    make_pull_object_fn_protobuf,
+)
 from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
 from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
 from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
@@ -51,29 +53,35 @@ from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from privzv.training.engines.flower import apps, waits
 
-POLL = 0.05   # seconds between AcquireTask calls when the SuperNode has had no task for a while
-FIRST_POLL = 0.002   # ... and right after a task, doubling up to POLL
-APP_ID = "privzv/privzv-run"   # the FAB id of ``launcher.app_folder``'s app
-PARTIES: dict = {}   # partition id -> the device's DeviceParty, alive between its messages
+POLL = 0.05  # seconds between AcquireTask calls when the SuperNode has had no task for a while
+FIRST_POLL = 0.002  # ... and right after a task, doubling up to POLL
+APP_ID = "privzv/privzv-run"  # the FAB id of ``launcher.app_folder``'s app
+PARTIES: dict = {}  # partition id -> the device's DeviceParty, alive between its messages
 
 
-ACQUIRE = "/flwr.proto.Runtime/AcquireTask"   # the call Flower's SuperExec authentication protects
+ACQUIRE = "/flwr.proto.Runtime/AcquireTask"  # the call Flower's SuperExec authentication protects
 
 
 def serve(address: str, certificates: str, secret: bytes, poll: float = POLL) -> None:
     """Run the SuperNode's ClientApp tasks at Runtime API ``address`` (TLS, CA ``certificates``),
     one after another, forever, each taken with SuperExec ``secret``."""
-    tasks = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="SuperExec"),
-                    SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[ACQUIRE]))
+    tasks = _client(
+        address,
+        certificates,
+        RuntimeVersionHttpInterceptor(component_name="SuperExec"),
+        SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[ACQUIRE]),
+    )
     token = TaskToken()
-    client = _client(address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token)
+    client = _client(
+        address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token
+    )
     pause = FIRST_POLL
     while True:
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
             token.token = res.token
             run_task(client)
-            pause = FIRST_POLL   # a device's next task tends to follow soon
+            pause = FIRST_POLL  # a device's next task tends to follow soon
         else:
             time.sleep(pause)
             pause = min(2 * pause, poll)
@@ -146,26 +154,38 @@ def pull_task_input(client):
     node = Node(node_id=context.node_id)
     tree = pulled.message_object_trees[0]
     message = pull_and_inflate_object_from_tree(
-        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
         make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node, context.run_id),
-        return_type=Message, initial_backoff=waits.PULL_BACKOFF, backoff_cap=waits.PULL_BACKOFF_CAP)
-    message.metadata.__dict__["_message_id"] = tree.object_id   # as Flower's pull_task_input
+        return_type=Message,
+        initial_backoff=waits.PULL_BACKOFF,
+        backoff_cap=waits.PULL_BACKOFF_CAP,
+    )
+    message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input
     return message, context, run
 
 
 def _client(address: str, certificates: str, *interceptors):
-    return RuntimeHttpClient.from_server_address(server_address=address, insecure=False,
-                                                 root_certificates=certificates,
-                                                 interceptors=list(interceptors),
-                                                 retry_invoker=make_simple_http_retry_invoker())
+    return RuntimeHttpClient.from_server_address(
+        server_address=address,
+        insecure=False,
+        root_certificates=certificates,
+        interceptors=list(interceptors),
+        retry_invoker=make_simple_http_retry_invoker(),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, HOST:PORT")
-    ap.add_argument("--root-certificates", required=True, help="CA certificate (PEM) of the SuperNode's Runtime API")
-    ap.add_argument("--superexec-auth-secret-file", required=True,
-                    help="the SuperNode's SuperExec secret (raw bytes, as its --superexec-auth-secret-file)")
+    ap.add_argument(
+        "--root-certificates", required=True, help="CA certificate (PEM) of the SuperNode's Runtime API"
+    )
+    ap.add_argument(
+        "--superexec-auth-secret-file",
+        required=True,
+        help="the SuperNode's SuperExec secret (raw bytes, as its --superexec-auth-secret-file)",
+    )
     ap.add_argument("--poll", type=float, default=POLL, help=f"seconds between task polls (default {POLL})")
     args = ap.parse_args(argv)
     secret = Path(args.superexec_auth_secret_file).read_bytes()

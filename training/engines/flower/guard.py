@@ -9,6 +9,7 @@ reused pid is never signalled). When its stdin closes (the launcher stopped the 
 it sends SIGTERM to every one still alive, SIGKILL after :data:`GRACE` s, removes ``WORK`` and
 exits.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 GRACE = 3.0
-LOOK = 0.2   # seconds between looks for new descendants
+LOOK = 0.2  # seconds between looks for new descendants
 
 
 def _start_time(pid: int) -> int | None:
@@ -85,7 +86,7 @@ class Tracked:
 
 def main() -> None:
     work = Path(sys.argv[1])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C of the launcher: the launcher stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the launcher: the launcher stops us
     tracked, buffered = Tracked(), b""
     fd = sys.stdin.fileno()
     while True:

@@ -31,19 +31,20 @@ A runtime failure (a process died, a timeout, a refused reply) raises ``cliutil.
 1), bad input ``PrivzvError`` (exit 2), both one line naming a copy of the logs; SIGTERM and
 SIGHUP stop the run as an error does and exit 143 and 129.
 """
+
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import json
 import os
+import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import secrets
-import shlex
 import tempfile
 import threading
 import time
@@ -58,11 +59,13 @@ from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
 
 APP = "privzv.training.engines.flower.apps"
-CONTROL = "privzv.training.engines.flower.control"   # flower-superlink and flwr with the run's Control API secret
+CONTROL = (
+    "privzv.training.engines.flower.control"  # flower-superlink and flwr with the run's Control API secret
+)
 WORK_PREFIX = "privzv-flower-"
-SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")   # what runs the ServerApp, per mode
-SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"   # the ServerApp's: the path of the secret seed's 0600 file
-SERVER_START = 30.0   # seconds from the submission within which the ServerApp must be running
+SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")  # what runs the ServerApp, per mode
+SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"  # the ServerApp's: the path of the secret seed's 0600 file
+SERVER_START = 30.0  # seconds from the submission within which the ServerApp must be running
 
 
 def free_port() -> int:
@@ -106,15 +109,26 @@ class Stack:
     def __init__(self, work: Path, logs: Path):
         self.work, self.logs = work, logs
         self.procs: list[subprocess.Popen] = []
-        self.names: dict[int, str] = {}   # pid -> the name given to start
-        self.guard = subprocess.Popen([sys.executable, "-m", "privzv.training.engines.flower.guard", str(work)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
-        self.server_seen = False   # whether the ServerApp process has been seen running
+        self.names: dict[int, str] = {}  # pid -> the name given to start
+        self.guard = subprocess.Popen(
+            [sys.executable, "-m", "privzv.training.engines.flower.guard", str(work)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.server_seen = False  # whether the ServerApp process has been seen running
 
     def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=self.work, start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.work,
+            start_new_session=True,
+        )
         log.close()
         self.guard.stdin.write(f"{proc.pid}\n".encode())
         self.guard.stdin.flush()
@@ -129,15 +143,26 @@ class Stack:
         for proc in self.procs:
             if proc.poll() is not None:
                 name = self.names[proc.pid]
-                raise Failed(f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}")
-        for ended in self.work.glob(f"{serverexec.EXIT_PREFIX}*.exit"):   # privzv's SuperExec says so
-            raise Failed(f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
-                         "or stopped)")
-        running = any(name in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid)
-                      for name in SERVER_PROCESSES)
+                raise Failed(
+                    f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}"
+                )
+        for ended in self.work.glob(f"{serverexec.EXIT_PREFIX}*.exit"):  # privzv's SuperExec says so
+            raise Failed(
+                f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
+                "or stopped)"
+            )
+        running = any(
+            name in _cmdline(pid)
+            for proc in self.procs
+            for pid in _descendants(proc.pid)
+            for name in SERVER_PROCESSES
+        )
         self.server_seen = self.server_seen or running
-        if submitted is not None and not running and (
-                self.server_seen or time.monotonic() > submitted + SERVER_START):
+        if (
+            submitted is not None
+            and not running
+            and (self.server_seen or time.monotonic() > submitted + SERVER_START)
+        ):
             raise Failed("flower: the ServerApp exited without a result (killed, or stopped by flwr stop)")
 
     def stop(self) -> None:
@@ -148,7 +173,7 @@ class Stack:
             proc.wait()
 
 
-WHY = {   # a phrase of a dead process's log -> what the one-line error adds
+WHY = {  # a phrase of a dead process's log -> what the one-line error adds
     "address already in use": "its port is in use by another process",
     "Failed to activate SuperNode": "the SuperLink refused its node key",
     "could not establish a connection to the SuperLink": "the SuperLink cannot be reached",
@@ -204,13 +229,14 @@ def remove_stale(tmp: Path) -> None:
 def _bin(name: str) -> str:
     path = Path(sys.executable).with_name(name)
     if not path.exists():
-        raise PrivzvError(f"--engine flower: {name} not found next to {sys.executable}; "
-                          "pip install 'privzv[flower]'")
+        raise PrivzvError(
+            f"--engine flower: {name} not found next to {sys.executable}; pip install 'privzv[flower]'"
+        )
     return str(path)
 
 
 MODES = ("deployment", "simulation")
-SPAWNED = ("flower-superexec", "flwr-serverapp", "flwr-simulation", "flwr-clientapp")   # by name, from PATH
+SPAWNED = ("flower-superexec", "flwr-serverapp", "flwr-simulation", "flwr-clientapp")  # by name, from PATH
 
 
 def _shims(folder: Path) -> Path:
@@ -226,9 +252,17 @@ def _shims(folder: Path) -> Path:
     return folder
 
 
-def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = False,
-        checkpoint_every: int | None = None, timeout: float = 600.0, mode: str = "deployment",
-        net: Network = LOCAL) -> dict:
+def run(
+    config: TrainConfig,
+    out: Path,
+    *,
+    secret_seed: int,
+    overwrite: bool = False,
+    checkpoint_every: int | None = None,
+    timeout: float = 600.0,
+    mode: str = "deployment",
+    net: Network = LOCAL,
+) -> dict:
     """Train ``config`` on a local Flower run into run folder ``out``; returns
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
 
@@ -240,25 +274,33 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     if config.threat != "device":
-        raise PrivzvError(f"--threat {config.threat}: not with --engine flower (the sizes of its "
-                          "messages on the wire, TLS or not, show the secret batch sizes; in-process only)")
+        raise PrivzvError(
+            f"--threat {config.threat}: not with --engine flower (the sizes of its "
+            "messages on the wire, TLS or not, show the secret batch sizes; in-process only)"
+        )
     try:
         import flwr  # noqa: F401
     except ImportError:
-        raise PrivzvError("--engine flower: needs the optional package flwr: "
-                          "pip install 'privzv[flower]'") from None
+        raise PrivzvError(
+            "--engine flower: needs the optional package flwr: pip install 'privzv[flower]'"
+        ) from None
     if mode == "simulation" and config.private:
-        raise PrivzvError("--engine flower-sim: not for a private run (Ray's workers run every "
-                          "device's ClientApp beside the server's secrets); use --engine flower")
+        raise PrivzvError(
+            "--engine flower-sim: not for a private run (Ray's workers run every "
+            "device's ClientApp beside the server's secrets); use --engine flower"
+        )
     if mode == "simulation" and importlib.util.find_spec("ray") is None:
-        raise PrivzvError("--engine flower-sim: needs Ray, Flower's simulation backend: "
-                          "pip install 'privzv[flower-sim]'")
+        raise PrivzvError(
+            "--engine flower-sim: needs Ray, Flower's simulation backend: pip install 'privzv[flower-sim]'"
+        )
     if config.secure_noise and methods.get(config.method).RELEASED_BY == "device":
-        raise PrivzvError(f"--secure-noise: not with --engine flower for {config.method} (a device "
-                          "recomputes its noisy uplink from its seeded generator)")
+        raise PrivzvError(
+            f"--secure-noise: not with --engine flower for {config.method} (a device "
+            "recomputes its noisy uplink from its seeded generator)"
+        )
     out = Path(out).resolve()
     remove_stale(Path(tempfile.gettempdir()))
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))   # mode 0700
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))  # mode 0700
     (work / "launcher.pid").write_text(str(os.getpid()))
     logs = work / "logs"
     logs.mkdir()
@@ -266,7 +308,7 @@ def run(config: TrainConfig, out: Path, *, secret_seed: int, overwrite: bool = F
     try:
         with _signals_stop():
             return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode, net)
-    except (Failed, PrivzvError) as exc:   # the logs outlive the work folder, the secrets do not
+    except (Failed, PrivzvError) as exc:  # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
         shutil.copytree(logs, kept, dirs_exist_ok=True)
         raise (Failed if isinstance(exc, Failed) else PrivzvError)(f"{exc} (logs in {kept})") from None
@@ -293,9 +335,18 @@ def _signals_stop():
             signal.signal(sig, handler)
 
 
-def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, timeout: float,
-         mode: str, net: Network) -> dict:
-    from privzv.training.engines.flower import apps   # needs flwr (checked by run)
+def _run(
+    stack: Stack,
+    config,
+    out: Path,
+    secret: int,
+    overwrite: bool,
+    every,
+    timeout: float,
+    mode: str,
+    net: Network,
+) -> dict:
+    from privzv.training.engines.flower import apps  # needs flwr (checked by run)
 
     work = stack.work
     port = free_port()
@@ -304,52 +355,107 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     for folder in folders:
         folder.mkdir(mode=0o700)
     creds = credentials.make(work, folders, net.link_hosts())
-    base = {**os.environ, "FLWR_HOME": str(work / "home"), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
-            "PYTHONUNBUFFERED": "1",   # Flower starts flower-superexec, flwr-serverapp etc. from PATH
-            "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")]),
-            control.ENV: str(creds.control)}
-    server_env = {**base, "PRIVZV_FLOWER_OUT": str(out), "PRIVZV_FLOWER_STATUS": str(status),
-                  "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
-                  "PRIVZV_FLOWER_TIMEOUT": str(timeout), "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
-                  **secret_environment(work, secret, mode)}
+    base = {
+        **os.environ,
+        "FLWR_HOME": str(work / "home"),
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+        "PYTHONUNBUFFERED": "1",  # Flower starts flower-superexec, flwr-serverapp etc. from PATH
+        "PATH": os.pathsep.join([str(_shims(work / "bin")), os.environ.get("PATH", "")]),
+        control.ENV: str(creds.control),
+    }
+    server_env = {
+        **base,
+        "PRIVZV_FLOWER_OUT": str(out),
+        "PRIVZV_FLOWER_STATUS": str(status),
+        "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
+        "PRIVZV_FLOWER_TIMEOUT": str(timeout),
+        "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
+        **secret_environment(work, secret, mode),
+    }
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
-    keys = [secrets.token_bytes(32) for _ in range(config.devices)]   # per run, per device
+    keys = [secrets.token_bytes(32) for _ in range(config.devices)]  # per run, per device
     credentials.private_file(work / "reply-keys", "\n".join(key.hex() for key in keys).encode())
     for m, folder in enumerate(folders):
         credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
         credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
-    link = [*net.server, sys.executable, "-m", CONTROL, "superlink", "--host", net.bind, "--port", str(port),
-            "--disable-runtime-dependency-installation", *creds.superlink.flags(creds.ca)]
-    if mode == "simulation":   # the ClientApps run in Ray workers started from the SuperLink's tree
-        stack.start("superlink", [*link, "--simulation"],
-                    {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)})   # Ray's files go too
-    else:   # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
+    link = [
+        *net.server,
+        sys.executable,
+        "-m",
+        CONTROL,
+        "superlink",
+        "--host",
+        net.bind,
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+        *creds.superlink.flags(creds.ca),
+    ]
+    if mode == "simulation":  # the ClientApps run in Ray workers started from the SuperLink's tree
+        stack.start(
+            "superlink",
+            [*link, "--simulation"],
+            {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)},
+        )  # Ray's files go too
+    else:  # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
         stack.start("superlink", [*link, "--isolation", "process", "--enable-supernode-auth"], base)
-        stack.start("serverexec", [*net.server, sys.executable, "-m", "privzv.training.engines.flower.serverexec",
-                                   "--runtime-api-address", f"127.0.0.1:{port}", "--root-certificates",
-                                   str(creds.ca), "--superexec-auth-secret-file", str(creds.superlink.secret)],
-                    server_env)
+        stack.start(
+            "serverexec",
+            [
+                *net.server,
+                sys.executable,
+                "-m",
+                "privzv.training.engines.flower.serverexec",
+                "--runtime-api-address",
+                f"127.0.0.1:{port}",
+                "--root-certificates",
+                str(creds.ca),
+                "--superexec-auth-secret-file",
+                str(creds.superlink.secret),
+            ],
+            server_env,
+        )
     home = work / "home"
     home.mkdir()
-    (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                      f'address = "127.0.0.1:{port}"\nroot-certificates = "{creds.ca}"\n')
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{port}"\nroot-certificates = "{creds.ca}"\n'
+    )
     deadline = time.monotonic() + timeout
     if mode != "simulation":
-        for m in range(config.devices):   # the SuperLink accepts these nodes' keys only
-            _flwr(stack, net, ["supernode", "register", str(creds.node_public[m]), "local"], "registered", base,
-                  deadline, timeout)
+        for m in range(config.devices):  # the SuperLink accepts these nodes' keys only
+            _flwr(
+                stack,
+                net,
+                ["supernode", "register", str(creds.node_public[m]), "local"],
+                "registered",
+                base,
+                deadline,
+                timeout,
+            )
             _start_device(stack, m, port, creds, base, net)
     app = app_folder(work / "app", config)
-    _flwr(stack, net, ["run", str(app), "local", *(["--federation-config", f"num-supernodes={config.devices}"]
-                                              if mode == "simulation" else [])],
-          "Successfully started run", base, deadline, timeout)
+    _flwr(
+        stack,
+        net,
+        [
+            "run",
+            str(app),
+            "local",
+            *(["--federation-config", f"num-supernodes={config.devices}"] if mode == "simulation" else []),
+        ],
+        "Successfully started run",
+        base,
+        deadline,
+        timeout,
+    )
     submitted = time.monotonic()
     while not status.exists():
         try:
             stack.check_alive(submitted)
         except Failed:
-            if status.exists():   # the ServerApp wrote its result and exited meanwhile
+            if status.exists():  # the ServerApp wrote its result and exited meanwhile
                 break
             raise
         if time.monotonic() > deadline:
@@ -358,7 +464,7 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     result = json.loads(status.read_text())
     if "error" in result or "failed" in result:
         error = result.get("error", result.get("failed"))
-        if "\n" in error:   # an unexpected failure: its traceback, then one line
+        if "\n" in error:  # an unexpected failure: its traceback, then one line
             sys.stderr.write(error)
         raise (PrivzvError if "error" in result else Failed)(error.strip().splitlines()[-1])
     if config.transcripts:
@@ -368,15 +474,22 @@ def _run(stack: Stack, config, out: Path, secret: int, overwrite: bool, every, t
     return result
 
 
-def _flwr(stack: Stack, net: Network, args: list[str], success: str, env: dict, deadline: float,
-          timeout: float) -> None:
+def _flwr(
+    stack: Stack, net: Network, args: list[str], success: str, env: dict, deadline: float, timeout: float
+) -> None:
     """``flwr ARGS`` against the run's SuperLink, tried again until its output says ``success``
     (the SuperLink takes a few seconds to listen) or ``deadline``."""
     while True:
         stack.check_alive()
         try:
-            done = subprocess.run([*net.server, sys.executable, "-m", CONTROL, "flwr", *args], env=env, cwd=stack.work, capture_output=True,
-                                  text=True, timeout=max(0.0, deadline - time.monotonic()))
+            done = subprocess.run(
+                [*net.server, sys.executable, "-m", CONTROL, "flwr", *args],
+                env=env,
+                cwd=stack.work,
+                capture_output=True,
+                text=True,
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
         except subprocess.TimeoutExpired:
             raise Failed(f"flower: the run was not started within {timeout:g} s (--flower-timeout)") from None
         if done.returncode == 0 and success in done.stdout:
@@ -396,20 +509,53 @@ def secret_environment(work: Path, secret: int, mode: str) -> dict:
     return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
 
 
-def _start_device(stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict,
-                  net: Network = LOCAL) -> None:
+def _start_device(
+    stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict, net: Network = LOCAL
+) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
     on TLS with SuperExec authentication; node config: its partition id and folder,
     ``--isolation process``) and its long-lived ClientApp executor on that Runtime API."""
     folder = stack.work / device_name(m)
     runtime = free_port()
     node = creds.supernodes[m]
-    stack.start(device_name(m), [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.supernode",
-                                 "--superlink", f"{net.link(m)}:{port}", "--root-certificates", str(creds.ca),
-                                 "--auth-supernode-private-key", str(creds.node_keys[m]), *node.flags(creds.ca),
-                                 "--isolation", "process", "--host", "127.0.0.1", "--port", str(runtime),
-                                 "--node-config", f"partition-id={m} folder={json.dumps(str(folder))}"], env)
-    stack.start(f"{device_name(m)}-executor",
-                [*net.device(m), sys.executable, "-m", "privzv.training.engines.flower.executor",
-                 "--root-certificates", str(creds.ca),
-                 "--superexec-auth-secret-file", str(node.secret), "--runtime-api-address", f"127.0.0.1:{runtime}"], env)
+    stack.start(
+        device_name(m),
+        [
+            *net.device(m),
+            sys.executable,
+            "-m",
+            "privzv.training.engines.flower.supernode",
+            "--superlink",
+            f"{net.link(m)}:{port}",
+            "--root-certificates",
+            str(creds.ca),
+            "--auth-supernode-private-key",
+            str(creds.node_keys[m]),
+            *node.flags(creds.ca),
+            "--isolation",
+            "process",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(runtime),
+            "--node-config",
+            f"partition-id={m} folder={json.dumps(str(folder))}",
+        ],
+        env,
+    )
+    stack.start(
+        f"{device_name(m)}-executor",
+        [
+            *net.device(m),
+            sys.executable,
+            "-m",
+            "privzv.training.engines.flower.executor",
+            "--root-certificates",
+            str(creds.ca),
+            "--superexec-auth-secret-file",
+            str(node.secret),
+            "--runtime-api-address",
+            f"127.0.0.1:{runtime}",
+        ],
+        env,
+    )

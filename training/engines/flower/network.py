@@ -8,6 +8,7 @@ e.g. ``ip netns exec NS`` for network namespaces joined by veth pairs
 reaches it at ``links[m]``; inside each place the SuperLink and each SuperNode's Runtime API are
 also reached on 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,10 +16,10 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Network:
-    server: tuple[str, ...] = ()                  # command prefix of the server's processes
-    devices: tuple[tuple[str, ...], ...] = ()     # device m's command prefix (none: ())
-    bind: str = "127.0.0.1"                       # the SuperLink's --host
-    links: tuple[str, ...] = ()                   # device m's address of the SuperLink (none: 127.0.0.1)
+    server: tuple[str, ...] = ()  # command prefix of the server's processes
+    devices: tuple[tuple[str, ...], ...] = ()  # device m's command prefix (none: ())
+    bind: str = "127.0.0.1"  # the SuperLink's --host
+    links: tuple[str, ...] = ()  # device m's address of the SuperLink (none: 127.0.0.1)
 
     def device(self, m: int) -> tuple[str, ...]:
         return self.devices[m] if self.devices else ()

@@ -19,6 +19,7 @@ evaluation), so another device's round runs meanwhile; each device sees its mess
 The serialised size of every message's content is counted (``wire``: up, down, control and per
 message kind, ``"query.send"``, ``"query.send reply"``, ...), beside eq. (23)'s bytes.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,13 +27,14 @@ import time
 import types
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message as FlowerMessage, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Message as FlowerMessage
 
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.engines.flower import codec
 
-FIRST_POLL, POLL_SECONDS = 0.002, 0.1   # look for replies after 2 ms, doubling to 0.1 s
+FIRST_POLL, POLL_SECONDS = 0.002, 0.1  # look for replies after 2 ms, doubling to 0.1 s
 
 
 class GridTransport:
@@ -40,15 +42,17 @@ class GridTransport:
 
     def __init__(self, grid, timeout: float):
         self.grid, self.timeout = grid, timeout
-        self.sent: dict[str, int] = {}   # message id -> the node it went to
+        self.sent: dict[str, int] = {}  # message id -> the node it went to
 
     def nodes(self, count: int) -> list[int]:
         """The node ids of the ``count`` SuperNodes, once that many are connected."""
         deadline = time.monotonic() + self.timeout
         while len(nodes := sorted(self.grid.get_node_ids())) < count:
             if time.monotonic() > deadline:
-                raise Failed(f"flower: {len(nodes)} SuperNodes connected within {self.timeout:g} s,"
-                                  f" the run needs {count} (one per device)")
+                raise Failed(
+                    f"flower: {len(nodes)} SuperNodes connected within {self.timeout:g} s,"
+                    f" the run needs {count} (one per device)"
+                )
             time.sleep(0.2)
         if len(nodes) > count:
             raise PrivzvError(f"flower: {len(nodes)} SuperNodes connected, the run has {count} devices")
@@ -68,8 +72,10 @@ class GridTransport:
             for reply in self.grid.pull_messages([i for i in ids if i not in replies]):
                 mid = reply.metadata.reply_to_message_id
                 if mid not in ids or reply.metadata.src_node_id != self.sent.get(mid):
-                    raise Failed(f"flower: a reply to {what} from node {reply.metadata.src_node_id},"
-                                      " not the node the message went to: refused")
+                    raise Failed(
+                        f"flower: a reply to {what} from node {reply.metadata.src_node_id},"
+                        " not the node the message went to: refused"
+                    )
                 if reply.has_error():
                     raise Failed(f"flower: {what} failed on a device: {reply.error.reason}")
                 replies[mid] = reply.content
@@ -92,13 +98,13 @@ class FlowerEngine:
             raise PrivzvError(f"flower: {len(keys)} reply keys for {config.devices} devices")
         self.transport, self.config, self.keys = transport, config, keys
         self.count = config.devices
-        self.devices = []                     # no device lives in this process
+        self.devices = []  # no device lives in this process
         self.clocks = [types.SimpleNamespace(index=m, step=0) for m in range(self.count)]
         self.nodes: list[int] = []
-        self.acks: dict[int, str] = {}        # device -> id of its unacknowledged delivery
+        self.acks: dict[int, str] = {}  # device -> id of its unacknowledged delivery
         self.method = None
         self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
-        self.kinds: dict[str, str] = {}       # message id -> its kind, until its reply is counted
+        self.kinds: dict[str, str] = {}  # message id -> its kind, until its reply is counted
 
     def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
         self._count(counted, content, kind)
@@ -106,15 +112,19 @@ class FlowerEngine:
         self.kinds[mid] = kind
         return mid
 
-    def _wait(self, ids: list[str], what: str, devices: list[int], counted: str = "control") -> dict[str, RecordDict]:
+    def _wait(
+        self, ids: list[str], what: str, devices: list[int], counted: str = "control"
+    ) -> dict[str, RecordDict]:
         return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
 
     def _accept(self, replies: dict, ids: list[str], what: str, devices: list[int], counted: str) -> dict:
         """``replies`` to ``ids`` (sent to ``devices``), each signed by its device, else refused."""
         for mid, m in zip(ids, devices, strict=True):
             if not codec.verify(self.keys[m], mid, replies[mid]):
-                raise Failed(f"flower: the reply to {what} is not signed by device {m}'s key "
-                                  "(not from its own process): refused")
+                raise Failed(
+                    f"flower: the reply to {what} is not signed by device {m}'s key "
+                    "(not from its own process): refused"
+                )
             self._count(counted, replies[mid], f"{self.kinds.pop(mid)} reply")
         return replies
 
@@ -137,15 +147,22 @@ class FlowerEngine:
         """Find the device of every SuperNode (``query.hello``), then the method's server state."""
         self.method = method
         self.nodes = self.transport.nodes(self.count)
-        hello = RecordDict({"config": ConfigRecord({"json": json.dumps(self.config.to_dict()),
-                                                    "sigma": float(method.sigma)})})
+        hello = RecordDict(
+            {
+                "config": ConfigRecord(
+                    {"json": json.dumps(self.config.to_dict()), "sigma": float(method.sigma)}
+                )
+            }
+        )
         ids = [self._push(i, "query.hello", hello) for i in range(self.count)]
         replies = self.transport.wait(ids, "hello")
         claimed = [int(replies[mid]["node"]["partition-id"]) for mid in ids]
         if sorted(claimed) != list(range(self.count)):
-            raise PrivzvError(f"flower: SuperNode partition ids {sorted(claimed)}: need 0..{self.count - 1}"
-                              " (one SuperNode per device, --node-config partition-id=M)")
-        self._accept(replies, ids, "hello", claimed, "control")   # signed by the device it claims
+            raise PrivzvError(
+                f"flower: SuperNode partition ids {sorted(claimed)}: need 0..{self.count - 1}"
+                " (one SuperNode per device, --node-config partition-id=M)"
+            )
+        self._accept(replies, ids, "hello", claimed, "control")  # signed by the device it claims
         order = {m: self.nodes[i] for i, m in enumerate(claimed)}
         self.nodes = [order[m] for m in range(self.count)]
         method.setup([], server)
@@ -155,8 +172,9 @@ class FlowerEngine:
 
     def send(self, m: int, round_: int, ids: torch.Tensor):
         self._settle(m)
-        content = RecordDict({"round": ConfigRecord({"round": round_}),
-                              "batch": ArrayRecord({"ids": Array(ids.numpy())})})
+        content = RecordDict(
+            {"round": ConfigRecord({"round": round_}), "batch": ArrayRecord({"ids": Array(ids.numpy())})}
+        )
         mid = self._push(m, "query.send", content)
         return codec.decode(self._wait([mid], f"round {round_} on device {m}", [m], counted="up")[mid])
 
@@ -170,9 +188,12 @@ class FlowerEngine:
     def embeddings(self, x_test, rows: slice) -> list[torch.Tensor]:
         for m in range(self.count):
             self._settle(m)
-        ids = [self._push(m, "query.embed",
-                          RecordDict({"rows": ConfigRecord({"start": rows.start, "stop": rows.stop})}))
-               for m in range(self.count)]
+        ids = [
+            self._push(
+                m, "query.embed", RecordDict({"rows": ConfigRecord({"start": rows.start, "stop": rows.stop})})
+            )
+            for m in range(self.count)
+        ]
         replies = self._wait(ids, "the test embeddings", list(range(self.count)))
         return [torch.from_numpy(replies[mid]["h"]["h"].numpy().copy()) for mid in ids]
 

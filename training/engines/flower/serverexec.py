@@ -10,6 +10,7 @@ launcher starts this beside a SuperLink run with ``--isolation process`` and the
 secret (``--superexec-auth-secret-file``), so that no other process can take the ServerApp's task.
 Each ServerApp's exit code goes to the file ``serverapp-PID.exit`` there when it exits.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -17,7 +18,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-
 
 EXIT_PREFIX = "serverapp-"
 
@@ -29,9 +29,16 @@ def launch(self, spec):
 
     from privzv.training.engines.flower.credentials import private_file
 
-    token = private_file(Path.cwd() / f"task-{spec.task_id}-{secrets.token_hex(4)}.token", spec.token.encode())
-    args = [TASK_TYPE_TO_COMMAND[spec.task_type], TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type],
-            spec.runtime_api_address, "--token-file", str(token)]
+    token = private_file(
+        Path.cwd() / f"task-{spec.task_id}-{secrets.token_hex(4)}.token", spec.token.encode()
+    )
+    args = [
+        TASK_TYPE_TO_COMMAND[spec.task_type],
+        TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type],
+        spec.runtime_api_address,
+        "--token-file",
+        str(token),
+    ]
     if spec.insecure:
         args.append("--insecure")
     elif spec.root_certificates_path is not None:

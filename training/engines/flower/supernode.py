@@ -7,6 +7,7 @@ privzv's protocol sends one message at a time to a device, so every message woul
 sleeps. Everything else is Flower's own SuperNode; ``flower-supernode`` itself works too, at
 about 3 s more per message.
 """
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ every message, not once per batch of messages as in Flower's horizontal rounds):
 
 Nothing else changes: the same messages, tries and time limits as Flower's own.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,5 +37,6 @@ def quick_pulls(module: types.ModuleType) -> None:
     """``module.pull_objects`` (Flower's, imported by name) with privzv's short backoff."""
     from flwr.supercore.inflatable import inflatable_utils
 
-    module.pull_objects = functools.partial(inflatable_utils.pull_objects, initial_backoff=PULL_BACKOFF,
-                                            backoff_cap=PULL_BACKOFF_CAP)
+    module.pull_objects = functools.partial(
+        inflatable_utils.pull_objects, initial_backoff=PULL_BACKOFF, backoff_cap=PULL_BACKOFF_CAP
+    )
