@@ -899,7 +899,7 @@ class RunFolder:
         _check_fields(
             manifest,
             {
-                "run_id": lambda v: v == self.run_id,
+                "run_id": lambda v: v == ckpt["run_id"],  # the checkpoint's run (checked above when known)
                 "id": lambda v: v == ckpt["id"],
                 "files": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
                 "transcripts": lambda v: v is None or isinstance(v, dict),

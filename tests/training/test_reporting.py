@@ -36,7 +36,7 @@ def test_the_banner_prints_the_dp_heads_rate(tmp_path, capsys):
     assert main([*SMALL, "--method", "fo-vector", "--epsilon", "2", "--out", str(tmp_path / "r")]) == 0
     line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("lr_server"))
     value = float(line.split()[1])
-    assert 0 < value <= 0.1 and "the DP head's default min(0.1, 1/z_h)" in line
+    assert value > 0 and "the DP head's default (methods.head.default_lr)" in line
 
 
 def test_advice_names_each_rate_flag_with_a_hundredth_of_the_applied_rate(tiny_scheduler):

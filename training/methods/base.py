@@ -110,10 +110,10 @@ class Method(abc.ABC):
             return self.LR_DEVICE, own
         if self.head_dp is None or self.zeroth_order_head(self.config):
             return self.LR_SERVER, own
-        return (
-            head.default_lr(self.head_dp, self.LR_SERVER),
-            f"the DP head's default min({head.MAX_LR:g}, 1/z_h)",
-        )
+        size = sum(p.numel() for p in self.head.params)  # the built head step's trainable parameters
+        return head.default_lr(
+            self.head_dp, self.LR_SERVER, size
+        ), "the DP head's default (methods.head.default_lr)"
 
     @classmethod
     def uplink_batch(cls, config: TrainConfig) -> int:
