@@ -7,15 +7,14 @@ the JSON type check (:func:`check_types`), the per-field checks (:func:`check_fi
 (:func:`reference`, rewritten by ``python -m privzv.training.schema docs/cli.md``). Rules that tie
 fields together are not field declarations: the config keeps them as named rules in one list.
 
-The number checks go through :func:`number_problem` and :func:`integer_problem`, one place to
-swap for a shared validation layer.
+A number field takes a Python int or float (JSON's numbers; an int field an int), then the rules
+of :mod:`privzv.checks`, the validation layer of the API and the CLI (:func:`number_problem`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import sys
 import types
 import typing
@@ -23,11 +22,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from privzv import cliutil
+from privzv import checks, cliutil
 from privzv.errors import PrivzvError
 
 VALUE, ON, OFF, NONE = "value", "on", "off", ""  # flag shapes: --name X, --name, --no-name, none
-BEYOND = "must be within float range (|x| < 1.8e308)"
 BEGIN, END = "<!-- config-reference:begin -->", "<!-- config-reference:end -->"
 
 
@@ -122,26 +120,16 @@ def _in_float_range(value: int) -> bool:
 
 
 def number_problem(value, *, integer: bool = False, allow_inf: bool = False) -> str | None:
-    """Why ``value`` is not a usable number (bool is not one; integers beyond float range, NaN and
-    infinities unless allowed are refused), or None."""
-    if integer:
-        return integer_problem(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "must be a number"
-    if isinstance(value, int):
-        return None if _in_float_range(value) else BEYOND
-    if math.isnan(value):
-        return "must be a number, not NaN"
-    if math.isinf(value) and not allow_inf:
-        return "must be finite"
+    """Why ``value`` is not a usable number for a number field, or None: a Python int or float
+    (an int where ``integer``; a bool is neither), then :func:`privzv.checks.number`'s rules
+    (integers beyond the float range, NaN, and infinities unless allowed are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return f"must be {'an integer' if integer else 'a number'}"
+    try:
+        checks.number("", value, allow_inf=allow_inf, shown="")
+    except PrivzvError as exc:
+        return str(exc).removeprefix(": ")
     return None
-
-
-def integer_problem(value) -> str | None:
-    """Why ``value`` is not a usable integer, or None."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return "must be an integer"
-    return None if _in_float_range(value) else BEYOND
 
 
 def _range_text(spec: Spec) -> str:
