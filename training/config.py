@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import numbers
 from pathlib import Path
 
 from privzv.cliutil import read_json
@@ -196,6 +197,16 @@ class TrainConfig:
         "privzv[secure]; docs/training.md)",
         flag=schema.ON,
     )
+
+    def __post_init__(self) -> None:
+        # numpy integer and floating scalars are numbers (privzv.checks' rule): kept as Python int
+        # and float, the types of the config's JSON and of its checks (a numpy bool stays refused)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+                setattr(self, f.name, int(value))
+            elif isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)):
+                setattr(self, f.name, float(value))
 
     @property
     def private(self) -> bool:

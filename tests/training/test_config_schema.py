@@ -4,6 +4,7 @@ flags and docs/cli.md's reference come from its declaration in ``TrainConfig``."
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -109,3 +110,12 @@ def test_any_value_of_any_field_is_accepted_as_declared_or_a_privzv_error(f):
         assert (value is None and f.optional) or (
             isinstance(value, f.kinds) and (isinstance(value, bool) == (bool in f.kinds))
         ), value
+
+
+def test_numpy_scalars_are_numbers_kept_as_python_numbers():
+    np = pytest.importorskip("numpy")
+    c = TrainConfig(clip=np.float32(0.5), devices=np.int64(2), epochs=np.float64(1.0)).validate()
+    assert (type(c.clip), type(c.devices), c.clip, c.devices) == (float, int, 0.5, 2)
+    assert json.loads(json.dumps(c.to_dict()))["clip"] == 0.5
+    with pytest.raises(PrivzvError, match="must be an integer"):
+        TrainConfig(devices=np.bool_(True)).validate()
