@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from privzv.cli import main
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_and_rerun(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--trials", "2000", "--json"]) == 0

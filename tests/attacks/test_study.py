@@ -8,6 +8,7 @@ from privzv.errors import PrivzvError
 from privzv.training import tuned
 
 
+@pytest.mark.slow
 def test_small_study_end_to_end(tmp_path):
     cfg = study.StudyConfig(
         dataset="breast-cancer",

@@ -31,6 +31,7 @@ ARGS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["flower"])  # flower-sim refuses private runs (test_flower_engine)
 def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
     assert main([*ARGS, "--out", str(tmp_path / "inprocess")]) == 0

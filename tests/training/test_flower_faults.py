@@ -54,6 +54,7 @@ def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys, 
     assert list(tmp.glob("privzv-flower-*")) == [] and procs.inside(tmp) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)]
 )
@@ -91,6 +92,7 @@ def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code, procs
     assert launcher.returncode == code
 
 
+@pytest.mark.slow
 def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
     """The ServerApp killed (or stopped by ``flwr stop``): the launcher notices within seconds, not
     after --flower-timeout; one line, exit 1; no process left; the run folder's lock is free."""
@@ -134,6 +136,7 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
     lock.release()
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_exit_1(tmp, tmp_path, capsys, monkeypatch, procs):
     """The SuperLink's port taken by another process (between privzv's choice and the bind): the
     SuperLink exits, the launcher says so in one line (exit 1) and leaves nothing."""
@@ -149,6 +152,7 @@ def test_a_port_in_use_is_one_line_exit_1(tmp, tmp_path, capsys, monkeypatch, pr
     assert list(tmp.glob("privzv-flower-*")) == [] and procs.inside(tmp) == []
 
 
+@pytest.mark.slow
 def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tmp, tmp_path, procs):
     """Device 0's process killed mid-run (SIGKILL): the launcher names it in one line within
     seconds (not after --flower-timeout), exit 1; no process left, the lock free; the run folder

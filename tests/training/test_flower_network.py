@@ -66,6 +66,7 @@ def namespaces():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
+@pytest.mark.slow
 def test_a_run_across_network_namespaces_equals_the_in_process_run(namespaces, tmp_path):
     net, names = namespaces
     for ns in names:  # no default route, nothing but the test's link-local subnets

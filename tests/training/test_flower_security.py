@@ -133,6 +133,7 @@ def _arg(pid: int, flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+@pytest.mark.slow
 def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, procs):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
