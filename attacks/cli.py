@@ -9,7 +9,7 @@ from pathlib import Path
 
 from privzv.accountants import RIGOROUS
 from privzv.attacks import study_settings
-from privzv.cliutil import BadValue, Parser, emit, number
+from privzv.cliutil import BadValue, Parser, add_secret_seed, emit, number
 from privzv.commands import add_release_options
 from privzv.errors import PrivzvError
 from privzv.release import THREATS, covers
@@ -23,7 +23,6 @@ MAX_SEEDS = 100
 MAX_EPSILONS = 50
 MAX_RELEASE_FLOATS = 10_000_000  # k * dim: one record's releases, held in memory
 MAX_TRIAL_FLOATS = 2_000_000_000  # trials * k * dim (and k * (B-1) * dim): simulated noise
-_SECRET_SEED = number("--secret-seed", low=0, high=2**63 - 1, integer=True)
 _SECRET_HELP = "seed of the parties' noise, for a reproducible study (default: the OS's entropy)"
 
 
@@ -118,7 +117,7 @@ def build_parser() -> Parser:
         help="transcript: device 0's messages; model: the trained models the run "
         "ends with (white-box, the head's updates included)",
     )
-    can.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
+    add_secret_seed(can, _SECRET_HELP)
     can.add_argument("--json", action="store_true")
     can.set_defaults(func=_canary_audit)
 
@@ -149,7 +148,7 @@ def build_parser() -> Parser:
         type=_choice("--methods", tuple(study_settings.METHODS)),
         help="noise kinds (default: all three)",
     )
-    study.add_argument("--secret-seed", type=_SECRET_SEED, help=_SECRET_HELP)
+    add_secret_seed(study, _SECRET_HELP)
     study.add_argument(
         "--keep-runs",
         action="store_true",

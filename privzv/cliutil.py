@@ -150,6 +150,53 @@ def number(
     return parse
 
 
+SECRET_SEED_BYTES = 64  # a seed file holds one integer below 2^63 (19 digits) and whitespace
+
+
+def _secret_seed_file(text: str) -> int:
+    """The secret seed in the file ``text`` names: one integer in [0, 2^63), the file regular and
+    readable by its owner only (like ssh's private keys: a seed others can read is no secret)."""
+    flag = "--secret-seed-file"
+    try:
+        info = os.stat(text)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadValue(f"{flag} {text!r}: not a regular file")
+        if info.st_mode & 0o077:
+            raise BadValue(
+                f"{flag} {text!r}: readable or writable by other users (mode {stat.S_IMODE(info.st_mode):04o});"
+                f" chmod 600 it"
+            )
+        with open(text, "rb") as fh:
+            raw = fh.read(SECRET_SEED_BYTES + 1)
+    except FileNotFoundError:
+        raise BadValue(f"{flag} {text!r}: no such file") from None
+    except OSError as exc:
+        raise BadValue(f"{flag} {text!r}: cannot be read ({exc.strerror})") from None
+    words = raw.split() if len(raw) <= SECRET_SEED_BYTES else []
+    if len(words) != 1 or not words[0].isdigit() or int(words[0]) >= 2**63:
+        raise BadValue(f"{flag} {text!r}: must hold one integer in [0, 2^63) and nothing else")
+    return int(words[0])
+
+
+def add_secret_seed(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--secret-seed N`` and ``--secret-seed-file FILE`` (one of them, both into
+    ``args.secret_seed``). A number on the command line is visible to every local user in the
+    process list; the file (mode 0600) keeps it from them."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--secret-seed",
+        type=number("--secret-seed", low=0, high=2**63 - 1, integer=True),
+        help=help + "; other local users can read it in the process list: prefer --secret-seed-file",
+    )
+    group.add_argument(
+        "--secret-seed-file",
+        dest="secret_seed",
+        metavar="FILE",
+        type=_secret_seed_file,
+        help="the same seed read from FILE (one integer, the file readable by its owner only)",
+    )
+
+
 def emit(obj: dict, as_json: bool, human: Callable[[dict], str]) -> None:
     """Print one JSON object (``--json``, strict: see :func:`dumps`) or the human rendering of it."""
     with _stdout_errors():

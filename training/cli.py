@@ -30,10 +30,9 @@ def build_parser() -> cliutil.Parser:
     p.add_argument("--config", help="JSON file of config fields (see docs/training.md)")
     p.add_argument("--out", help="run folder (default runs/DATASET-METHOD-TIME)")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument(
-        "--secret-seed",
-        type=n("--secret-seed", low=0, high=2**63 - 1, integer=True),
-        help="seed of the parties' private noise, for a reproducible study (kept in "
+    cliutil.add_secret_seed(
+        p,
+        "seed of the parties' private noise, for a reproducible study (kept in "
         "OUT/private/; default: drawn from the OS)",
     )
     p.add_argument(

@@ -208,6 +208,59 @@ def test_secret_seed_flag_reproduces_the_noise_and_stays_private(tmp_path, capsy
     assert 123 not in set(_values(json.loads((tmp_path / "a" / "config.json").read_text())))
 
 
+def test_secret_seed_file_gives_the_flags_run_and_keeps_the_seed_off_the_command_line(tmp_path, capsys):
+    """--secret-seed-file FILE (mode 0600) makes the run --secret-seed makes, without the number
+    in the process's arguments, where every local user can read it (/proc/PID/cmdline)."""
+    args = ["train", "--dataset", "digits", "--devices", "2", "--epochs", "0.2", "--batch-size", "64"]
+    args += ["--sigma", "1", "--json"]
+    seed_file = tmp_path / "seed"
+    seed_file.write_text("123\n")
+    seed_file.chmod(0o600)
+    assert main([*args, "--secret-seed", "123", "--out", str(tmp_path / "flag")]) == 0
+    by_file = [*args, "--secret-seed-file", str(seed_file), "--out", str(tmp_path / "file")]
+    assert main(by_file) == 0
+    assert "123" not in by_file
+    assert np.array_equal(_released(tmp_path / "flag"), _released(tmp_path / "file"))
+    saved = json.loads((tmp_path / "file" / "private" / "secrets.json").read_text())
+    assert (saved["secret_seed"], saved["source"]) == (123, "given")
+
+
+@pytest.mark.parametrize(
+    "content, mode, expected",
+    [
+        ("123", 0o644, "mode 0644"),
+        ("123", 0o620, "mode 0620"),
+        ("12 3", 0o600, "one integer"),
+        ("-1", 0o600, "one integer"),
+        (str(2**63), 0o600, "one integer"),
+        ("0x10", 0o600, "one integer"),
+        ("", 0o600, "one integer"),
+        ("1" * 70, 0o600, "one integer"),
+        (None, None, "no such file"),
+    ],
+)
+def test_a_bad_secret_seed_file_is_one_line_and_writes_nothing(tmp_path, capsys, content, mode, expected):
+    seed_file = tmp_path / "seed"
+    if content is not None:
+        seed_file.write_text(content)
+        seed_file.chmod(mode)
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", "digits", "--epochs", "0.1", "--secret-seed-file", str(seed_file)]
+    _one_line_exit_2(capsys, [*argv, "--out", str(out)], expected)
+    assert not out.exists()
+
+
+def test_a_secret_seed_file_that_is_a_fifo_or_given_with_the_flag_is_refused(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    _one_line_exit_2(capsys, ["train", "--secret-seed-file", str(fifo)], "not a regular file")
+    seed_file = tmp_path / "seed"
+    seed_file.write_text("5")
+    seed_file.chmod(0o600)
+    both = ["train", "--secret-seed", "5", "--secret-seed-file", str(seed_file)]
+    _one_line_exit_2(capsys, both, "not allowed with")
+
+
 def test_attack_run_refuses_the_private_area(private_run, capsys):
     out, _ = private_run
     _one_line_exit_2(
