@@ -70,7 +70,9 @@ def config_from(args) -> TrainConfig:
 
 def _check_resume_flags(args) -> None:
     given = schema.given(args, TrainConfig)
-    others = [f.label for f in schema.fields(TrainConfig) if f.name in given and f.name not in ("epochs", "device")]
+    others = [
+        f.label for f in schema.fields(TrainConfig) if f.name in given and f.name not in ("epochs", "device")
+    ]
     others += [
         f"--{name.replace('_', '-')}"
         for name in ("config", "out", "overwrite", "secret_seed")

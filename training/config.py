@@ -190,7 +190,7 @@ class TrainConfig:
     device: str = field(
         "cpu",
         "where the models, head, table and labels live: cpu, cuda, or auto (cuda when available); "
-        "the data stay where the dataset put them (docs/training.md, \"Devices and accelerators\")",
+        'the data stay where the dataset put them (docs/training.md, "Devices and accelerators")',
         choices=_registry("privzv.training.accelerator", "DEVICES"),
     )
     autocast: str = field(

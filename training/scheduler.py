@@ -205,18 +205,20 @@ class Scheduler:
         """Everything needed to continue bit-for-bit (models, optimisers, generators, table), as
         CPU tensors whatever the run's device (a run made on CUDA resumes on a CPU)."""
         t = self.traffic.state_dict()
-        return accelerator.to_host({
-            "round": self.round,
-            "devices": self.engine.state_dict(),
-            "server": {
-                "head": self.server.head.state_dict(),
-                "noise": self.server.noise.state_dict(),
-                "table": self.server.table.state_dict(),
-            },
-            "refused": self.refused,
-            "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
-            "method": self.method.extra_state(),
-        })
+        return accelerator.to_host(
+            {
+                "round": self.round,
+                "devices": self.engine.state_dict(),
+                "server": {
+                    "head": self.server.head.state_dict(),
+                    "noise": self.server.noise.state_dict(),
+                    "table": self.server.table.state_dict(),
+                },
+                "refused": self.refused,
+                "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
+                "method": self.method.extra_state(),
+            }
+        )
 
     def load_state_dict(self, state: dict) -> None:
         self.round = state["round"]
