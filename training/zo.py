@@ -32,7 +32,7 @@ from privzv.errors import PrivzvError
 
 CHUNK = 1 << 16  # values per transient CPU draw (256 KiB of float32): the step's extra memory
 CUDA_CHUNKS = 64  # a CUDA draw comes in at most this many chunks (few kernel launches per pass)
-CUDA_MIN_CHUNK = 1 << 18  # values, at least, per CUDA chunk (1 MiB of float32)
+CUDA_MIN_CHUNK = 1 << 16  # values, at least, per CUDA chunk (256 KiB of float32)
 
 # a model, one flat buffer (a 1-D tensor), or a sequence of tensors
 Params = torch.nn.Module | torch.Tensor | Sequence[torch.Tensor]
