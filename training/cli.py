@@ -2,7 +2,8 @@
 
 Precedence: built-in defaults < ``--config FILE`` (JSON object of ``TrainConfig`` fields) <
 explicit flags. ``--resume DIR`` continues the run in DIR from its last checkpoint with its saved
-config (only ``--extend --epochs E``, ``--checkpoint-every`` and ``--json`` may be given with it).
+config (only ``--extend --epochs E``, ``--device``, ``--checkpoint-every`` and ``--json`` may be given
+with it).
 Bad input: one stderr line, exit 2.
 """
 
@@ -68,7 +69,9 @@ def config_from(args) -> TrainConfig:
 
 def _check_resume_flags(args) -> None:
     given = schema.given(args, TrainConfig)
-    others = [f.label for f in schema.fields(TrainConfig) if f.name in given and f.name != "epochs"]
+    others = [
+        f.label for f in schema.fields(TrainConfig) if f.name in given and f.name not in ("epochs", "device")
+    ]
     others += [
         f"--{name.replace('_', '-')}"
         for name in ("config", "out", "overwrite", "secret_seed")
@@ -77,7 +80,7 @@ def _check_resume_flags(args) -> None:
     if others:
         raise PrivzvError(
             f"{others[0]}: cannot be given with --resume (only "
-            "--extend --epochs, --checkpoint-every and --json)"
+            "--extend --epochs, --device, --checkpoint-every and --json)"
         )
     if args.epochs is not None and not args.extend:
         raise PrivzvError(f"--epochs {args.epochs:g}: changing a run's epochs needs --extend")
@@ -131,8 +134,11 @@ def _main(argv: Sequence[str]) -> int:
         _check_resume_flags(args)
         out = Path(args.resume)
         config = None
-        if args.extend:
-            config = dataclasses.replace(run.saved_config(out), epochs=args.epochs)
+        if args.extend or args.device is not None:
+            changes = {"epochs": args.epochs} if args.extend else {}
+            if args.device is not None:
+                changes["device"] = args.device
+            config = dataclasses.replace(run.saved_config(out), **changes)
         summary = run.train(
             config, out, resume=True, extend=args.extend, checkpoint_every=every, progress=bar
         )

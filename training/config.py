@@ -187,6 +187,17 @@ class TrainConfig:
     threads: int = field(
         1, "torch CPU threads (1 is fastest for the small models)", low=1, cap=256, flag=schema.NONE
     )
+    device: str = field(
+        "cpu",
+        "where the models, head, table and labels live: cpu, cuda, or auto (cuda when available); "
+        'the data stay where the dataset put them (docs/training.md, "Devices and accelerators")',
+        choices=_registry("privzv.training.accelerator", "DEVICES"),
+    )
+    autocast: str = field(
+        "none",
+        "autocast of the devices' forwards (parameters stay fp32): none, bf16, or fp16 (CUDA only)",
+        choices=_registry("privzv.training.accelerator", "AUTOCAST"),
+    )
     seed: int = field(
         0, "public seed; the secret seed is not a config field (--secret-seed)", low=0, cap=2**63 - 1
     )

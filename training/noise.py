@@ -14,6 +14,10 @@ Three sources (docs/training.md, "Noise sampling"):
   Least Significant Bits for Differential Privacy"): for unit tests and attack simulations only,
   never a training run's source.
 
+Every source draws on the CPU, whatever device the run computes on: ``add_gaussian`` takes the
+value to the host, adds the noise there and hands the sum back on the value's device and dtype
+(``bernoulli`` and ``uniform`` return CPU tensors for the caller to place).
+
 Methods add noise with ``noise.add_gaussian(value, sigma)`` (the released value, so a source can
 add the noise exactly) and draw keep decisions with ``noise.bernoulli(n, p)``, each mechanism on
 its own stream: ``server.noise.stream("downlink")``, ``"head"``, ``"head-sampling"``, ``"sampling"``, ``"keep"``,
@@ -39,6 +43,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from privzv.errors import PrivzvError
 from privzv.training import seeds
+from privzv.training.accelerator import CPU
 from privzv.training.divergence import Diverged
 
 
@@ -124,7 +129,7 @@ class KeyedNoise(NoiseSource):
         if sigma == 0:
             return value.clone()
         step, variance = lattice(sigma)
-        flat = value.detach().to(torch.float64).reshape(-1)
+        flat = value.detach().to(CPU, torch.float64).reshape(-1)
         if not bool(torch.isfinite(flat).all()):
             raise Diverged("a value to be released is NaN or infinite (training diverged)")
         total = torch.round(flat / step).numpy().astype(np.int64) + self._discrete_gaussian(
@@ -136,7 +141,7 @@ class KeyedNoise(NoiseSource):
                 f"sigma {sigma:g} (beyond 2^{53 - LATTICE_BITS} sigma)"
             )
         noisy = torch.from_numpy(total.astype(np.float64) * step)
-        return noisy.reshape(value.shape).to(value.dtype)
+        return noisy.reshape(value.shape).to(value)
 
     def _discrete_gaussian(self, variance: int, n: int) -> np.ndarray:
         """n discrete Gaussian draws, from the pool (refilled, its rest dropped, when it is short
@@ -349,7 +354,7 @@ class SeededNoise(NoiseSource):
     def add_gaussian(self, value: torch.Tensor, sigma: float) -> torch.Tensor:
         if sigma == 0:
             return value.clone()
-        return value + sigma * torch.randn(value.shape, generator=self.gen)
+        return value + (sigma * torch.randn(value.shape, generator=self.gen)).to(value.device)
 
     def bernoulli(self, n: int, p: float) -> torch.Tensor:
         """float64 uniforms on the 2^-53 grid below p rounded down to that grid: probability <= p."""
@@ -406,7 +411,7 @@ class SecureNoise(NoiseSource):
         if not bool(torch.isfinite(flat).all()):
             raise Diverged("a value to be released is NaN or infinite (training diverged)")
         noisy = self._mechanism(float(sigma))(flat.tolist())
-        return torch.tensor(noisy, dtype=torch.float64).reshape(value.shape).to(value.dtype)
+        return torch.tensor(noisy, dtype=torch.float64).reshape(value.shape).to(value)
 
     def _mechanism(self, sigma: float):
         if sigma not in self._mechanisms:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from privzv.training import seeds, zo
+from privzv.training import accelerator, seeds, zo
 
 if TYPE_CHECKING:
     from privzv.training.noise import NoiseSource
@@ -37,7 +37,9 @@ class Device:
     once here): the parameters are views of it, so a ZO pass over them is one draw and one add.
     ``scratch`` holds what a method keeps between sending and receiving (a seed, an autograd
     graph); the scheduler clears it after each round. ``noise`` is the device's private
-    generator (forward noise), never seen by the server.
+    generator (forward noise), never seen by the server. The model computes where its parameters
+    are (``place``); ``x`` stays where the dataset put it, and :meth:`forward` moves each batch
+    there, under ``autocast`` (``privzv.training.accelerator.AUTOCAST``; outputs float32).
     """
 
     index: int
@@ -48,10 +50,25 @@ class Device:
     step: int = 0
     scratch: dict = dataclasses.field(default_factory=dict)
     note: Note = _no_note
+    autocast: str = "none"
     flat: torch.Tensor = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.flat = zo.flatten_(self.model)
+
+    @property
+    def place(self) -> torch.device:
+        """The device the model's parameters (and so its forwards) are on."""
+        return self.flat.device
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The model on inputs ``x`` (moved to :attr:`place`), float32 whatever the autocast."""
+        with accelerator.precision(self.autocast, self.place):
+            return self.model(accelerator.load(x, self.place)).float()
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The model on the records ``ids`` of this device's training features."""
+        return self.forward(self.x[ids])
 
     def step_seed(self, k: int = 0) -> int:
         """The seed of this device's k-th perturbation u_k at its current step (device-known)."""
@@ -65,14 +82,21 @@ class EmbeddingTable:
     With ``max_delay`` > 0 an update becomes visible after d rounds, d uniform in
     {0..max_delay} (bounded delay, arXiv:2502.20565v3, eq. (5)); ``gather`` applies the due updates first.
     ``filled[m, i]``: whether device m's embedding of record i has reached the table (a fact of
-    the public schedule; a sampled head uses a record once all its rows have).
+    the public schedule; a sampled head uses a record once all its rows have). Both live on
+    ``place`` (default: torch's default device), the server's.
     """
 
     def __init__(
-        self, devices: int, records: int, dim: int, max_delay: int = 0, rng: np.random.Generator | None = None
+        self,
+        devices: int,
+        records: int,
+        dim: int,
+        max_delay: int = 0,
+        rng: np.random.Generator | None = None,
+        place: torch.device | None = None,
     ):
-        self.data = torch.zeros(devices, records, dim)
-        self.filled = torch.zeros(devices, records, dtype=torch.bool)
+        self.data = torch.zeros(devices, records, dim, device=place)
+        self.filled = torch.zeros(devices, records, dtype=torch.bool, device=place)
         self.max_delay = max_delay
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.round = 0
@@ -82,7 +106,7 @@ class EmbeddingTable:
     def update(self, m: int, ids: torch.Tensor, emb: torch.Tensor) -> None:
         delay = int(self.rng.integers(0, self.max_delay + 1)) if self.max_delay else 0
         if delay == 0:
-            self.data[m, ids] = emb.detach().to(self.data.dtype)
+            self.data[m, ids] = emb.detach().to(self.data)
             self.filled[m, ids] = True
             return
         self.pending.append((self.round + delay, self._seq, m, ids.clone(), emb.detach().clone()))
@@ -109,11 +133,12 @@ class EmbeddingTable:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.data = state["data"].clone()
+        place = self.data.device
+        self.data = state["data"].to(place, copy=True)
         # a checkpoint from before ``filled``: a row is filled once it is non-zero
-        self.filled = state["filled"].clone() if "filled" in state else (self.data != 0).any(-1)
+        self.filled = state["filled"].to(place, copy=True) if "filled" in state else (self.data != 0).any(-1)
         self.round, self._seq = state["round"], state["seq"]
-        self.pending = list(state["pending"])
+        self.pending = [(*p[:4], p[4].to(place)) for p in state["pending"]]
         self.rng.bit_generator.state = state["rng"]
 
 

@@ -26,6 +26,7 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.release import covers
 from privzv.training import (
+    accelerator,
     data,
     defaults,
     divergence,
@@ -62,9 +63,13 @@ def build(
     parties' private noise (None: drawn from the OS, not reproducible). ``engine(config)`` makes
     the engine of devices that live elsewhere (``privzv.training.engines``): then no device is
     built here and the transcripts kept are the server's; None runs them in this process.
+    Models, head, table and labels are made on the CPU (the same initial weights everywhere) and
+    moved to ``config.device`` (``privzv.training.accelerator``); the features stay where the
+    dataset put them.
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
     config, _ = defaults.resolve(config, dataset)
+    place = _place(config, engine)
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
     devices = []
@@ -73,10 +78,11 @@ def build(
         devices.append(
             Device(
                 m,
-                models.device_model(dataset, m, config.embed_dim),
+                models.device_model(dataset, m, config.embed_dim).to(place),
                 dataset.x_train[m],
                 seed=config.seed,
                 noise=noise.source(config, secret, "device", m),
+                autocast=config.autocast,
             )
         )
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
@@ -87,8 +93,9 @@ def build(
         config.embed_dim,
         config.max_delay,
         np.random.default_rng(seeds.derive(config.seed, "delay")),
+        place=place,
     )
-    server = Server(head, dataset.y_train, table, noise.source(config, secret, "server"))
+    server = Server(head.to(place), dataset.y_train.to(place), table, noise.source(config, secret, "server"))
     parties = [SERVER] + [device_name(m) for m in range(m_count if engine is None else 0)]
     raw = method_cls.RELEASED_BY == "server"  # else the uplink is the device's noised release
     meta = {
@@ -125,6 +132,19 @@ def build(
     )
 
 
+def _place(config: TrainConfig, engine: Callable | None) -> torch.device:
+    """The torch device of ``config.device`` and ``config.autocast`` (PrivzvError where they cannot
+    run here); another engine's devices compute on the CPU only."""
+    place = accelerator.resolve(config.device)
+    accelerator.check_autocast(config.autocast, place)
+    if engine is not None and (place != accelerator.CPU or config.autocast != "none"):
+        raise PrivzvError(
+            f"--device {config.device} --autocast {config.autocast}: the Flower engines compute "
+            "on the CPU in fp32 only (--device cpu --autocast none)"
+        )
+    return place
+
+
 def steps_per_epoch(config: TrainConfig, records: int) -> int:
     """Rounds of one device epoch: ceil(N / b) steps for each of the M devices."""
     return config.devices * math.ceil(records / methods.get(config.method).uplink_batch(config))
@@ -152,6 +172,11 @@ def replay_platform() -> dict:
     software versions and the CPU kernels torch dispatches to. A resume counts a re-made release
     once only on the platform that made it (``privzv.ledger``, "Resume")."""
     return {**versions(), "machine": platform.machine(), "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def _platform(config: TrainConfig) -> dict:
+    """:func:`replay_platform` with the accelerator the run computes on (nothing more on a CPU)."""
+    return {**replay_platform(), **accelerator.platform(accelerator.resolve(config.device))}
 
 
 def new_secret_seed() -> int:
@@ -253,7 +278,7 @@ def _train(
         raise PrivzvError(f"--secret-seed {secret_seed!r}: must be an integer in [0, 2^63)")
     config.validate()
     torch.set_num_threads(config.threads)
-    dataset, method_cls, rounds = _setup(config)
+    dataset, method_cls, rounds = _setup(config, engine)
     config, chosen = defaults.resolve(config, dataset)
     p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
     ledger = privacy.ledger(config, p)
@@ -268,7 +293,7 @@ def _train(
         folder.write_secrets(secret, given=secret_seed is not None)
         folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
         if ledger is not None:
-            ledger = folder.start_ledger(ledger, replay_platform())
+            ledger = folder.start_ledger(ledger, _platform(config))
         sched = build(
             config,
             dataset,
@@ -292,8 +317,10 @@ def _train(
             sched.engine.close()
 
 
-def _setup(config: TrainConfig):
-    """The dataset, the method class and the planned rounds T of ``config``."""
+def _setup(config: TrainConfig, engine: Callable | None = None):
+    """The dataset, the method class and the planned rounds T of ``config`` (its device checked
+    first: nothing is written for a run that cannot compute here)."""
+    _place(config, engine)
     dataset = data.load(
         config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
     )
@@ -334,8 +361,9 @@ def _saved_config(
     }
 
 
-# Config fields a resume may change: epochs, with ``extend`` (everything else is fixed).
-RESUME_MUTABLE = ("epochs",)
+# Config fields a resume may change: epochs, with ``extend``, and the device it computes on (a
+# run made on CUDA resumes on a CPU; its replayed releases then count again, ``_platform``).
+RESUME_MUTABLE = ("epochs", "device")
 
 
 def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool) -> TrainConfig:
@@ -354,7 +382,7 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
     if fixed:
         raise PrivzvError(
             f"{fixed[0]} {getattr(given, fixed[0])!r}: cannot change on --resume (the "
-            f"run has {getattr(saved, fixed[0])!r}; only --epochs, with --extend)"
+            f"run has {getattr(saved, fixed[0])!r}; only --epochs, with --extend, and --device)"
         )
     if "epochs" in changed and not extend:
         raise PrivzvError(
@@ -422,7 +450,7 @@ def _resume(
     folder.metrics = [row for row in folder.metrics if "stopped" not in row]  # a signal's stop
     if extend:
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
-    folder.resumed(ckpt, seeded=not config.secure_noise, platform=replay_platform())
+    folder.resumed(ckpt, seeded=not config.secure_noise, platform=_platform(config))
     return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
 
 

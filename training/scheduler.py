@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from privzv.training import sampling
+from privzv.training import accelerator, sampling
 from privzv.training.engines.inprocess import InProcessEngine
 from privzv.training.messages import SERVER, Traffic
 from privzv.training.methods.base import Method
@@ -99,11 +99,11 @@ class Scheduler:
 
     def _budget_allows(self, m: int, ids: torch.Tensor) -> bool:
         """Whether the ledger lets device ``m`` release on batch ``ids`` (nothing recorded)."""
-        return self.ledger is None or not self.ledger.would_exceed(m, ids.numpy())
+        return self.ledger is None or not self.ledger.would_exceed(m, accelerator.numpy(ids))
 
     def _record(self, m: int, ids: torch.Tensor) -> None:
         if self.ledger is not None:
-            self.ledger.record(m, ids.numpy())
+            self.ledger.record(m, accelerator.numpy(ids))
 
     def _serve(self, m: int, up, expected: torch.Tensor):
         """The server's half: check the uplink, record a server-made release, reply.
@@ -194,7 +194,7 @@ class Scheduler:
             for start in range(0, len(y_test), chunk):
                 sl = slice(start, start + chunk)
                 logits = self.server.head(self.engine.embeddings(x_test, sl))
-                y = y_test[sl]
+                y = y_test[sl].to(logits.device)
                 loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
                 correct += int((logits.argmax(1) == y).sum())
         n = len(y_test)
@@ -202,20 +202,23 @@ class Scheduler:
         return Evaluation(self.round, correct / n, loss, self.traffic.total_up, self.traffic.total_down)
 
     def state_dict(self) -> dict:
-        """Everything needed to continue bit-for-bit (models, optimisers, generators, table)."""
+        """Everything needed to continue bit-for-bit (models, optimisers, generators, table), as
+        CPU tensors whatever the run's device (a run made on CUDA resumes on a CPU)."""
         t = self.traffic.state_dict()
-        return {
-            "round": self.round,
-            "devices": self.engine.state_dict(),
-            "server": {
-                "head": self.server.head.state_dict(),
-                "noise": self.server.noise.state_dict(),
-                "table": self.server.table.state_dict(),
-            },
-            "refused": self.refused,
-            "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
-            "method": self.method.extra_state(),
-        }
+        return accelerator.to_host(
+            {
+                "round": self.round,
+                "devices": self.engine.state_dict(),
+                "server": {
+                    "head": self.server.head.state_dict(),
+                    "noise": self.server.noise.state_dict(),
+                    "table": self.server.table.state_dict(),
+                },
+                "refused": self.refused,
+                "traffic": {k: torch.as_tensor(v) for k, v in t.items()},
+                "method": self.method.extra_state(),
+            }
+        )
 
     def load_state_dict(self, state: dict) -> None:
         self.round = state["round"]

@@ -10,16 +10,29 @@ g = ``torch.randn(d, generator=seed)`` laid over the parameters in ``parameters(
 draw, see :func:`_sizes`). u depends only on the seed and d, not on how the parameters are
 stored: :func:`flatten_` puts a model's parameters into one buffer so that a pass is one add per
 chunk. A model of more than one chunk pays one extra pass of draws for ||g|| at a step's start.
+
+The draws are made on the parameters' device (:data:`DRAWS`, one entry per device type): on the
+CPU as above (bit for bit what privzv drew before devices existed); on CUDA from a
+``torch.Generator(device="cuda")`` (Philox, counter based) seeded with the same per-(device, step,
+k) seed, in at most ``CUDA_CHUNKS`` chunks (so the extra memory is at most 1/CUDA_CHUNKS of the
+parameters'). Whatever the chunks, g is d independent N(0, 1) values and ||g|| is taken over the
+same chunks the perturbation adds, so u stays uniform on the whole sphere; the CUDA bits differ
+from the CPU's and are reproducible on the same hardware and torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-CHUNK = 1 << 16  # values per transient draw (256 KiB of float32): the step's extra memory
+from privzv.errors import PrivzvError
+
+CHUNK = 1 << 16  # values per transient CPU draw (256 KiB of float32): the step's extra memory
+CUDA_CHUNKS = 64  # a CUDA draw comes in at most this many chunks (few kernel launches per pass)
+CUDA_MIN_CHUNK = 1 << 16  # values, at least, per CUDA chunk (256 KiB of float32)
 
 # a model, one flat buffer (a 1-D tensor), or a sequence of tensors
 Params = torch.nn.Module | torch.Tensor | Sequence[torch.Tensor]
@@ -49,9 +62,9 @@ def _params(params: Params) -> list[torch.Tensor]:
 
 
 def _sizes(d: int) -> list[int]:
-    """Chunk lengths covering d values: CHUNK each (a multiple of 16), a remainder under 16 joined
-    to the last chunk. torch's CPU ``randn`` fills blocks of 16 from the generator's stream, so
-    drawing these chunks in turn from one generator gives exactly ``randn(d)``."""
+    """CPU chunk lengths covering d values: CHUNK each (a multiple of 16), a remainder under 16
+    joined to the last chunk. torch's CPU ``randn`` fills blocks of 16 from the generator's stream,
+    so drawing these chunks in turn from one generator gives exactly ``randn(d)``."""
     sizes = [CHUNK] * (d // CHUNK)
     rest = d - CHUNK * len(sizes)
     if rest and rest < 16 and sizes:
@@ -61,22 +74,52 @@ def _sizes(d: int) -> list[int]:
     return sizes
 
 
-def _draws(d: int, seeds: Sequence[int], dtype: torch.dtype) -> Iterator[tuple[int, list[torch.Tensor]]]:
-    """(start, [g_k[start:start + n] for each seed]): g_k ~ N(0, I_d) from seed k, chunk by chunk."""
-    gens = [torch.Generator().manual_seed(s) for s in seeds]
+def _cuda_sizes(d: int) -> list[int]:
+    """CUDA chunk lengths covering d values: at most CUDA_CHUNKS chunks of CUDA_MIN_CHUNK or more."""
+    n = max(CUDA_MIN_CHUNK, -(-d // CUDA_CHUNKS))
+    return [n] * (d // n) + ([d % n] if d % n else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """How one device type draws g: the chunk lengths covering d values, and a chunk's norm as a
+    float64 scalar tensor on the device (summed over the chunks on the host, one transfer)."""
+
+    sizes: Callable[[int], list[int]]
+    norm: Callable[[torch.Tensor], torch.Tensor]
+
+
+# device type -> its draws. CPU: float64 accumulation (today's bits). CUDA: a float32 reduction
+# (no float64 copy of the chunk), then float64 across the chunks.
+DRAWS: dict[str, Draws] = {
+    "cpu": Draws(_sizes, lambda g: torch.linalg.vector_norm(g, dtype=torch.float64)),
+    "cuda": Draws(_cuda_sizes, lambda g: torch.linalg.vector_norm(g).double()),
+}
+
+
+def _kind(place: torch.device) -> Draws:
+    if place.type not in DRAWS:
+        raise PrivzvError(f"ZO directions on device {place.type!r}: allowed are {', '.join(DRAWS)}")
+    return DRAWS[place.type]
+
+
+def _draws(
+    d: int, seeds: Sequence[int], dtype: torch.dtype, place: torch.device | None = None
+) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """(start, [g_k[start:start + n] for each seed]): g_k ~ N(0, I_d) from seed k, chunk by chunk,
+    drawn on ``place`` (default: the CPU) from a generator of that device."""
+    place = torch.empty(0).device if place is None else place
+    gens = [torch.Generator(device=place).manual_seed(s) for s in seeds]
     start = 0
-    for n in _sizes(d):
-        yield start, [torch.randn(n, generator=g, dtype=dtype) for g in gens]
+    for n in _kind(place).sizes(d):
+        yield start, [torch.randn(n, generator=g, dtype=dtype, device=place) for g in gens]
         start += n
 
 
-def _chunk_norm(g: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(g, dtype=torch.float64))
-
-
-def _combine(norms: list[float]) -> float:
-    """||g|| from its chunks' norms (one chunk: that norm itself, bit for bit)."""
-    return norms[0] if len(norms) == 1 else math.sqrt(math.fsum(n * n for n in norms))
+def _combine(norms: list[torch.Tensor]) -> float:
+    """||g|| from its chunks' norms (one chunk: that norm itself, bit for bit), one transfer."""
+    values = torch.stack(norms).tolist() if norms else [0.0]
+    return values[0] if len(values) == 1 else math.sqrt(math.fsum(n * n for n in values))
 
 
 def _size(params: list[torch.Tensor]) -> int:
@@ -86,7 +129,10 @@ def _size(params: list[torch.Tensor]) -> int:
 def gaussian_norm(params: Params, seed: int) -> float:
     """||g|| of the Gaussian draw g behind u(seed) (accumulated in float64, chunk by chunk)."""
     params = _params(params)
-    return _combine([_chunk_norm(g) for _, (g,) in _draws(_size(params), [seed], params[0].dtype)])
+    kind = _kind(params[0].device)
+    return _combine(
+        [kind.norm(g) for _, (g,) in _draws(_size(params), [seed], params[0].dtype, params[0].device)]
+    )
 
 
 def _pieces(params: list[torch.Tensor], start: int, n: int) -> Iterator[tuple[torch.Tensor, slice]]:
@@ -105,14 +151,14 @@ def perturb_(params: Params, seed: int, scale: float, norm: float | None = None)
     ||g|| (from :func:`gaussian_norm` or an earlier call); None computes it (from this draw when
     it is one chunk, else by a first pass over the draw). Returns ||g||."""
     params = _params(params)
-    d = _size(params)
-    single = len(_sizes(d)) == 1
+    d, place = _size(params), params[0].device
+    single = len(_kind(place).sizes(d)) == 1
     if norm is None and not single:
         norm = gaussian_norm(params, seed)
     with torch.no_grad():
-        for start, (g,) in _draws(d, [seed], params[0].dtype):
+        for start, (g,) in _draws(d, [seed], params[0].dtype, place):
             if norm is None:
-                norm = _chunk_norm(g)
+                norm = _combine([_kind(place).norm(g)])
             factor = scale * math.sqrt(d) / norm
             for view, part in _pieces(params, start, len(g)):
                 view.add_(g[part], alpha=factor)
@@ -120,19 +166,24 @@ def perturb_(params: Params, seed: int, scale: float, norm: float | None = None)
 
 
 def sphere_chunks(
-    d: int, seeds: Sequence[int], norms: Sequence[float], dtype: torch.dtype = torch.float32
+    d: int,
+    seeds: Sequence[int],
+    norms: Sequence[float],
+    dtype: torch.dtype = torch.float32,
+    place: torch.device | None = None,
 ) -> Iterator[tuple[slice, list[torch.Tensor]]]:
     """(positions, [u_k at them]) chunk by chunk, u_k = u(seeds[k]) = sqrt(d) g_k / ||g_k|| with
-    ||g_k|| = ``norms[k]``: for updates that combine several directions with other buffers
-    (momentum) without a d-size draw."""
-    for start, gs in _draws(d, seeds, dtype):
+    ||g_k|| = ``norms[k]``, drawn on ``place`` (default: the CPU): for updates that combine several
+    directions with other buffers (momentum) without a d-size draw."""
+    for start, gs in _draws(d, seeds, dtype, place):
         yield slice(start, start + len(gs[0])), [g * (math.sqrt(d) / n) for g, n in zip(gs, norms)]
 
 
 def direction(params: Params, seed: int) -> torch.Tensor:
     """u(seed) flattened, for tests and analysis only (training never keeps u)."""
     params = _params(params)
-    g = torch.randn(_size(params), generator=torch.Generator().manual_seed(seed), dtype=params[0].dtype)
+    draws = _draws(_size(params), [seed], params[0].dtype, params[0].device)
+    g = torch.cat([chunk for _, (chunk,) in draws])
     return g * (math.sqrt(g.numel()) / gaussian_norm(params, seed))
 
 

@@ -47,7 +47,7 @@ class InProcessEngine:
 
     def embeddings(self, x_test: Sequence[torch.Tensor], rows: slice) -> list[torch.Tensor]:
         """Every device's embedding of test records ``rows`` (no grad; the caller sets eval mode)."""
-        return [d.model(x_test[d.index][rows]) for d in self.devices]
+        return [d.forward(x_test[d.index][rows]) for d in self.devices]
 
     def models(self) -> list:
         return [d.model for d in self.devices]

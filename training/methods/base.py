@@ -15,7 +15,8 @@ Rules for implementers (``training/methods/dpzv.py`` is the reference example):
 * Build messages with ``self.message(sender, receiver, kind, **tensors)``; tensors must be
   detached. Everything sent is counted (bytes) and recorded (transcripts), so send nothing
   the protocol does not send.
-* Device-side: read ``device.x[ids]``, ``device.model``; keep what is needed until
+* Device-side: run the model on a batch with ``device.embed(ids)`` (or ``device.forward(x)``:
+  the batch moved to the model's device, under the run's autocast); keep what is needed until
   ``device_receive`` in ``device.scratch`` (cleared by the scheduler after the round). Draw a
   device's random perturbations from ``device.step_seed()``, its private noise from
   ``device.noise``; record device-known facts with ``device.note(kind, {name: tensor})``.

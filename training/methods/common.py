@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from privzv.release import Release
-from privzv.training import zo
+from privzv.training import accelerator, zo
 from privzv.training.messages import SERVER
 from privzv.training.methods import head
 from privzv.training.methods.base import DEVICE, Method
@@ -169,7 +169,7 @@ def perturbed_forwards(
     ``device.scratch`` (``seeds``, ``norms``); the parameters end at w + sum(shifts) * u_K, which
     the update (or :func:`undo_perturbation`) takes back. At least one shift must be non-zero."""
     seeds = noted_seeds(device, directions)
-    x = device.x[ids]
+    x = accelerator.load(device.x[ids], device.place)  # once for every forward
     norms, outputs = [], []
     with torch.no_grad():
         for k, seed in enumerate(seeds):
@@ -177,7 +177,7 @@ def perturbed_forwards(
             for shift in shifts:
                 if shift:
                     norm = zo.perturb_(device.flat, seed, shift, norm)
-                outs.append(device.model(x))
+                outs.append(device.forward(x))
             if k < directions - 1:
                 zo.perturb_(device.flat, seed, -sum(shifts), norm)
             norms.append(norm)

@@ -95,8 +95,8 @@ class CZOFO(common.FirstOrderDevices, Method):
     def device_send(self, device, ids):
         seed = common.noted_seed(device)
         with torch.set_grad_enabled(self.train_devices):
-            h = device.model(device.x[ids])
-        u = unit_directions(seed, (len(h), PERTURBATIONS, h.shape[1]))
+            h = device.embed(ids)
+        u = unit_directions(seed, (len(h), PERTURBATIONS, h.shape[1])).to(h.device)
         device.scratch.update(seed=seed, h=h)
         h = h.detach()
         return self.message(
@@ -142,7 +142,7 @@ class CZOFO(common.FirstOrderDevices, Method):
         if not self.train_devices:
             return
         h = device.scratch["h"]
-        u = unit_directions(device.scratch["seed"], (len(h), PERTURBATIONS, h.shape[1]))
+        u = unit_directions(device.scratch["seed"], (len(h), PERTURBATIONS, h.shape[1])).to(h.device)
         self.backpropagate(device, embedding_gradient(down["d"], u) / len(h))  # d(mean loss)/dh
 
 

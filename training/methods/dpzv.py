@@ -118,9 +118,9 @@ class DPZV(Method):
     def server_reply(self, server, up):
         m, ids, labels, h_plus, h_minus = self.received(server, up)
         stale = server.table.gather(ids)
-        kept = torch.ones(len(ids), dtype=torch.bool)
+        kept = torch.ones(len(ids), dtype=torch.bool, device=labels.device)
         if self.keep is not None:
-            kept = server.noise.stream("keep").bernoulli(len(ids), self.keep)
+            kept = server.noise.stream("keep").bernoulli(len(ids), self.keep).to(labels.device)
             server.note("keep", {"mask": kept})
         total = self.clipped_mean(server, m, stale, labels, h_plus, h_minus, kept)
         big_delta = server.noise.stream("downlink").add_gaussian(total, self.sigma).reshape(-1).float()
@@ -169,7 +169,9 @@ class DPZV(Method):
             return
         buf = self.buffers[device.index]
         with torch.no_grad():
-            for at, us in zo.sphere_chunks(device.flat.numel(), seeds, norms, device.flat.dtype):
+            for at, us in zo.sphere_chunks(
+                device.flat.numel(), seeds, norms, device.flat.dtype, device.place
+            ):
                 b = buf[at].mul_(self.config.device_momentum)
                 for u, step in zip(us, steps):
                     b.add_(u, alpha=step)
@@ -180,7 +182,7 @@ class DPZV(Method):
 
     def load_extra_state(self, state: dict) -> None:
         self.head.load_state_dict(state["optimizer"])
-        self.buffers = state["buffers"]
+        self.buffers = {m: b.to(self.buffers[m].device) for m, b in state["buffers"].items()}
 
 
 METHOD = DPZV

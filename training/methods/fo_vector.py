@@ -25,7 +25,7 @@ class FOVector(common.FirstOrderMethod):
     name = "fo-vector"
 
     def device_send(self, device, ids):
-        h = device.model(device.x[ids])
+        h = device.embed(ids)
         device.scratch["h"] = h
         return self.message(device_name(device.index), SERVER, "embedding", ids=ids, h=h.detach())
 

@@ -67,6 +67,11 @@ NOISE_STEP = 0.1
 WINDOW = 4
 
 
+def _place(module: nn.Module) -> torch.device | None:
+    """The device of ``module``'s parameters (None, torch's default, when it has none)."""
+    return next((p.device for p in module.parameters()), None)
+
+
 def losses(head: nn.Module, embeddings: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
     """Per-record cross-entropy of the head on the M embeddings: shape [B]."""
     return nn.functional.cross_entropy(head(list(embeddings)), labels, reduction="none")
@@ -274,7 +279,8 @@ class FirstOrderHead:
         self.params = [p for p in head.parameters() if p.requires_grad]
         self.optimizer = torch.optim.SGD(self.params, lr=lr, momentum=momentum) if self.params else None
         self.pooled = dp is not None and dp.window > 0
-        self.pool = torch.zeros(sum(p.numel() for p in self.params))  # the open window's sum
+        # the open window's sum, on the head's device
+        self.pool = torch.zeros(sum(p.numel() for p in self.params), device=_place(head))
         self.calls = 0
 
     def clipped_sum(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
@@ -325,7 +331,7 @@ class FirstOrderHead:
             state = dict(state)
             pool = state.pop("head_pool", None)
             if self.pooled:
-                self.pool, self.calls = pool["sum"].clone(), int(pool["calls"])
+                self.pool, self.calls = pool["sum"].to(self.pool.device, copy=True), int(pool["calls"])
             self.optimizer.load_state_dict(state)
 
 
@@ -353,7 +359,8 @@ class SampledHead(FirstOrderHead):
         keep = self.server.noise.stream("head-sampling").bernoulli(
             len(self.server.labels), self.dp.sampling_rate
         )
-        return torch.nonzero(keep & self.server.table.filled.all(dim=0)).reshape(-1)
+        filled = self.server.table.filled.all(dim=0)
+        return torch.nonzero(keep.to(filled.device) & filled).reshape(-1)
 
     def clipped_sum(self, rows, labels) -> torch.Tensor:
         """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]
@@ -371,7 +378,7 @@ class SampledHead(FirstOrderHead):
             return
         ids = self.sample()
         padded = torch.cat((ids, ids.new_zeros(max(self.rows - len(ids), 0))))
-        self.mask = (torch.arange(len(padded)) < len(ids)).to(self.pool.dtype)
+        self.mask = (torch.arange(len(padded), device=padded.device) < len(ids)).to(self.pool.dtype)
         super().step(self.server.table.gather(padded), self.server.labels[padded])
 
 

@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-from privzv.training import seeds
+from privzv.training import accelerator, seeds
 from privzv.training.messages import SERVER, device_index, device_name
 from privzv.training.methods import common
 
@@ -125,9 +125,9 @@ class RRPrior(common.FirstOrderMethod):
 
         super().setup(devices, server)
         self.server = server
-        n = len(server.labels)
+        n, place = len(server.labels), server.labels.device
         perm = np.random.default_rng(seeds.derive(self.config.seed, "rr-stage")).permutation(n)
-        self.stage_one = torch.zeros(n, dtype=torch.bool)
+        self.stage_one = torch.zeros(n, dtype=torch.bool, device=place)
         self.stage_one[torch.as_tensor(perm[: n // 2])] = True
         self.switch = run.rounds_for(self.config, n) // 2
         self.true_labels = server.labels.clone()
@@ -135,14 +135,14 @@ class RRPrior(common.FirstOrderMethod):
         with torch.no_grad():  # K: the head's output size (not read from the labels)
             classes = server.head(server.table.gather(torch.arange(1))).shape[1]
         noisy = torch.zeros_like(server.labels)
-        ones = self.stage_one.numpy()
+        ones = accelerator.numpy(self.stage_one)
         uniform = np.full((int(ones.sum()), classes), 1.0)
-        noisy[self.stage_one] = torch.as_tensor(self._rr(uniform, ones))
+        noisy[self.stage_one] = torch.as_tensor(self._rr(uniform, ones), device=place)
         server.labels = noisy
         self.second = False
 
     def _rr(self, prior: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        labels = self.true_labels.numpy()[mask]
+        labels = accelerator.numpy(self.true_labels)[mask]
         if math.isinf(self.config.epsilon):
             return labels
         # the server's secret "rr-prior" stream (its state is kept in the run's private area)
@@ -158,15 +158,15 @@ class RRPrior(common.FirstOrderMethod):
         rest = ~self.stage_one
         ids = torch.nonzero(rest).flatten()
         with torch.no_grad():
-            prior = torch.softmax(server.head(server.table.gather(ids)), dim=1).double().numpy()
+            prior = accelerator.numpy(torch.softmax(server.head(server.table.gather(ids)), dim=1).double())
         labels = server.labels.clone()
-        labels[rest] = torch.as_tensor(self._rr(prior, rest.numpy()))
+        labels[rest] = torch.as_tensor(self._rr(prior, accelerator.numpy(rest)), device=labels.device)
         server.labels = labels
         self.known = torch.ones_like(self.known)
         self.second = True
 
     def device_send(self, device, ids):
-        h = device.model(device.x[ids])
+        h = device.embed(ids)
         device.scratch["h"] = h
         return self.message(device_name(device.index), SERVER, "embedding", ids=ids, h=h.detach())
 
@@ -191,7 +191,7 @@ class RRPrior(common.FirstOrderMethod):
 
     def load_extra_state(self, state: dict) -> None:
         super().load_extra_state(state)
-        self.server.labels = state["labels"]
+        self.server.labels = state["labels"].to(self.server.labels.device)
         self.second = bool(state["second"])
         self.known = torch.ones_like(self.known) if self.second else self.stage_one.clone()
 

@@ -39,7 +39,7 @@ class VAFL(common.FirstOrderMethod):
         return dataclasses.replace(super().release(config), head=None, protects=cls.PROTECTS)
 
     def device_send(self, device, ids):
-        h = device.model(device.x[ids])
+        h = device.embed(ids)
         if not self.config.no_clip:
             h = zo.clip_rows(h, self.config.clip)
         device.scratch["h"] = h
