@@ -266,7 +266,13 @@ def _train(
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
         folder.write_secrets(secret, given=secret_seed is not None)
-        folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
+        folder.write_config(
+            {
+                **_saved_config(config, p, rounds, checkpoint_every),
+                "defaults": chosen,
+                "data": data.public_shape(dataset),
+            }
+        )
         if ledger is not None:
             ledger = folder.start_ledger(ledger, replay_platform())
         sched = build(
@@ -294,9 +300,7 @@ def _train(
 
 def _setup(config: TrainConfig):
     """The dataset, the method class and the planned rounds T of ``config``."""
-    dataset = data.load(
-        config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
-    )
+    dataset = data.from_config(config)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
@@ -483,6 +487,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
             **_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
             "calibration": saved.get("calibration"),
             "defaults": saved.get("defaults"),
+            "data": data.public_shape(dataset),
         }
     )
 
