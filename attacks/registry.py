@@ -312,14 +312,24 @@ def _dataset(cfg, saved_shape: dict | None, where: str):
 
     get = cfg.get if isinstance(cfg, dict) else lambda key: getattr(cfg, key, None)
     keys = ("dataset", "devices", "data_dir", "seed", "records", *data.OPTIONS)
-    dataset = _load(tuple((key, get(key)) for key in keys))
+    items = tuple((key, get(key)) for key in keys)
+    dataset = _load(items, tuple(_stamp(get(key)) for key in ("data_file", "test_file", "data_dir")))
     data.check_same(dataset, saved_shape, where)
     return dataset
 
 
+def _stamp(path) -> tuple | None:
+    """A file's (or folder's) modification time and size: a changed file is loaded again."""
+    try:
+        stat = Path(path).stat()
+    except (TypeError, OSError):
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
 @functools.lru_cache(maxsize=2)
-def _load(items: tuple):
-    """Loaded once for consecutive attacks on runs of the same data (read only)."""
+def _load(items: tuple, stamps: tuple):
+    """Loaded once for consecutive attacks on runs of the same, unchanged data (read only)."""
     from privzv.training import data
 
     return data.from_config(dict(items))
