@@ -13,6 +13,11 @@ or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with
 train/test splits. Partitions follow arXiv:2502.20565v3, App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
 
+Your data (``training/datasets/``, docs/data.md "Your data"): ``from_arrays``, ``from_table``
+(``csv``, ``parquet``), ``from_image_folder`` (``image-folder``), ``from_text_csv`` (``text-csv``),
+and the seeds' sets from a folder, ``from_modelnet40`` (``modelnet40``) and
+``from_amazon_polarity`` (``amazon-polarity``); their flags are the config fields of ``OPTIONS``.
+
 Every loader checks what it read before training sees it (one-line PrivzvError, exit code 2):
 finite numeric features, integer labels in [0, classes), one label per record, the same image
 shape in train and test, non-empty splits; corrupt, truncated or oversized files are refused.
@@ -289,7 +294,11 @@ def load(
         if not root.is_dir():
             raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
     given = {k: options[k] for k in spec.options if options.get(k) is not None}
-    return spec.load(devices, seed, root, records, **given)
+    dataset = spec.load(devices, seed, root, records, **given)
+    if dataset.devices != devices:
+        raise PrivzvError(f"devices {devices}: dataset {name!r} holds {dataset.devices} device slices")
+    # under its registered name: the name its declarations (model, classes) are found by
+    return dataset if dataset.name == name else dataclasses.replace(dataset, name=name)
 
 
 def check_options(name: str, options: dict) -> None:
@@ -787,7 +796,10 @@ register(
 )
 
 # ---------------------------------------------------------------- your data (training/datasets/)
-from privzv.training.datasets import arrays as _arrays, tables as _tables  # noqa: E402
+from privzv.training.datasets import arrays as _arrays  # noqa: E402
+from privzv.training.datasets import images as _image_sets  # noqa: E402
+from privzv.training.datasets import tables as _tables  # noqa: E402
+from privzv.training.datasets import text as _text_sets  # noqa: E402
 
 from_arrays = _arrays.from_arrays
 from_table = _tables.from_table
@@ -802,8 +814,6 @@ for _format in _tables.READERS:
             options=_TABLE_OPTIONS,
         ),
     )
-from privzv.training.datasets import images as _image_sets  # noqa: E402
-
 from_image_folder = _image_sets.from_image_folder
 from_modelnet40 = _image_sets.from_modelnet40
 register(
@@ -828,8 +838,6 @@ register(
         options=("channels", "image_size"),
     ),
 )
-from privzv.training.datasets import text as _text_sets  # noqa: E402
-
 from_text_csv = _text_sets.from_text_csv
 from_amazon_polarity = _text_sets.from_amazon_polarity
 register(

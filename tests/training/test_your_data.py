@@ -14,7 +14,7 @@ import torch
 from privzv.cli import main
 from privzv.errors import PrivzvError
 from privzv.training import data, models
-from privzv.training.datasets import arrays, images, tables, text
+from privzv.training.datasets import arrays, tables, text
 
 HEADER = "a,b,c,d,y\n"
 
@@ -105,10 +105,18 @@ def test_csv_default_groups_ranges_and_a_test_file(tmp_path):
     path = write_csv(tmp_path / "t.csv", x, y)
     test = write_csv(tmp_path / "test.csv", x[:3], y[:3])
     ds = data.load(
-        "csv", 2, data_file=str(path), test_file=str(test), label_column="y", labels="no,yes", ranges="a=-50:50"
+        "csv",
+        2,
+        data_file=str(path),
+        test_file=str(test),
+        label_column="y",
+        labels="no,yes",
+        ranges="a=-50:50",
     )
     assert [x_.shape[1] for x_ in ds.x_train] == [2, 2] and len(ds.y_train) == 20 and len(ds.y_test) == 3
-    assert np.allclose(ds.x_train[0][:, 0].numpy(), x[:, 0] / 50) and np.array_equal(ds.x_test[1].numpy(), x[:3, 2:])
+    assert np.allclose(ds.x_train[0][:, 0].numpy(), x[:, 0] / 50) and np.array_equal(
+        ds.x_test[1].numpy(), x[:3, 2:]
+    )
 
 
 @pytest.mark.parametrize(
@@ -372,7 +380,13 @@ def test_text_csv_quotes_spans_and_device_columns(tmp_path):
     per = data.load(
         "text-csv", 2, data_file=str(path), device_columns="title;body", label_column="y", labels="neg,pos"
     )
-    assert np.array_equal(per.x_test[1].numpy(), tok.encode([["one two\nthree four", 'y "q" z', *(f"w{i} v{i}" for i in range(8))][i] for i in test], text.SEQ_LEN))
+    assert np.array_equal(
+        per.x_test[1].numpy(),
+        tok.encode(
+            [["one two\nthree four", 'y "q" z', *(f"w{i} v{i}" for i in range(8))][i] for i in test],
+            text.SEQ_LEN,
+        ),
+    )
     assert per.partition == "columns title | body, 64 token ids each"
 
 
@@ -455,13 +469,27 @@ def test_train_on_a_csv_then_attack_then_a_changed_file_is_refused(tmp_path, cap
     x = rng.normal(size=(120, 4))
     path = write_csv(tmp_path / "t.csv", x, np.where(x[:, 0] + x[:, 2] > 0, "yes", "no"))
     out = tmp_path / "run"
-    flags = ["--dataset", "csv", "--data-file", str(path), "--device-columns", "a,b;c,d", "--label-column", "y"]
+    flags = [
+        "--dataset",
+        "csv",
+        "--data-file",
+        str(path),
+        "--device-columns",
+        "a,b;c,d",
+        "--label-column",
+        "y",
+    ]
     args = ["train", *flags, "--labels", "no,yes", "--devices", "2", "--epochs", "1", "--batch-size", "16"]
     assert main([*args, "--ranges", "*=-4:4", "--out", str(out), "--json"]) == 0
     assert 0 <= json.loads(capsys.readouterr().out)["test_accuracy"] <= 1
     saved = json.loads((out / "config.json").read_text())
     assert saved["config"]["device_columns"] == "a,b;c,d" and saved["config"]["data_file"] == str(path)
-    assert saved["data"] == {"records": 96, "test_records": 24, "num_classes": 2, "features_shape": [[2], [2]]}
+    assert saved["data"] == {
+        "records": 96,
+        "test_records": 24,
+        "num_classes": 2,
+        "features_shape": [[2], [2]],
+    }
     assert main(["attack", "run", "--attack", "membership", "--run", str(out), "--json"]) == 0
     capsys.readouterr()
     write_csv(path, x[:100], np.where(x[:100, 0] > 0, "yes", "no"))
@@ -496,5 +524,11 @@ def test_a_dataset_registered_in_python_is_a_dataset_choice(tmp_path, monkeypatc
     mine = data.from_arrays(x, y, classes=["no", "yes"], devices=2, ranges=(-50, 50))
     data.register("mine", data.Dataset(lambda devices, seed, root, records: mine, 2, "two column pairs"))
     out = tmp_path / "run"
-    assert main(["train", "--dataset", "mine", "--devices", "2", "--epochs", "1", "--out", str(out), "--json"]) == 0
+    assert (
+        main(["train", "--dataset", "mine", "--devices", "2", "--epochs", "1", "--out", str(out), "--json"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["dataset"] == "mine"
+    assert data.load("mine", 2).name == "mine"  # found by its registered name (its model, classes)
+    with pytest.raises(PrivzvError, match="devices 3: dataset 'mine' holds 2 device slices"):
+        data.load("mine", 3)

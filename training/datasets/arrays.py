@@ -55,7 +55,7 @@ def parse_ranges(text: str) -> dict[str, tuple[float, float]]:
 
 
 def label_map(values: Sequence, classes, where: str) -> tuple[np.ndarray, int]:
-    """Labels as int64 0..K-1 and K. ``classes``: an int K (labels already 0..K-1), or the public
+    """Labels as int64 0..K-1 and K (record i: the i-th value, e.g. a table's i-th data row). ``classes``: an int K (labels already 0..K-1), or the public
     label set (any order; sorted, numerically where every label is a number). A value outside it
     is refused, naming it."""
     if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
@@ -72,7 +72,9 @@ def label_map(values: Sequence, classes, where: str) -> tuple[np.ndarray, int]:
     for i, value in enumerate(values):
         label = str(value).strip()
         if label not in index:
-            raise PrivzvError(f"{where}: label {label!r} of record {i} is not in the label set {', '.join(public)}")
+            raise PrivzvError(
+                f"{where}: label {label!r} of record {i} is not in the label set {', '.join(public)}"
+            )
         y[i] = index[label]
     return y, len(public)
 
@@ -153,18 +155,17 @@ def from_arrays(
     train_parts = _device_parts(x, devices, columns, name)
     if (x_test is None) != (y_test is None):
         raise PrivzvError(f"{name}: give both x_test and y_test, or neither (a seeded 80/20 split)")
+    y_train, k = label_map(y, classes, name if x_test is None else f"{name} train")
     if x_test is None:
         train, test = split_indices(len(train_parts[0]), seed, name)
+        if len(y_train) != len(train) + len(test):
+            raise PrivzvError(f"{name}: {len(y_train)} labels for {len(train) + len(test)} records")
         test_parts = [p[test] for p in train_parts]
         train_parts = [p[train] for p in train_parts]
-        y = np.asarray(y)
-        if len(y) != len(train) + len(test):
-            raise PrivzvError(f"{name}: {len(y)} labels for {len(train) + len(test)} records")
-        y, y_test = y[train], y[test]
+        y_train, y_test = y_train[train], y_train[test]
     else:
         test_parts = _device_parts(x_test, len(train_parts), columns, f"{name} test")
-    y_train, k = label_map(y, classes, f"{name} train")
-    y_test, _ = label_map(y_test, classes, f"{name} test")
+        y_test, _ = label_map(y_test, classes, f"{name} test")
     column_ids = None if _is_list(x) else _columns(x, devices, columns)
     if isinstance(ranges, Mapping) and column_ids is not None:
         known = {c for ids in column_ids for c in ids}
@@ -212,14 +213,22 @@ def _device_parts(x, devices, columns, name: str) -> list[np.ndarray]:
     else:
         x = np.asarray(x)
         if x.ndim != 2:
-            raise PrivzvError(f"{name}: one array needs shape [N, F] (got {list(x.shape)}); or give one per device")
+            raise PrivzvError(
+                f"{name}: one array needs shape [N, F] (got {list(x.shape)}); or give one per device"
+            )
         groups = _columns(x, devices, columns)
         if devices is not None and len(groups) != devices:
             raise PrivzvError(f"{name}: {len(groups)} column groups for {devices} devices")
         flat = [c for g in groups for c in g]
         if devices is not None and devices > x.shape[1]:
-            raise PrivzvError(f"devices {devices}: {name} has {x.shape[1]} columns, so at most {x.shape[1]} devices")
-        if any(not g for g in groups) or len(set(flat)) != len(flat) or not all(0 <= c < x.shape[1] for c in flat):
+            raise PrivzvError(
+                f"devices {devices}: {name} has {x.shape[1]} columns, so at most {x.shape[1]} devices"
+            )
+        if (
+            any(not g for g in groups)
+            or len(set(flat)) != len(flat)
+            or not all(0 <= c < x.shape[1] for c in flat)
+        ):
             raise PrivzvError(
                 f"{name}: columns {[list(g) for g in groups]}: each device needs distinct column indices in 0..{x.shape[1] - 1}"
             )

@@ -89,7 +89,13 @@ def _folder(root: Path, classes: list[str], channels: int, size: int | None):
 
 
 def from_image_folder(
-    root, *, devices: int, channels: int = 3, image_size: int | None = None, seed: int = 0, name: str = "image-folder"
+    root,
+    *,
+    devices: int,
+    channels: int = 3,
+    image_size: int | None = None,
+    seed: int = 0,
+    name: str = "image-folder",
 ) -> VerticalDataset:
     """Images in class folders (``root/CLASS/*.png``; or ``root/train/CLASS`` and
     ``root/test/CLASS``, else a seeded 80/20 split), each cut into a g x g grid of patches,
@@ -103,7 +109,9 @@ def from_image_folder(
         x_train, y_train = _folder(root / "train", classes, channels, image_size)
         x_test, y_test = _folder(root / "test", classes, channels, image_size)
         if x_train.shape[1:] != x_test.shape[1:]:
-            raise PrivzvError(f"--data-dir {str(root)!r}: train and test images differ in size; give --image-size")
+            raise PrivzvError(
+                f"--data-dir {str(root)!r}: train and test images differ in size; give --image-size"
+            )
     else:
         classes = _classes(root)
         x, y = _folder(root, classes, channels, image_size)

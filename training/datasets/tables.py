@@ -80,7 +80,9 @@ def read_csv(path, flag: str = "--data-file", header: Sequence[str] | None = Non
                 rows.append(row)
                 lines.append(reader.line_num)
     except (csv.Error, UnicodeDecodeError) as exc:
-        raise PrivzvError(f"{path}: not a readable UTF-8 CSV file ({' '.join(str(exc).split())[:200]})") from None
+        raise PrivzvError(
+            f"{path}: not a readable UTF-8 CSV file ({' '.join(str(exc).split())[:200]})"
+        ) from None
     names = [n.strip() for n in names]
     _distinct(names, path)
     if not rows:
@@ -102,7 +104,9 @@ def read_parquet(path, flag: str = "--data-file") -> Table:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise PrivzvError(f"{path}: not a readable Parquet file ({' '.join(str(exc).split())[:200]})") from None
+        raise PrivzvError(
+            f"{path}: not a readable Parquet file ({' '.join(str(exc).split())[:200]})"
+        ) from None
     _distinct(table.column_names, path)
     if table.num_rows == 0:
         raise PrivzvError(f"{path}: no records")
@@ -167,7 +171,9 @@ def from_table(
         test = READERS[format](test_path, "--test-file")
         missing = [c for c in (*flat, label_column) if c not in test.columns]
         if missing:
-            raise PrivzvError(f"{test.path}: no column {missing[0]!r} (the test table needs the same columns)")
+            raise PrivzvError(
+                f"{test.path}: no column {missing[0]!r} (the test table needs the same columns)"
+            )
         test_x = np.stack([test.numbers(c) for c in flat], axis=1)
         test_y = test.columns[label_column]
     ds = arrays.from_arrays(
@@ -198,7 +204,9 @@ def _feature_columns(table: Table, label, groups, devices) -> list[list[str]]:
         return [[others[i] for i in part] for part in np.array_split(np.arange(len(others)), devices)]
     groups = [list(g) for g in groups]
     if devices is not None and len(groups) != devices:
-        raise PrivzvError(f"--device-columns: {len(groups)} groups for --devices {devices} (one group per device)")
+        raise PrivzvError(
+            f"--device-columns: {len(groups)} groups for --devices {devices} (one group per device)"
+        )
     flat = [c for g in groups for c in g]
     for column in flat:
         if column not in table.columns:
@@ -214,8 +222,17 @@ def load(format: str):
     """The registered loader of ``--dataset csv`` / ``parquet``: the config's strings parsed."""
 
     def loader(
-        devices, seed, root, records, *, data_file=None, test_file=None, device_columns=None,
-        label_column=None, labels=None, ranges=None,
+        devices,
+        seed,
+        root,
+        records,
+        *,
+        data_file=None,
+        test_file=None,
+        device_columns=None,
+        label_column=None,
+        labels=None,
+        ranges=None,
     ):
         _require(format, data_file=data_file, label_column=label_column, labels=labels)
         return from_table(

@@ -97,7 +97,10 @@ def word_spans(text: str, devices: int) -> list[str]:
     """``text``'s whitespace-separated words in ``devices`` contiguous spans (as even as possible;
     a short text leaves the last spans empty)."""
     words = text.split()
-    return [" ".join(words[r[0] : r[-1] + 1]) if len(r) else "" for r in np.array_split(np.arange(len(words)), devices)]
+    return [
+        " ".join(words[r[0] : r[-1] + 1]) if len(r) else ""
+        for r in np.array_split(np.arange(len(words)), devices)
+    ]
 
 
 def device_texts(rows: Sequence[Sequence[str]], devices: int) -> list[list[str]]:
@@ -155,21 +158,22 @@ def from_text_csv(
     table = tables.read_csv(path)
     groups = _text_groups(table, label_column, device_columns, devices)
     rows = _rows(table, groups)
-    labels = table.columns[label_column]
+    y_train, k = arrays.label_map(table.columns[label_column], classes, name)
     if test_path is None:
         train, test = arrays.split_indices(len(rows), seed, name)
-        rows_test, labels_test = [rows[i] for i in test], labels[test]
-        rows, labels = [rows[i] for i in train], labels[train]
+        rows_test, y_test = [rows[i] for i in test], y_train[test]
+        rows, y_train = [rows[i] for i in train], y_train[train]
     else:
         test_table = tables.read_csv(test_path, "--test-file")
         missing = [c for g in groups for c in g if c not in test_table.columns] + (
             [] if label_column in test_table.columns else [label_column]
         )
         if missing:
-            raise PrivzvError(f"{test_table.path}: no column {missing[0]!r} (the test CSV needs the same columns)")
-        rows_test, labels_test = _rows(test_table, groups), test_table.columns[label_column]
-    y_train, k = arrays.label_map(labels, classes, f"{name} train")
-    y_test, _ = arrays.label_map(labels_test, classes, f"{name} test")
+            raise PrivzvError(
+                f"{test_table.path}: no column {missing[0]!r} (the test CSV needs the same columns)"
+            )
+        rows_test = _rows(test_table, groups)
+        y_test, _ = arrays.label_map(test_table.columns[label_column], classes, f"{name} test")
     how = (
         "columns " + " | ".join(",".join(g) for g in groups)
         if len(groups) == devices and devices > 1
@@ -190,7 +194,9 @@ def from_text_csv(
 def _text_groups(table, label, groups, devices) -> list[list[str]]:
     if groups is None:
         if label not in table.columns:
-            raise PrivzvError(f"{table.path}: no label column {label!r}; columns are {', '.join(table.columns)}")
+            raise PrivzvError(
+                f"{table.path}: no label column {label!r}; columns are {', '.join(table.columns)}"
+            )
         return [[c for c in table.columns if c != label]]
     if len(groups) not in (1, devices):
         raise PrivzvError(
@@ -203,7 +209,8 @@ def _text_groups(table, label, groups, devices) -> list[list[str]]:
 def _rows(table, groups) -> list[list[str]]:
     """Per record, the text of each group (its columns joined by a space)."""
     joined = [
-        [" ".join(str(c) for c in cells) for cells in zip(*(table.columns[c] for c in group))] for group in groups
+        [" ".join(str(c) for c in cells) for cells in zip(*(table.columns[c] for c in group))]
+        for group in groups
     ]
     return [list(texts) for texts in zip(*joined)]
 
@@ -234,7 +241,9 @@ def from_amazon_polarity(
             f"{', '.join(AMAZON_FILES)} in DIR (amazon_review_polarity_csv)"
         )
     if records is not None and (isinstance(records, bool) or not isinstance(records, int) or records < 4):
-        raise PrivzvError(f"--records {records!r}: must be an integer >= 4 (a quarter of it for the test split)")
+        raise PrivzvError(
+            f"--records {records!r}: must be an integer >= 4 (a quarter of it for the test split)"
+        )
     splits = []
     for file, take in zip(AMAZON_FILES, (records, None if records is None else records // 4)):
         splits.append(_amazon_split(root / file, devices, tok, seq_len, take, seed))
@@ -267,7 +276,9 @@ def _amazon_rows(path: Path) -> Iterator[tuple[int, int, str]]:
                     raise PrivzvError(f"{path}: line {reader.line_num}: label {row[0]!r}, allowed are 1, 2")
                 yield reader.line_num, AMAZON_LABELS.index(row[0].strip()), f"{row[1]} {row[2]}"
     except (csv.Error, UnicodeDecodeError) as exc:
-        raise PrivzvError(f"{path}: not a readable UTF-8 CSV file ({' '.join(str(exc).split())[:200]})") from None
+        raise PrivzvError(
+            f"{path}: not a readable UTF-8 CSV file ({' '.join(str(exc).split())[:200]})"
+        ) from None
 
 
 def _amazon_split(path: Path, devices, tok, seq_len, take, seed):
@@ -306,8 +317,18 @@ def _fill(parts, texts, at, devices, tok, seq_len) -> int:
 
 
 def load_text_csv(
-    devices, seed, root, records, *, data_file=None, test_file=None, device_columns=None, label_column=None,
-    labels=None, tokenizer=None, seq_len=None,
+    devices,
+    seed,
+    root,
+    records,
+    *,
+    data_file=None,
+    test_file=None,
+    device_columns=None,
+    label_column=None,
+    labels=None,
+    tokenizer=None,
+    seq_len=None,
 ):
     """The registered loader of ``--dataset text-csv``."""
     tables._require("text-csv", data_file=data_file, label_column=label_column, labels=labels)
@@ -327,5 +348,10 @@ def load_text_csv(
 def load_amazon_polarity(devices, seed, root, records, *, tokenizer=None, seq_len=None):
     """The registered loader of ``--dataset amazon-polarity``."""
     return from_amazon_polarity(
-        root, devices=devices, tokenizer_name=tokenizer, seq_len=seq_len or SEQ_LEN, records=records, seed=seed
+        root,
+        devices=devices,
+        tokenizer_name=tokenizer,
+        seq_len=seq_len or SEQ_LEN,
+        records=records,
+        seed=seed,
     )
