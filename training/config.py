@@ -88,7 +88,8 @@ class TrainConfig:
     )
     records: int | None = field(
         None,
-        "mnist1d: signals to generate (a multiple of 10, split 80/20, cached; default its published 5,000)",
+        "mnist1d: signals to generate (a multiple of 10, split 80/20, cached; default its published "
+        "5,000); amazon-polarity: a seeded subset of N training and N // 4 test records",
         low=10,
         cap=10_000_000,
     )

@@ -394,6 +394,7 @@ def _resume(
         )
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
+    data.check_same(dataset, saved.get("data"), f"--resume {str(folder.path)!r}")
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
         raise PrivzvError(

@@ -496,6 +496,8 @@ def test_train_on_a_csv_then_attack_then_a_changed_file_is_refused(tmp_path, cap
     assert main(["attack", "run", "--attack", "membership", "--run", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has records 80, the run was trained on 96" in err
+    assert main(["train", "--resume", str(out)]) == 2
+    assert "has records 80, the run was trained on 96" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

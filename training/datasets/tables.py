@@ -221,28 +221,11 @@ def _feature_columns(table: Table, label, groups, devices) -> list[list[str]]:
 def load(format: str):
     """The registered loader of ``--dataset csv`` / ``parquet``: the config's strings parsed."""
 
-    def loader(
-        devices,
-        seed,
-        root,
-        records,
-        *,
-        data_file=None,
-        test_file=None,
-        device_columns=None,
-        label_column=None,
-        labels=None,
-        ranges=None,
-    ):
-        _require(format, data_file=data_file, label_column=label_column, labels=labels)
+    def loader(devices, seed, root, records, *, ranges=None, **table):
         return from_table(
-            data_file,
-            label_column=label_column,
-            classes=arrays.parse_list(labels, "--labels"),
-            device_columns=arrays.parse_groups(device_columns) if device_columns else None,
+            **table_arguments(format, **table),
             devices=devices,
             ranges=arrays.parse_ranges(ranges) if ranges else None,
-            test_path=test_file,
             seed=seed,
             format=format,
         )
@@ -250,8 +233,18 @@ def load(format: str):
     return loader
 
 
-def _require(dataset: str, **given) -> None:
-    """Refuse a missing option of ``--dataset dataset``, naming its flag."""
-    for key, value in given.items():
+def table_arguments(
+    dataset: str, data_file=None, test_file=None, device_columns=None, label_column=None, labels=None
+) -> dict:
+    """The table flags of ``--dataset dataset`` as a builder's arguments; a missing one is
+    refused, naming its flag."""
+    for flag, value in (("--data-file", data_file), ("--label-column", label_column), ("--labels", labels)):
         if value is None:
-            raise PrivzvError(f"--dataset {dataset}: needs --{key.replace('_', '-')} (docs/data.md)")
+            raise PrivzvError(f"--dataset {dataset}: needs {flag} (docs/data.md)")
+    return dict(
+        path=data_file,
+        label_column=label_column,
+        classes=arrays.parse_list(labels, "--labels"),
+        device_columns=arrays.parse_groups(device_columns) if device_columns else None,
+        test_path=test_file,
+    )

@@ -316,31 +316,13 @@ def _fill(parts, texts, at, devices, tok, seq_len) -> int:
     return at
 
 
-def load_text_csv(
-    devices,
-    seed,
-    root,
-    records,
-    *,
-    data_file=None,
-    test_file=None,
-    device_columns=None,
-    label_column=None,
-    labels=None,
-    tokenizer=None,
-    seq_len=None,
-):
+def load_text_csv(devices, seed, root, records, *, tokenizer=None, seq_len=None, **table):
     """The registered loader of ``--dataset text-csv``."""
-    tables._require("text-csv", data_file=data_file, label_column=label_column, labels=labels)
     return from_text_csv(
-        data_file,
-        label_column=label_column,
-        classes=arrays.parse_list(labels, "--labels"),
+        **tables.table_arguments("text-csv", **table),
         devices=devices,
-        device_columns=arrays.parse_groups(device_columns) if device_columns else None,
         tokenizer_name=tokenizer,
         seq_len=seq_len or SEQ_LEN,
-        test_path=test_file,
         seed=seed,
     )
 
