@@ -534,3 +534,32 @@ def test_a_dataset_registered_in_python_is_a_dataset_choice(tmp_path, monkeypatc
     assert data.load("mine", 2).name == "mine"  # found by its registered name (its model, classes)
     with pytest.raises(PrivzvError, match="devices 3: dataset 'mine' holds 2 device slices"):
         data.load("mine", 3)
+
+
+class _Bag(torch.nn.Module):
+    """A stand-in for the text-bag device model (mean of token embeddings, then a linear map)."""
+
+    def __init__(self, shape, embed_dim):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(text.HASH_VOCAB, 4, mode="mean", padding_idx=0)
+        self.out = torch.nn.Linear(4, embed_dim)
+
+    def forward(self, x):
+        return self.out(self.bag(x))
+
+
+def test_train_on_token_ids_of_a_text_csv(tmp_path, monkeypatch, capsys):
+    if "text-bag" not in models.DEVICE_MODELS:  # the models branch of issue 21 provides it
+        monkeypatch.setitem(models.DEVICE_MODELS, "text-bag", _Bag)
+    rng = np.random.default_rng(0)
+    rows = [
+        " ".join(rng.choice(["good", "great"] if i % 2 else ["bad", "awful"], 6)) + f",{i % 2}\n"
+        for i in range(80)
+    ]
+    path = tmp_path / "r.csv"
+    path.write_text("text,y\n" + "".join(rows))
+    argv = ["train", "--dataset", "text-csv", "--data-file", str(path), "--label-column", "y"]
+    argv += ["--labels", "0,1", "--devices", "2", "--seq-len", "4", "--epochs", "1", "--batch-size", "16"]
+    assert main([*argv, "--out", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dataset"] == "text-csv" and 0 <= summary["test_accuracy"] <= 1

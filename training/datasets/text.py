@@ -40,15 +40,23 @@ class HashTokenizer:
 
     def encode(self, texts: Sequence[str], seq_len: int) -> np.ndarray:
         ids = np.zeros((len(texts), seq_len), dtype=np.int64)
+        known = _WORD_IDS
         for i, text in enumerate(texts):
             words = WORD.findall(text.lower())[:seq_len]
-            ids[i, : len(words)] = [_word_id(w) for w in words]
+            ids[i, : len(words)] = [known.get(w) or _word_id(w) for w in words]
         return ids
+
+
+_WORD_IDS: dict[str, int] = {}  # words repeat: each hashed once (an id is a function of its word)
+MAX_KNOWN_WORDS = 1 << 20
 
 
 def _word_id(word: str) -> int:
     digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-    return 1 + int.from_bytes(digest, "little") % (HASH_VOCAB - 1)
+    value = 1 + int.from_bytes(digest, "little") % (HASH_VOCAB - 1)
+    if len(_WORD_IDS) < MAX_KNOWN_WORDS:
+        _WORD_IDS[word] = value
+    return value
 
 
 class LocalTokenizer:
@@ -97,10 +105,9 @@ def word_spans(text: str, devices: int) -> list[str]:
     """``text``'s whitespace-separated words in ``devices`` contiguous spans (as even as possible;
     a short text leaves the last spans empty)."""
     words = text.split()
-    return [
-        " ".join(words[r[0] : r[-1] + 1]) if len(r) else ""
-        for r in np.array_split(np.arange(len(words)), devices)
-    ]
+    size, longer = divmod(len(words), devices)  # np.array_split's sizes: the first ones longer
+    bounds = [m * size + min(m, longer) for m in range(devices + 1)]
+    return [" ".join(words[bounds[m] : bounds[m + 1]]) for m in range(devices)]
 
 
 def device_texts(rows: Sequence[Sequence[str]], devices: int) -> list[list[str]]:
