@@ -816,28 +816,22 @@ for _format in _tables.READERS:
     )
 from_image_folder = _image_sets.from_image_folder
 from_modelnet40 = _image_sets.from_modelnet40
-register(
-    "image-folder",
-    Dataset(
+for _name, _loader, _split in (
+    (
+        "image-folder",
         _image_sets.load_image_folder,
-        None,
         "images in class folders, a grid of square patches per device (1, 4, 16, ... devices)",
-        model="cnn-cifar",
-        data_dir=True,
-        options=("channels", "image_size"),
     ),
-)
-register(
-    "modelnet40",
-    Dataset(
+    (
+        "modelnet40",
         _image_sets.load_modelnet40,
-        None,
         "12 rendered views per object, 12/M views per device (M divides 12)",
-        model="cnn-cifar",
-        data_dir=True,
-        options=("channels", "image_size"),
     ),
-)
+):
+    register(
+        _name,
+        Dataset(_loader, None, _split, model="cnn-cifar", data_dir=True, options=("channels", "image_size")),
+    )
 from_text_csv = _text_sets.from_text_csv
 from_amazon_polarity = _text_sets.from_amazon_polarity
 register(
