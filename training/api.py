@@ -15,7 +15,7 @@ train --resume`` and ``privzv attack run`` refuse it in one line.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -36,42 +36,35 @@ def fit(
     *,
     devices: Sequence[nn.Module] | None = None,
     head: nn.Module | None = None,
-    resume: bool = False,
-    extend: bool = False,
-    secret_seed: int | None = None,
-    overwrite: bool = False,
-    checkpoint_every: int | None = None,
-    progress: Callable | None = None,
-    announce: Callable[[str], None] | None = None,
+    **options,
 ) -> dict:
     """Train ``config`` on ``dataset`` (a ``VerticalDataset``) in the run folder ``out`` with the
     given ``devices`` (one module per device: its feature batch -> [B, embed_dim]) and ``head``
     (the list of M embeddings -> [B, num_classes] logits); either left None is privzv's own
-    (``--device-model`` / ``--server-kind``). The run's ``dataset`` is ``dataset.name``. Returns
-    the run's summary (``run.train``, whose other arguments these are). ``resume``: ``config`` None (or the run's), the same dataset and
-    modules of the same architecture. Refusals are one-line ``PrivzvError``s naming the module.
+    (``--device-model`` / ``--server-kind``). The run's ``dataset`` is ``dataset.name``.
+    ``options``: ``run.train``'s (``resume``, ``extend``, ``secret_seed``, ``overwrite``,
+    ``checkpoint_every``, ``progress``, ``announce``). Returns the run's summary. A resume takes
+    ``config`` None (or the run's, longer with ``extend``), the same dataset and modules of the
+    same architecture. Refusals are one-line ``PrivzvError``s naming the module.
     """
     if not isinstance(dataset, data.VerticalDataset):
         raise PrivzvError(f"dataset {type(dataset).__name__}: must be a privzv.training.data.VerticalDataset")
+    unknown = sorted(set(options) - set(TRAIN_OPTIONS))
+    if unknown:
+        raise PrivzvError(f"fit() option {unknown[0]!r}: allowed are {', '.join(TRAIN_OPTIONS)}")
     given = models.Given(None if devices is None else tuple(devices), head)
+    if config is None and not options.get("resume"):
+        raise PrivzvError("config None: only with resume=True (the run's saved config)")
     if config is not None:
         if not isinstance(config, TrainConfig):
             raise PrivzvError(f"config {type(config).__name__}: must be a privzv.training.TrainConfig")
         config = dataclasses.replace(config, dataset=dataset.name)  # the run is labelled by its data
     check_modules(run.saved_config(out, python=True) if config is None else config, dataset, given)
-    return run.train(
-        config,
-        Path(out),
-        resume=resume,
-        extend=extend,
-        secret_seed=secret_seed,
-        overwrite=overwrite,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
-        announce=announce,
-        dataset=dataset,
-        given=given,
-    )
+    return run.train(config, Path(out), dataset=dataset, given=given, **options)
+
+
+# run.train's options that fit passes on (engine: the devices of a Python run live here)
+TRAIN_OPTIONS = ("resume", "extend", "secret_seed", "overwrite", "checkpoint_every", "progress", "announce")
 
 
 def check_modules(config: TrainConfig, dataset: data.VerticalDataset, given: models.Given) -> None:
@@ -89,12 +82,15 @@ def check_modules(config: TrainConfig, dataset: data.VerticalDataset, given: mod
             _check_parameters(what, module, needed=config.freeze != "devices")
             x = dataset.x_train[m][:DRY_RECORDS]
             outputs.append(_dry(what, module, x, [len(x), config.embed_dim], f"its features {list(x.shape)}"))
+    head = f"the head ({type(given.head).__name__})"
     if given.head is not None:
-        what = f"the head ({type(given.head).__name__})"
-        _check_parameters(what, given.head, needed=False)
+        _check_parameters(head, given.head, needed=False)
+    parties = [(f"device {m}'s module", d) for m, d in enumerate(given.devices or ())]
+    _check_own_parameters(parties + ([("the head", given.head)] if given.head is not None else []))
+    if given.head is not None:
         n = min(DRY_RECORDS, len(dataset.y_train))
         embeddings = outputs or [torch.zeros(n, config.embed_dim) for _ in range(config.devices)]
-        _dry(what, given.head, embeddings, [n, dataset.num_classes], f"{config.devices} embeddings [{n}, {config.embed_dim}]")
+        _dry(head, given.head, embeddings, [n, dataset.num_classes], f"{config.devices} embeddings [{n}, {config.embed_dim}]")
 
 
 def _check_parameters(what: str, module, needed: bool) -> None:
@@ -106,6 +102,16 @@ def _check_parameters(what: str, module, needed: bool) -> None:
     bad = next(((name, p.dtype) for name, p in params.items() if p.dtype != torch.float32), None)
     if bad:
         raise PrivzvError(f"{what}: parameter {bad[0]!r} is {bad[1]}; privzv trains fp32 parameters (.float())")
+
+
+def _check_own_parameters(parties: list[tuple[str, nn.Module]]) -> None:
+    """No parameter is shared between two given modules (each party trains its own: a device's
+    parameters become views of its own flat buffer, ``zo.flatten_``)."""
+    owner: dict[int, str] = {}
+    for what, module in parties:
+        for p in module.parameters():
+            if owner.setdefault(id(p), what) != what:
+                raise PrivzvError(f"{what}: shares parameters with {owner[id(p)]}; each party needs its own module")
 
 
 @torch.no_grad()

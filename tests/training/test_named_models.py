@@ -216,3 +216,15 @@ def test_the_cli_refuses_a_model_in_one_line(tmp_path, capsys, flags, message):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and not out.exists()
+
+
+def test_the_sizes_in_the_docs_are_the_models():
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    tokens = _dataset(torch.ones(2, 8, dtype=torch.int64), vocab_size=library_models.BERT_VOCAB)
+    for name, ds in [("resnet18", _dataset(_images(16))), ("bert", tokens), ("text-bag", tokens)]:
+        size = sum(p.numel() for p in models.device_model(ds, 0, 16, name).parameters())
+        assert f"`{name}`{' (default, vocabulary 30522)' if name == 'bert' else ''}" in text
+        assert f"{size:,}" in text, name

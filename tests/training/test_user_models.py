@@ -44,7 +44,8 @@ def _devices(hidden: int = 6, embed: int = 4) -> list[nn.Module]:
 
 
 def _config(**changes) -> TrainConfig:
-    return TrainConfig(devices=2, epochs=1, batch_size=8, embed_dim=4, evals=1, seed=2, **changes)
+    base = TrainConfig(devices=2, epochs=1, batch_size=8, embed_dim=4, evals=1, seed=2)
+    return dataclasses.replace(base, **changes)
 
 
 @pytest.mark.parametrize("method", ["dpzv", "fo-vector"])
@@ -82,6 +83,17 @@ class Fails(nn.Module):
         raise ValueError("bad shapes\nsecond line")
 
 
+class FirstColumns(nn.Module):
+    """A linear embedding of any record's first 3 columns."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.linear(x[:, :3])
+
+
 def _double() -> nn.Module:
     return nn.Linear(3, 4).double()
 
@@ -108,6 +120,10 @@ REFUSALS = {
     "a forward that fails": (
         dict(devices=[_devices()[0], Fails()]),
         r"device 1's module \(Fails\): its forward on its features \[2, 5\] failed \(ValueError: bad shapes\)$",
+    ),
+    "one module for two devices": (
+        dict(devices=[FirstColumns()] * 2, head=Concat(8)),
+        r"device 1's module: shares parameters with device 0's module; each party needs its own module",
     ),
     "too few modules": (dict(devices=_devices()[:1]), r"devices: 1 modules given; need one per device \(2\)"),
     "not a module": (dict(head=lambda e: e[0]), r"the head \(function\): must be a torch.nn.Module"),
@@ -187,3 +203,19 @@ def test_a_registered_model_is_a_device_model_choice(tmp_path, monkeypatch, no_p
     assert [type(d.model[0]) for d in sched.devices] == [nn.Linear, nn.Linear]
     with pytest.raises(PrivzvError, match="--model-weights 'w.pt': device model my-linear takes none"):
         run.build(dataclasses.replace(config, model_weights="w.pt"), _arrays(), secret_seed=1)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda out: fit(_config(), {"x": 1}, out), "dataset dict: must be a privzv.training.data.VerticalDataset"),
+        (lambda out: fit({"devices": 2}, _arrays(), out), "config dict: must be a privzv.training.TrainConfig"),
+        (lambda out: fit(_config(), _arrays(), out, engine=None), "fit\\(\\) option 'engine': allowed are resume"),
+        (lambda out: fit(None, _arrays(), out), "config None: only with resume=True"),
+        (lambda out: fit(_config(devices=3), _arrays(), out), "dataset 'my-table': has 2 devices; the config has 3"),
+    ],
+)
+def test_fit_arguments_are_checked(tmp_path, call, message):
+    with pytest.raises(PrivzvError, match=message):
+        call(tmp_path / "run")
+    assert not (tmp_path / "run").exists()
