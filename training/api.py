@@ -72,11 +72,15 @@ def check_modules(config: TrainConfig, dataset: data.VerticalDataset, given: mod
     where the devices train, and a dry forward on ``DRY_RECORDS`` records giving [2, embed_dim]
     (devices) and [2, num_classes] (the head)."""
     if dataset.devices != config.devices:
-        raise PrivzvError(f"dataset {dataset.name!r}: has {dataset.devices} devices; the config has {config.devices}")
+        raise PrivzvError(
+            f"dataset {dataset.name!r}: has {dataset.devices} devices; the config has {config.devices}"
+        )
     outputs = []
     if given.devices is not None:
         if len(given.devices) != config.devices:
-            raise PrivzvError(f"devices: {len(given.devices)} modules given; need one per device ({config.devices})")
+            raise PrivzvError(
+                f"devices: {len(given.devices)} modules given; need one per device ({config.devices})"
+            )
         for m, module in enumerate(given.devices):
             what = f"device {m}'s module ({type(module).__name__})"
             _check_parameters(what, module, needed=config.freeze != "devices")
@@ -90,7 +94,13 @@ def check_modules(config: TrainConfig, dataset: data.VerticalDataset, given: mod
     if given.head is not None:
         n = min(DRY_RECORDS, len(dataset.y_train))
         embeddings = outputs or [torch.zeros(n, config.embed_dim) for _ in range(config.devices)]
-        _dry(head, given.head, embeddings, [n, dataset.num_classes], f"{config.devices} embeddings [{n}, {config.embed_dim}]")
+        _dry(
+            head,
+            given.head,
+            embeddings,
+            [n, dataset.num_classes],
+            f"{config.devices} embeddings [{n}, {config.embed_dim}]",
+        )
 
 
 def _check_parameters(what: str, module, needed: bool) -> None:
@@ -101,7 +111,9 @@ def _check_parameters(what: str, module, needed: bool) -> None:
         raise PrivzvError(f"{what}: has no parameters; the devices train theirs (or freeze='devices')")
     bad = next(((name, p.dtype) for name, p in params.items() if p.dtype != torch.float32), None)
     if bad:
-        raise PrivzvError(f"{what}: parameter {bad[0]!r} is {bad[1]}; privzv trains fp32 parameters (.float())")
+        raise PrivzvError(
+            f"{what}: parameter {bad[0]!r} is {bad[1]}; privzv trains fp32 parameters (.float())"
+        )
 
 
 def _check_own_parameters(parties: list[tuple[str, nn.Module]]) -> None:
@@ -111,7 +123,9 @@ def _check_own_parameters(parties: list[tuple[str, nn.Module]]) -> None:
     for what, module in parties:
         for p in module.parameters():
             if owner.setdefault(id(p), what) != what:
-                raise PrivzvError(f"{what}: shares parameters with {owner[id(p)]}; each party needs its own module")
+                raise PrivzvError(
+                    f"{what}: shares parameters with {owner[id(p)]}; each party needs its own module"
+                )
 
 
 @torch.no_grad()

@@ -72,7 +72,9 @@ class ResNet18(nn.Module):
         for k, width in enumerate(widths, start=1):
             before = widths[max(k - 2, 0)]
             stride = 1 if k == 1 else 2
-            setattr(self, f"layer{k}", nn.Sequential(BasicBlock(before, width, stride), BasicBlock(width, width)))
+            setattr(
+                self, f"layer{k}", nn.Sequential(BasicBlock(before, width, stride), BasicBlock(width, width))
+            )
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(512, outputs)
         for module in self.modules():  # torchvision's initialisation
@@ -222,4 +224,3 @@ def first_line(exc: Exception) -> str:
     """``exc`` as one line: its type and the start of its message's first line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
-

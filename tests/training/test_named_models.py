@@ -5,6 +5,7 @@ trains a round on CPU; every bad weights path is one line."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 
 import pytest
@@ -162,7 +163,9 @@ def test_bert_default_and_a_local_directory_build_without_the_hub(tmp_path, no_n
     saved = transformers.BertModel(transformers.BertConfig(**TINY_BERT), add_pooling_layer=False)
     saved.save_pretrained(tmp_path / "bert")
     net = models.device_model(ds, 0, EMBED, "bert", str(tmp_path / "bert"))
-    assert all(torch.equal(a, b) for a, b in zip(net.encoder.state_dict().values(), saved.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(net.encoder.state_dict().values(), saved.state_dict().values())
+    )
 
 
 @pytest.mark.parametrize(
@@ -228,3 +231,23 @@ def test_the_sizes_in_the_docs_are_the_models():
         size = sum(p.numel() for p in models.device_model(ds, 0, 16, name).parameters())
         assert f"`{name}`{' (default, vocabulary 30522)' if name == 'bert' else ''}" in text
         assert f"{size:,}" in text, name
+
+
+def test_an_attack_reads_a_named_model_run_with_its_model(tmp_path, capsys, monkeypatch):
+    """privzv attack run rebuilds a run's device model by the run's --device-model (a registered
+    one here, narrower than the dataset's own mlp, so the dataset's would not load)."""
+    from torch import nn
+
+    monkeypatch.setattr(models, "DEVICE_MODELS", dict(models.DEVICE_MODELS))
+    models.register_device_model(
+        "narrow-mlp",
+        lambda spec: nn.Sequential(
+            nn.Flatten(), nn.Linear(math.prod(spec.shape), 3), nn.Linear(3, spec.embed_dim)
+        ),
+    )
+    out = tmp_path / "run"
+    args = ["--dataset", "digits", "--devices", "2", "--epochs", "0.1", "--batch-size", "64"]
+    assert main(["train", *args, "--device-model", "narrow-mlp", "--no-transcripts", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["attack", "run", "--attack", "model-completion", "--run", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["source"] == "bottom-model"

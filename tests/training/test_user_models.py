@@ -52,8 +52,14 @@ def _config(**changes) -> TrainConfig:
 def test_user_modules_train_the_run_with_its_ledger(tmp_path, no_plots, method):
     devices, head = _devices(), Concat(8)
     before = [torch.cat([p.detach().flatten() for p in d.parameters()]).clone() for d in devices]
-    summary = fit(_config(method=method, epsilon=4.0), _arrays(), tmp_path / "run", devices=devices,
-                  head=head, secret_seed=1)
+    summary = fit(
+        _config(method=method, epsilon=4.0),
+        _arrays(),
+        tmp_path / "run",
+        devices=devices,
+        head=head,
+        secret_seed=1,
+    )
     assert summary["dataset"] == "my-table" and summary["method"] == method
     assert summary["rounds"] == summary["rounds_planned"] == 16
     assert 0 < summary["epsilon_spent"] <= 4.0 * (1 + 1e-9) and summary["sigma"] > 0
@@ -144,8 +150,14 @@ def test_frozen_devices_may_have_no_parameters(tmp_path, no_plots):
         def forward(self, x):
             return x[:, :4] if x.shape[1] >= 4 else torch.cat([x, x], 1)[:, :4]
 
-    summary = fit(_config(freeze="devices"), _arrays(), tmp_path / "run", devices=[Fixed(), Fixed()],
-                  head=Concat(8), secret_seed=1)
+    summary = fit(
+        _config(freeze="devices"),
+        _arrays(),
+        tmp_path / "run",
+        devices=[Fixed(), Fixed()],
+        head=Concat(8),
+        secret_seed=1,
+    )
     assert summary["rounds"] == 16
 
 
@@ -168,14 +180,24 @@ def test_resume_needs_modules_of_the_run_architecture(tmp_path, no_plots, capsys
     fit(_config(), data, out, devices=_devices(), head=Concat(8), secret_seed=1)
     longer = dataclasses.replace(_config(), epochs=2)
     with pytest.raises(PrivzvError, match=r"device 1's module: its architecture .* is not the run's"):
-        fit(longer, data, out, devices=[_devices()[0], _devices(hidden=7)[1]], head=Concat(8),
-            resume=True, extend=True)
+        fit(
+            longer,
+            data,
+            out,
+            devices=[_devices()[0], _devices(hidden=7)[1]],
+            head=Concat(8),
+            resume=True,
+            extend=True,
+        )
     with pytest.raises(PrivzvError, match=r"the head's module: its architecture"):
         fit(longer, data, out, devices=_devices(), head=nn.Sequential(Concat(8)), resume=True, extend=True)
     summary = fit(longer, data, out, devices=_devices(), head=Concat(8), resume=True, extend=True)
     assert summary["rounds"] == 32
     # the CLI cannot rebuild the modules: one line, exit code 2, for resume and for attacks
-    for args in (["train", "--resume", str(out)], ["attack", "run", "--attack", "direct-label", "--run", str(out)]):
+    for args in (
+        ["train", "--resume", str(out)],
+        ["attack", "run", "--attack", "direct-label", "--run", str(out)],
+    ):
         assert main(args) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "trained from Python with its own modules or data" in err
@@ -183,7 +205,9 @@ def test_resume_needs_modules_of_the_run_architecture(tmp_path, no_plots, capsys
 
 def test_a_run_that_built_its_models_is_not_resumed_with_python_ones(tmp_path, no_plots):
     out = tmp_path / "run"
-    run.train(TrainConfig(dataset="digits", devices=2, epochs=0.05, batch_size=64, evals=1), out, secret_seed=1)
+    run.train(
+        TrainConfig(dataset="digits", devices=2, epochs=0.05, batch_size=64, evals=1), out, secret_seed=1
+    )
     with pytest.raises(PrivzvError, match="the run built its own models; resume it without modules or data"):
         fit(None, data.load("digits", 2), out, resume=True)
 
@@ -208,11 +232,23 @@ def test_a_registered_model_is_a_device_model_choice(tmp_path, monkeypatch, no_p
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda out: fit(_config(), {"x": 1}, out), "dataset dict: must be a privzv.training.data.VerticalDataset"),
-        (lambda out: fit({"devices": 2}, _arrays(), out), "config dict: must be a privzv.training.TrainConfig"),
-        (lambda out: fit(_config(), _arrays(), out, engine=None), "fit\\(\\) option 'engine': allowed are resume"),
+        (
+            lambda out: fit(_config(), {"x": 1}, out),
+            "dataset dict: must be a privzv.training.data.VerticalDataset",
+        ),
+        (
+            lambda out: fit({"devices": 2}, _arrays(), out),
+            "config dict: must be a privzv.training.TrainConfig",
+        ),
+        (
+            lambda out: fit(_config(), _arrays(), out, engine=None),
+            "fit\\(\\) option 'engine': allowed are resume",
+        ),
         (lambda out: fit(None, _arrays(), out), "config None: only with resume=True"),
-        (lambda out: fit(_config(devices=3), _arrays(), out), "dataset 'my-table': has 2 devices; the config has 3"),
+        (
+            lambda out: fit(_config(devices=3), _arrays(), out),
+            "dataset 'my-table': has 2 devices; the config has 3",
+        ),
     ],
 )
 def test_fit_arguments_are_checked(tmp_path, call, message):
