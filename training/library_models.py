@@ -131,20 +131,20 @@ def bert(spec) -> nn.Module:
     vocabulary, random init; or ``spec.weights``: a BertConfig JSON file (random init) or a local
     directory with config.json and weights (``from_pretrained``, local files only)."""
     _token_ids("bert", spec)
-    tf = _require("transformers")
+    bert_model, bert_config = _require("transformers", "BertModel", "BertConfig")
     if spec.weights is None:
-        encoder = tf.BertModel(
-            tf.BertConfig(vocab_size=spec.vocab_size or BERT_VOCAB, **BERT_SMALL), add_pooling_layer=False
+        encoder = bert_model(
+            bert_config(vocab_size=spec.vocab_size or BERT_VOCAB, **BERT_SMALL), add_pooling_layer=False
         )
     else:
         path = _existing(spec.weights)
         try:
             if path.is_dir():
-                encoder = tf.BertModel.from_pretrained(
+                encoder = bert_model.from_pretrained(
                     str(path), local_files_only=True, add_pooling_layer=False
                 )
             else:
-                encoder = tf.BertModel(tf.BertConfig.from_json_file(str(path)), add_pooling_layer=False)
+                encoder = bert_model(bert_config.from_json_file(str(path)), add_pooling_layer=False)
         except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
             raise PrivzvError(
                 f"--model-weights {spec.weights!r}: not a BertConfig JSON file or a directory of a "
@@ -191,14 +191,20 @@ def _token_ids(name: str, spec) -> None:
         )
 
 
-def _require(module: str):
-    """``import module``; a missing optional package is the one line naming its extra."""
+def _require(module: str, *names: str) -> list:
+    """``names`` from ``module``; a missing optional package is the one line naming its extra,
+    and one that fails to import (e.g. transformers beside a torchvision built for another
+    torch) one line saying so."""
     from privzv.extras import missing_extra
 
     try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise (missing_extra(exc) or exc) from None
+        found = importlib.import_module(module)
+        return [getattr(found, name) for name in names]
+    except (ImportError, RuntimeError) as exc:  # ModuleNotFoundError is an ImportError
+        extra = missing_extra(exc) if isinstance(exc, ModuleNotFoundError) else None
+        raise extra or PrivzvError(
+            f"{module}: {', '.join(names)} could not be imported ({first_line(exc)})"
+        ) from None
 
 
 def _existing(path: str) -> Path:

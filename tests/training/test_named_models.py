@@ -251,3 +251,23 @@ def test_an_attack_reads_a_named_model_run_with_its_model(tmp_path, capsys, monk
     capsys.readouterr()
     assert main(["attack", "run", "--attack", "model-completion", "--run", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["source"] == "bottom-model"
+
+
+def test_a_transformers_that_fails_to_import_is_one_line(monkeypatch):
+    """transformers imports torchvision where installed: one built for another torch breaks its
+    BertModel (measured: RuntimeError "operator torchvision::nms does not exist")."""
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *args):
+        if name == "transformers":
+            raise RuntimeError("operator torchvision::nms does not exist\ntraceback lines")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(
+        PrivzvError, match=r"^transformers: BertModel, BertConfig could not be imported \(Runtime"
+    ) as err:
+        models.device_model(_dataset(_tokens(40), 40), 0, EMBED, "bert")
+    assert "\n" not in str(err.value)
