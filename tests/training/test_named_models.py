@@ -271,3 +271,43 @@ def test_a_transformers_that_fails_to_import_is_one_line(monkeypatch):
     ) as err:
         models.device_model(_dataset(_tokens(40), 40), 0, EMBED, "bert")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow  # about 27 s on 2 busy cores; the fast tests above cover its parts
+def test_the_cli_trains_resnet18_with_a_weights_file_on_cifar10_files(tmp_path, capsys):
+    """privzv train --dataset cifar10 --device-model resnet18 --model-weights FILE, end to end on
+    CIFAR-10 files (one device: whole 32x32 images); config.json names the model and records its
+    architecture."""
+    import pickle
+
+    import numpy as np
+
+    from privzv.training import data
+
+    folder = tmp_path / "data" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name in data.CIFAR_FILES:
+        batch = {b"data": rng.integers(0, 256, (3, 3072)).astype(np.uint8), b"labels": [0, 1, 2]}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    torch.save(library_models.ResNet18().state_dict(), tmp_path / "resnet18.pt")
+    out = tmp_path / "run"
+    args = [
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--devices",
+        "1",
+        "--batch-size",
+        "4",
+    ]
+    weights = ["--device-model", "resnet18", "--model-weights", str(tmp_path / "resnet18.pt")]
+    assert main(["train", *args, *weights, "--epochs", "0.25", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rounds"] == 1
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["config"]["device_model"] == "resnet18" and saved["models"]["source"] == "privzv"
+    ds = data.load("cifar10", 1, tmp_path / "data")
+    built = models.device_model(ds, 0, 16, "resnet18", str(tmp_path / "resnet18.pt"))
+    assert saved["models"]["devices"] == [models.fingerprint(built)]
