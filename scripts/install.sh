@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create ./.venv (if missing) and install privzv editable with the given extras (default: all).
 # torch is installed first, pinned, so pip never resolves a CUDA build on its own; TORCH_VERSION
-# picks another version. Extras (pyproject.toml): dpevent, train, attacks, flower, flower-sim,
-# secure, mnist, all, test, docs, bench, lint; the core alone is `pip install privzv`.
+# picks another version. The extras are then installed with torch constrained to the version
+# installed, so no package (a torchvision, a transformers) can make pip replace it: pip stops
+# with a conflict instead. Extras (pyproject.toml): dpevent, train, attacks, flower, flower-sim,
+# secure, mnist, text, all, test, docs, bench, lint; the core alone is `pip install privzv`.
 # Usage: scripts/install.sh [extras]   e.g. scripts/install.sh test,mnist
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +17,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "installing torch==${TORCH_VERSION} (CPU build where available) ..." >&2
   "${pip[@]}" "torch==${TORCH_VERSION}"
 fi
-"${pip[@]}" -e ".[${extras}]"
+pin="$(mktemp)"
+trap 'rm -f "$pin"' EXIT
+.venv/bin/python -c "import torch; print('torch==' + torch.__version__)" > "$pin"
+"${pip[@]}" --constraint "$pin" -e ".[${extras}]"

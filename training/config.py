@@ -205,6 +205,15 @@ class TrainConfig:
         flag=schema.NONE,
     )
     embed_dim: int = field(16, "embedding size per device (the bottleneck)", low=1, cap=4096)
+    device_model: str | None = field(
+        None,
+        "the devices' model (default: the dataset's own; docs/training.md, \"Your models\")",
+        choices=_registry("privzv.training.models", "device_model_names"),
+    )
+    model_weights: str | None = field(
+        None,
+        "resnet18: a torchvision state_dict file; bert: a BertConfig JSON file or a local model directory",
+    )
     server_kind: str = field(
         "mlp",
         "server head: mlp, or sum (needs --embed-dim = classes)",
@@ -288,10 +297,11 @@ class TrainConfig:
             raise PrivzvError(f"--config {str(path)!r}: must hold a JSON object")
         return cls.from_dict(d)
 
-    def validate(self) -> TrainConfig:
+    def validate(self, own_data: bool = False) -> TrainConfig:
         """Check every field against its declaration, then the cross-field ``RULES``; raise
-        PrivzvError naming the field. Returns self."""
-        schema.check_fields(self)
+        PrivzvError naming the field. ``own_data``: the dataset is given from Python
+        (``privzv.training.fit``), so ``dataset`` is its name, not a registered one. Returns self."""
+        schema.check_fields(self, skip=("dataset",) if own_data else ())
         for rule in RULES:
             rule(self)
         return self

@@ -52,9 +52,10 @@ RATES = ("lr_device", "lr_server")  # swept at the entry's C and setting (``unfi
 FALLBACK = {"clip": (CLIP, "arXiv:2502.20565v2, App. G"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
-def resolve(config, dataset):
+def resolve(config, dataset, given=None):
     """(config with ``FIELDS`` filled, {field: {"value", "source"}}) for a run of ``config`` on
-    ``dataset`` (a ``VerticalDataset``); fields the user gave are reported as ``"given"``.
+    ``dataset`` (a ``VerticalDataset``) with the models ``given`` from Python (``models.Given``,
+    or None); fields the user gave are reported as ``"given"``.
     Idempotent: a resolved config comes back unchanged, its sources all ``"given"``."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
@@ -65,10 +66,10 @@ def resolve(config, dataset):
         if given is not None:
             value, source = given, "given"
         else:
-            value, source = _default(name, config, dataset, entry, where)
+            value, source = _default(name, config, dataset, entry, where, given)
             if why_not and name in RATES and source.startswith(where):  # the tuned rate would apply
                 untuned = {k: v for k, v in entry.items() if k not in RATES}
-                value, source = _default(name, config, dataset, untuned, where)
+                value, source = _default(name, config, dataset, untuned, where, given)
                 source += f"; not the rate of {where}: {why_not}"
         if value is not None:
             values[name] = value
@@ -97,7 +98,7 @@ def unfit(config, entry: dict, classes: int) -> str | None:
     return None
 
 
-def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
+def _default(name: str, config, dataset, entry: dict, where: str, given=None) -> tuple:
     """(value, source) of an open field: tuned, else the fallback (None: the method's own)."""
     method = methods.get(config.method)
     zo_device = method.ZO_DEVICE_RATE
@@ -112,7 +113,10 @@ def _default(name: str, config, dataset, entry: dict, where: str) -> tuple:
     if name in FALLBACK:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:
-        d = max(parameter_count(dataset, m, config.embed_dim) for m in range(dataset.devices))
+        d = max(
+            parameter_count(dataset, m, config.embed_dim, config=config, given=given)
+            for m in range(dataset.devices)
+        )
         return ZO_RATE / math.sqrt(
             d
         ), f"{ZO_RATE:g} / sqrt(d), d = {d} device parameters (training/defaults.py)"
@@ -135,11 +139,16 @@ def with_clip(config):
     )
 
 
-def parameter_count(dataset, m: int, embed_dim: int) -> int:
-    """d_m: the parameters of device ``m``'s model (built aside: torch's global generator is left
-    as it was)."""
+def parameter_count(dataset, m: int, embed_dim: int, *, config=None, given=None) -> int:
+    """d_m: the parameters of device ``m``'s model: the dataset's own, or the run's
+    (``models.for_device`` of ``config`` and ``given``). A model is built aside: torch's global
+    generator is left as it was."""
     with torch.random.fork_rng(devices=[]):
-        return sum(p.numel() for p in models.device_model(dataset, m, embed_dim).parameters())
+        if config is None:
+            model = models.device_model(dataset, m, embed_dim)
+        else:
+            model = models.for_device(config, dataset, m, given)
+        return sum(p.numel() for p in model.parameters())
 
 
 def applied(sources: dict, method) -> dict:

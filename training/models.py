@@ -2,40 +2,107 @@
 
 Devices: a small MLP for tabular data and digits; a two-layer CNN per MNIST row band; a four-layer
 CNN per CIFAR-10 patch; a two-layer 1-D CNN per MNIST-1D segment (MNIST-1D is translated signals,
-where convolutions beat an MLP: Greydanus 2020, Table 1). Server: two linear layers with a ReLU on the concatenated embeddings
+where convolutions beat an MLP: Greydanus 2020, Table 1); by name, torchvision's ResNet-18,
+transformers' BERT and a bag of token embeddings (``privzv.training.library_models``), or any
+registered with ``register_device_model``. Server: two linear layers with a ReLU on the concatenated embeddings
 (``kind="mlp"``), or the sum of the device outputs (``kind="sum"``, no parameters: the "model
 without split" of Fu et al. that the direct label-inference attack needs). All parameters fp32.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from privzv.errors import PrivzvError
+from privzv.training import library_models
 
 MLP_HIDDEN = 32
 SERVER_HIDDEN = 64
 MNIST1D_WIDTH = 16
 
 
-def device_model(dataset, m: int, embed_dim: int) -> nn.Module:
+def device_model(
+    dataset, m: int, embed_dim: int, name: str | None = None, weights: str | None = None
+) -> nn.Module:
     """Bottom model of device ``m`` of a ``privzv.training.data.VerticalDataset``: x_train[m] batch
-    -> [B, embed_dim]; the architecture is the one its dataset declares (``data.Dataset.model``)."""
+    -> [B, embed_dim]. ``name``: a ``DEVICE_MODELS`` entry (``--device-model``; None: the one its
+    dataset declares, ``data.Dataset.model``); ``weights``: its ``--model-weights`` path."""
     from privzv.training import data
 
     if not 0 <= m < dataset.devices:
         raise PrivzvError(f"device {m!r}: allowed are 0..{dataset.devices - 1}")
     _check_positive("embed_dim", embed_dim)
-    shape = tuple(dataset.x_train[m].shape[1:])
-    name = data.REGISTRY[dataset.name].model if dataset.name in data.REGISTRY else "mlp"
+    if name is None:
+        name = data.REGISTRY[dataset.name].model if dataset.name in data.REGISTRY else "mlp"
     if name not in DEVICE_MODELS:
         raise PrivzvError(f"device model {name!r}: allowed are {', '.join(DEVICE_MODELS)}")
-    return DEVICE_MODELS[name](shape, embed_dim=embed_dim).float()
+    entry = DEVICE_MODELS[name]
+    if weights is not None and entry.weights is None:
+        raise PrivzvError(
+            f"--model-weights {weights!r}: device model {name} takes none (only "
+            f"{', '.join(n for n, e in DEVICE_MODELS.items() if e.weights)})"
+        )
+    x = dataset.x_train[m]
+    spec = ModelInput(tuple(x.shape[1:]), embed_dim, weights, getattr(dataset, "vocab_size", None), x.dtype)
+    return entry.build(spec).float()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInput:
+    """What a device model's factory is given: one record's feature ``shape`` and ``dtype``, the
+    ``embed_dim``, the ``--model-weights`` path (or None) and the dataset's ``vocab_size`` (token-id
+    features; None for others)."""
+
+    shape: tuple[int, ...]
+    embed_dim: int
+    weights: str | None = None
+    vocab_size: int | None = None
+    dtype: torch.dtype = torch.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceModel:
+    """A named device model: ``build(ModelInput) -> nn.Module`` and what ``--model-weights`` is
+    for it (None: it takes none)."""
+
+    build: Callable[[ModelInput], nn.Module]
+    weights: str | None = None
+
+
+def register_device_model(name: str, factory: Callable[[ModelInput], nn.Module], weights: str | None = None):
+    """Make ``factory`` (``ModelInput -> nn.Module``) the device model ``name``: a ``--device-model``
+    choice in this process. ``weights``: what ``--model-weights`` means for it (None: it takes
+    none). Returns ``factory``."""
+    if not isinstance(name, str) or not name or name in DEVICE_MODELS:
+        raise PrivzvError(f"device model {name!r}: a new name is needed (taken: {', '.join(DEVICE_MODELS)})")
+    if not callable(factory):
+        raise PrivzvError(f"device model {name!r}: factory {factory!r} is not callable")
+    DEVICE_MODELS[name] = DeviceModel(factory, weights)
+    return factory
+
+
+def device_model_names() -> tuple[str, ...]:
+    """Every device model's name (``--device-model``'s choices)."""
+    return tuple(DEVICE_MODELS)
+
+
+def fingerprint(module: nn.Module) -> str:
+    """The architecture of ``module`` as a SHA-256 of its state_dict's names, shapes and dtypes
+    (not its values): a resume with modules of another architecture is refused by it."""
+    layout = [[k, list(v.shape), str(v.dtype)] for k, v in module.state_dict().items()]
+    return hashlib.sha256(json.dumps(layout).encode()).hexdigest()
+
+
+def _shaped(fn: Callable, **kw) -> DeviceModel:
+    """A device model made by ``fn(shape, embed_dim=, **kw)`` (the built-in ones)."""
+    return DeviceModel(lambda spec: fn(spec.shape, embed_dim=spec.embed_dim, **kw))
 
 
 def _mlp(shape: tuple[int, ...], embed_dim: int) -> nn.Sequential:
@@ -119,13 +186,16 @@ def _sum_server(devices: int, embed_dim: int, num_classes: int) -> nn.Module:
     return SumServer(devices)
 
 
-# Device models by name (a dataset declares its own: ``privzv.training.data.Dataset.model``):
-# (input shape of one record, embed_dim) -> module. Adding one is one entry here.
-DEVICE_MODELS = {
-    "mlp": _mlp,
-    "cnn-mnist": functools.partial(_cnn, widths=(16, 32), convs_per_block=1),
-    "cnn-cifar": functools.partial(_cnn, widths=(32, 64), convs_per_block=2),
-    "cnn1d": functools.partial(_cnn1d, width=MNIST1D_WIDTH),
+# Device models by name (a dataset declares its own: ``privzv.training.data.Dataset.model``;
+# ``register_device_model`` adds one). Adding one is one entry here.
+DEVICE_MODELS: dict[str, DeviceModel] = {
+    "mlp": _shaped(_mlp),
+    "cnn-mnist": _shaped(_cnn, widths=(16, 32), convs_per_block=1),
+    "cnn-cifar": _shaped(_cnn, widths=(32, 64), convs_per_block=2),
+    "cnn1d": _shaped(_cnn1d, width=MNIST1D_WIDTH),
+    "resnet18": DeviceModel(library_models.resnet18, "a torchvision resnet18 state_dict file"),
+    "bert": DeviceModel(library_models.bert, "a BertConfig JSON file, or a directory with config.json and weights"),
+    "text-bag": DeviceModel(library_models.text_bag),
 }
 # Server heads by ``--server-kind``: (devices, embed_dim, num_classes) -> module.
 SERVERS = {"mlp": _concat_server, "sum": _sum_server}
@@ -150,3 +220,33 @@ def _check_positive(name: str, value) -> None:
 def _check_count(embeddings: Sequence[torch.Tensor], devices: int) -> None:
     if len(embeddings) != devices:
         raise PrivzvError(f"server got {len(embeddings)} embeddings: expected one per device ({devices})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Given:
+    """Models (and data) a run was given from Python (``privzv.training.fit``): ``devices`` one
+    module per device, or None for the named ones; ``head`` or None for ``server_model``'s."""
+
+    devices: tuple[nn.Module, ...] | None = None
+    head: nn.Module | None = None
+
+
+def for_device(config, dataset, m: int, given: Given | None = None) -> nn.Module:
+    """Device ``m``'s model of a run: the given one, else ``device_model`` by the config's name."""
+    if given is not None and given.devices is not None:
+        return given.devices[m]
+    return device_model(dataset, m, config.embed_dim, config.device_model, config.model_weights)
+
+
+def for_server(config, dataset, given: Given | None = None) -> nn.Module:
+    """The head of a run: the given one, else ``server_model`` of the config's kind."""
+    if given is not None and given.head is not None:
+        return given.head
+    return server_model(config.devices, config.embed_dim, dataset.num_classes, kind=config.server_kind)
+
+
+def architecture(devices: Sequence[nn.Module], head: nn.Module, source: str) -> dict:
+    """What a run's public config.json records of its models: where they came from (``source``:
+    "privzv", or "python" for a run given modules or data from Python) and each one's
+    ``fingerprint``."""
+    return {"source": source, "devices": [fingerprint(d) for d in devices], "head": fingerprint(head)}

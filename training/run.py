@@ -41,7 +41,7 @@ from privzv.training import (
 from privzv.training.config import CHECKPOINT_EVERY, TrainConfig
 from privzv.training.messages import SERVER, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
-from privzv.training.run_folder import RunFolder, public_config, sizes_secret
+from privzv.training.run_folder import PYTHON, RunFolder, from_python, public_config, sizes_secret
 from privzv.training.scheduler import Scheduler
 from privzv.training.transcript import Recorder
 
@@ -55,6 +55,7 @@ def build(
     release=None,
     secret_seed: int | None = None,
     engine: Callable | None = None,
+    given: models.Given | None = None,
 ) -> Scheduler:
     """The parties, the method and the scheduler of a run (models initialised from the seed).
 
@@ -65,10 +66,11 @@ def build(
     built here and the transcripts kept are the server's; None runs them in this process.
     Models, head, table and labels are made on the CPU (the same initial weights everywhere) and
     moved to ``config.device`` (``privzv.training.accelerator``); the features stay where the
-    dataset put them.
+    dataset put them. ``given``: models from Python (``privzv.training.fit``), else the config's
+    named ones.
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
-    config, _ = defaults.resolve(config, dataset)
+    config, _ = defaults.resolve(config, dataset, given)
     place = _place(config, engine)
     m_count, records = config.devices, len(dataset.y_train)
     method_cls = methods.get(config.method)
@@ -78,7 +80,7 @@ def build(
         devices.append(
             Device(
                 m,
-                models.device_model(dataset, m, config.embed_dim).to(place),
+                models.for_device(config, dataset, m, given).to(place),
                 dataset.x_train[m],
                 seed=config.seed,
                 noise=noise.source(config, secret, "device", m),
@@ -86,7 +88,7 @@ def build(
             )
         )
     torch.manual_seed(seeds.derive(config.seed, "init", "server"))
-    head = models.server_model(m_count, config.embed_dim, dataset.num_classes, kind=config.server_kind)
+    head = models.for_server(config, dataset, given)
     table = EmbeddingTable(
         m_count,
         records,
@@ -184,9 +186,10 @@ def new_secret_seed() -> int:
     return secrets.randbits(63)
 
 
-def saved_config(out) -> TrainConfig:
-    """The saved config of the run in ``out`` (e.g. to change its epochs for ``extend``)."""
-    return TrainConfig.from_dict(public_config(out, flag="--resume")["config"])
+def saved_config(out, python: bool = False) -> TrainConfig:
+    """The saved config of the run in ``out`` (e.g. to change its epochs for ``extend``);
+    ``python``: the caller gives the run's modules or data again (``privzv.training.fit``)."""
+    return TrainConfig.from_dict(public_config(out, flag="--resume", python=python)["config"])
 
 
 def train(
@@ -201,6 +204,8 @@ def train(
     progress: Callable | None = None,
     engine: Callable | None = None,
     announce: Callable[[str], None] | None = None,
+    dataset=None,
+    given: models.Given | None = None,
 ) -> dict:
     """Run ``config`` in the run folder ``out``; returns the summary dict.
 
@@ -217,6 +222,8 @@ def train(
     checkpointed, with its summary (``stopped``: ``privzv.training.stopping.REASONS``). A run that
     diverges is finished with ``stopped`` "diverged" and raises ``divergence.Diverged``; a file it
     cannot write (a full disk) raises :class:`OutputFailed`, the folder kept at its last checkpoint.
+    ``dataset`` (a ``VerticalDataset``) and ``given`` (``models.Given``) come from Python
+    (``privzv.training.fit``): the run records them as such, and only Python resumes it.
     """
     with stopping.Signals() as signals:
         try:
@@ -232,6 +239,7 @@ def train(
                 engine,
                 announce,
                 signals,
+                Python(dataset, given),
             )
         except OSError as exc:  # a write the run could not make: a full disk, an I/O error
             kept = (Path(out) / "config.json").is_file()
@@ -261,6 +269,7 @@ def _train(
     engine,
     announce,
     signals: stopping.Signals,
+    python: Python,
 ) -> dict:
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
@@ -271,15 +280,15 @@ def _train(
             flag = "--secret-seed" if secret_seed is not None else "--overwrite"
             raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
         with RunFolder.open(out) as folder:
-            return _resume(folder, config, extend, checkpoint_every, progress, signals)
+            return _resume(folder, config, extend, checkpoint_every, progress, signals, python)
     if extend:
         raise PrivzvError("--extend: only with --resume")
     if secret_seed is not None and not (isinstance(secret_seed, int) and 0 <= secret_seed < 2**63):
         raise PrivzvError(f"--secret-seed {secret_seed!r}: must be an integer in [0, 2^63)")
-    config.validate()
+    config.validate(own_data=python.dataset is not None)
     torch.set_num_threads(config.threads)
-    dataset, method_cls, rounds = _setup(config, engine)
-    config, chosen = defaults.resolve(config, dataset)
+    dataset, method_cls, rounds = _setup(config, engine, python.dataset)
+    config, chosen = defaults.resolve(config, dataset, python.given)
     p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
     ledger = privacy.ledger(config, p)
     if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
@@ -291,13 +300,6 @@ def _train(
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
         folder.write_secrets(secret, given=secret_seed is not None)
-        folder.write_config(
-            {
-                **_saved_config(config, p, rounds, checkpoint_every),
-                "defaults": chosen,
-                "data": data.public_shape(dataset),
-            }
-        )
         if ledger is not None:
             ledger = folder.start_ledger(ledger, _platform(config))
         sched = build(
@@ -307,6 +309,15 @@ def _train(
             release=p.release if p.private else None,
             secret_seed=secret,
             engine=engine,
+            given=python.given,
+        )
+        folder.write_config(
+            {
+                **_saved_config(config, p, rounds, checkpoint_every),
+                "defaults": chosen,
+                "data": data.public_shape(dataset),
+                "models": python.architecture(sched),
+            }
         )
         if announce:
             announce("values chosen for this run:\n" + defaults.describe(chosen, sched.method))
@@ -323,11 +334,13 @@ def _train(
             sched.engine.close()
 
 
-def _setup(config: TrainConfig, engine: Callable | None = None):
-    """The dataset, the method class and the planned rounds T of ``config`` (its device checked
-    first: nothing is written for a run that cannot compute here)."""
+def _setup(config: TrainConfig, engine: Callable | None = None, dataset=None):
+    """The dataset (``dataset``, else loaded from the config), the method class and the planned
+    rounds T of ``config`` (its device checked first: nothing is written for a run that cannot
+    compute here)."""
     _place(config, engine)
-    dataset = data.from_config(config)
+    if dataset is None:
+        dataset = data.from_config(config)
     records = len(dataset.y_train)
     method_cls = methods.get(config.method)
     b = method_cls.uplink_batch(config)
@@ -370,7 +383,9 @@ def _saved_config(
 RESUME_MUTABLE = ("epochs", "device")
 
 
-def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool) -> TrainConfig:
+def _resumed_config(
+    saved: TrainConfig, given: TrainConfig | None, extend: bool, own_data: bool = False
+) -> TrainConfig:
     if given is None:
         if extend:
             raise PrivzvError("--extend: give the new --epochs")
@@ -396,7 +411,7 @@ def _resumed_config(saved: TrainConfig, given: TrainConfig | None, extend: bool)
         raise PrivzvError(
             f"--epochs {given.epochs:g}: --extend needs more than the run's {saved.epochs:g} epochs"
         )
-    return given.validate()
+    return given.validate(own_data)
 
 
 def _resume(
@@ -406,12 +421,15 @@ def _resume(
     every: int | None,
     progress,
     signals: stopping.Signals,
+    python: Python,
 ) -> dict:
     saved = folder.read_config()
+    python.check_resumable(folder.path, saved)
     folder.check_not_diverged("--resume")
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
-    saved_config = TrainConfig.from_dict(saved["config"]).validate()
-    config = _resumed_config(saved_config, given, extend)
+    own_data = python.dataset is not None
+    saved_config = TrainConfig.from_dict(saved["config"]).validate(own_data)
+    config = _resumed_config(saved_config, given, extend, own_data)
     ckpt = folder.load_checkpoint()
     secret = folder.read_secrets()
     _check_checkpoint(ckpt, saved, saved_config)
@@ -421,7 +439,7 @@ def _resume(
             "(its checkpoint has no device state)"
         )
     torch.set_num_threads(config.threads)
-    dataset, method_cls, rounds = _setup(config)
+    dataset, method_cls, rounds = _setup(config, None, python.dataset)
     data.check_same(dataset, saved.get("data"), f"--resume {str(folder.path)!r}")
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
@@ -443,7 +461,9 @@ def _resume(
         ledger=ledger,
         release=p.release if p.private else None,
         secret_seed=secret["secret_seed"],
+        given=python.given,
     )
+    python.check_architecture(saved, sched)
     try:
         sched.load_state_dict(ckpt["state"])
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
@@ -457,6 +477,48 @@ def _resume(
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
     folder.resumed(ckpt, seeded=not config.secure_noise, platform=_platform(config))
     return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class Python:
+    """What a run was given from Python (``privzv.training.fit``): its ``dataset`` and models
+    (``given``), each None when privzv loads or builds it. A run given either is "python" in its
+    config.json's ``models``: only Python can resume it, with modules of the same architecture."""
+
+    dataset: object = None
+    given: models.Given | None = None
+
+    @property
+    def source(self) -> str:
+        return "privzv" if self.dataset is None and self.given is None else PYTHON
+
+    def architecture(self, sched: Scheduler) -> dict | None:
+        """config.json's ``models`` (None for the Flower engine, whose devices live elsewhere)."""
+        if not sched.devices:
+            return None
+        return models.architecture([d.model for d in sched.devices], sched.server.head, self.source)
+
+    def check_resumable(self, path: Path, saved: dict) -> None:
+        if from_python(saved) != (self.source == PYTHON):
+            raise PrivzvError(
+                f"--resume {str(path)!r}: the run was trained from Python with its own modules or "
+                "data; resume it with privzv.training.fit(..., resume=True) giving them again"
+                if from_python(saved)
+                else f"--resume {str(path)!r}: the run built its own models; resume it without modules or data"
+            )
+
+    def check_architecture(self, saved: dict, sched: Scheduler) -> None:
+        """The resumed models' fingerprints must be the run's (``models.fingerprint``)."""
+        recorded, now = saved.get("models"), self.architecture(sched)
+        if recorded is None or now is None:
+            return
+        parties = [(f"device {m}", a, b) for m, (a, b) in enumerate(zip(recorded["devices"], now["devices"]))]
+        for party, theirs, mine in [*parties, ("the head", recorded["head"], now["head"])]:
+            if theirs != mine:
+                raise PrivzvError(
+                    f"{party}'s module: its architecture (parameter names, shapes, dtypes) is not the "
+                    f"run's (fingerprint {mine[:12]} vs {theirs[:12]} in config.json)"
+                )
 
 
 def _check_checkpoint(ckpt: dict, saved: dict, saved_config: TrainConfig) -> None:
@@ -517,6 +579,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
             "calibration": saved.get("calibration"),
             "defaults": saved.get("defaults"),
             "data": data.public_shape(dataset),
+            "models": saved.get("models"),
         }
     )
 

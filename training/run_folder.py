@@ -1012,8 +1012,10 @@ def is_private(path) -> bool:
     return any(part.name == PRIVATE and (part.parent / CONFIG).is_file() for part in (p, *p.parents))
 
 
-def public_config(run_dir, flag: str = "--run") -> dict:
-    """The public config.json of a run folder, for a reader that must see nothing secret."""
+def public_config(run_dir, flag: str = "--run", python: bool = False) -> dict:
+    """The public config.json of a run folder, for a reader that must see nothing secret. A run
+    trained from Python with its own modules or data (``from_python``) is refused unless
+    ``python`` (its reader was given them again)."""
     run = Path(run_dir)
     if is_private(run):
         raise PrivzvError(
@@ -1027,7 +1029,21 @@ def public_config(run_dir, flag: str = "--run") -> dict:
         f"{flag} {str(run)!r}: {CONFIG} is not a run's config",
     )
     check_format(saved, f"{flag} {str(run)!r}")
+    if from_python(saved) and not python:
+        raise PrivzvError(
+            f"{flag} {str(run)!r}: the run was trained from Python with its own modules or data "
+            "(privzv.training.fit), which this command cannot rebuild; it needs them given again"
+        )
     return saved
+
+
+PYTHON = "python"  # config.json's models.source of a run given its modules or data from Python
+
+
+def from_python(saved: dict) -> bool:
+    """True for the config.json of a run trained with modules or data given from Python."""
+    models = saved.get("models")
+    return isinstance(models, dict) and models.get("source") == PYTHON
 
 
 def _manifest_name(ckpt_id: str) -> str:

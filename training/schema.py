@@ -156,9 +156,12 @@ def check_types(cls, d: dict) -> None:
             raise PrivzvError(f"config {name} {show(value)}: must be {allowed}")
 
 
-def check_fields(config) -> None:
-    """Each field of ``config`` against its declaration: type, number, range, cap, choices."""
+def check_fields(config, skip: tuple[str, ...] = ()) -> None:
+    """Each field of ``config`` (but those named in ``skip``) against its declaration: type,
+    number, range, cap, choices."""
     for f in fields(type(config)):
+        if f.name in skip:
+            continue
         value = getattr(config, f.name)
         problem = field_problem(f, value)
         if problem:

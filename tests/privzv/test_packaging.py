@@ -95,6 +95,24 @@ def test_the_dp_event_export_without_dp_accounting_raises_privzv_error(tmp_path)
     assert "pip install 'privzv[dpevent]'" in done.stdout
 
 
+def test_bert_without_transformers_names_the_text_extra_as_a_privzv_error(tmp_path):
+    done = _without(
+        ["transformers"],
+        "import torch\n"
+        "from privzv.errors import PrivzvError\n"
+        "from privzv.training import VerticalDataset, models\n"
+        "x = torch.ones(4, 3, dtype=torch.int64)\n"
+        "ds = VerticalDataset('t', [x], torch.zeros(4, dtype=torch.int64), [x], torch.zeros(4, dtype=torch.int64), 2, 'p')\n"
+        "try:\n"
+        "    models.device_model(ds, 0, 4, 'bert')\n"
+        "except PrivzvError as exc:\n"
+        "    print(exc)",
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "'transformers' is not installed" in done.stdout and "pip install 'privzv[text]'" in done.stdout
+
+
 def test_an_unrelated_missing_module_is_not_blamed_on_an_extra():
     from privzv.extras import missing_extra
 
@@ -110,6 +128,7 @@ EXTRAS = {
     "flower-sim",
     "secure",
     "mnist",
+    "text",
     "all",
     "test",
     "docs",

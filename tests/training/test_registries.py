@@ -21,12 +21,12 @@ def _toy(devices: int, seed: int, root, records) -> data.VerticalDataset:
     return data.VerticalDataset("toy", xs, y, [x[:16] for x in xs], y[:16], 3, "two columns per device")
 
 
-def _linear(shape, embed_dim: int) -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), embed_dim))
+def _linear(spec: models.ModelInput) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(spec.shape), spec.embed_dim))
 
 
 def test_a_registered_dataset_and_model_train_through_the_api_and_the_cli_parser(tmp_path, monkeypatch):
-    monkeypatch.setitem(models.DEVICE_MODELS, "toy-linear", _linear)
+    monkeypatch.setitem(models.DEVICE_MODELS, "toy-linear", models.DeviceModel(_linear))
     monkeypatch.setitem(
         data.REGISTRY, "toy", data.Dataset(_toy, 3, "two columns per device", model="toy-linear")
     )

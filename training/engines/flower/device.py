@@ -57,7 +57,7 @@ def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[Ow
             torch.save(dataclasses.asdict(own), cache)
     shape = types.SimpleNamespace(name=own.name, devices=config.devices, x_train={m: own.x_train})
     torch.manual_seed(seeds.derive(config.seed, "init", m))
-    return own, models.device_model(shape, m, config.embed_dim)
+    return own, models.device_model(shape, m, config.embed_dim, config.device_model, config.model_weights)
 
 
 def private_noise(config: TrainConfig, key: bytes) -> noise.NoiseSource:
