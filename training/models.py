@@ -50,7 +50,7 @@ def device_model(
             f"{', '.join(n for n, e in DEVICE_MODELS.items() if e.weights)})"
         )
     x = dataset.x_train[m]
-    spec = ModelInput(tuple(x.shape[1:]), embed_dim, weights, getattr(dataset, "vocab_size", None), x.dtype)
+    spec = ModelInput(tuple(x.shape[1:]), embed_dim, weights, dataset.vocab, x.dtype)
     return entry.build(spec).float()
 
 

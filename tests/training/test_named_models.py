@@ -21,10 +21,8 @@ EMBED = 4
 def _dataset(x: torch.Tensor, vocab_size: int | None = None) -> VerticalDataset:
     """Two devices holding ``x``'s records (the same features: only the models are under test)."""
     y = torch.arange(len(x)) % 2
-    ds = VerticalDataset("named-models", [x, x.clone()], y, [x[:4], x[:4].clone()], y[:4], 2, "copies")
-    if vocab_size is not None:
-        ds.vocab_size = vocab_size  # a token-id dataset states its vocabulary
-    return ds
+    test = [x[:4], x[:4].clone()]
+    return VerticalDataset("named-models", [x, x.clone()], y, test, y[:4], 2, "copies", vocab=vocab_size)
 
 
 def _one_round(tmp_path, ds: VerticalDataset, **changes) -> dict:
@@ -196,7 +194,7 @@ def test_text_bag_trains_a_round_over_the_dataset_vocabulary(tmp_path, no_plots)
 @pytest.mark.parametrize(
     "name, ds, message",
     [
-        ("text-bag", _dataset(_tokens(30)), "device model text-bag: needs the dataset's vocab_size"),
+        ("text-bag", _dataset(_tokens(30)), "device model text-bag: needs the dataset's vocabulary"),
         ("text-bag", _dataset(_images(16)), "device model text-bag: needs int64 token ids"),
         ("resnet18", _dataset(_tokens(30), 30), "device model resnet18: needs image features"),
     ],
