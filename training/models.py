@@ -57,7 +57,7 @@ def device_model(
 @dataclasses.dataclass(frozen=True)
 class ModelInput:
     """What a device model's factory is given: one record's feature ``shape`` and ``dtype``, the
-    ``embed_dim``, the ``--model-weights`` path (or None) and the dataset's ``vocab_size`` (token-id
+    ``embed_dim``, the ``--model-weights`` path (or None) and the dataset's ``vocab`` (token-id
     features; None for others)."""
 
     shape: tuple[int, ...]

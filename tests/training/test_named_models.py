@@ -18,16 +18,18 @@ from privzv.training import TrainConfig, VerticalDataset, fit, library_models, m
 EMBED = 4
 
 
-def _dataset(x: torch.Tensor, vocab_size: int | None = None) -> VerticalDataset:
-    """Two devices holding ``x``'s records (the same features: only the models are under test)."""
+def _dataset(x: torch.Tensor, vocab_size: int | None = None, devices: int = 2) -> VerticalDataset:
+    """``devices`` devices holding ``x``'s records (the same features: only the models are under
+    test)."""
     y = torch.arange(len(x)) % 2
-    test = [x[:4], x[:4].clone()]
-    return VerticalDataset("named-models", [x, x.clone()], y, test, y[:4], 2, "copies", vocab=vocab_size)
+    test = [x[:4]] * devices
+    return VerticalDataset("named-models", [x] * devices, y, test, y[:4], 2, "copies", vocab=vocab_size)
 
 
 def _one_round(tmp_path, ds: VerticalDataset, **changes) -> dict:
-    """One DPZV round (2 devices, 8 records, B=4: 4 rounds an epoch) with the named model."""
-    config = TrainConfig(devices=2, batch_size=4, epochs=0.25, embed_dim=EMBED, evals=1, **changes)
+    """One DPZV round (8 records, B=4: 2 rounds per device an epoch) with the named model."""
+    epochs = 1 / (2 * ds.devices)
+    config = TrainConfig(devices=ds.devices, batch_size=4, epochs=epochs, embed_dim=EMBED, evals=1, **changes)
     return fit(config, ds, tmp_path / "run", secret_seed=1)
 
 
@@ -41,7 +43,7 @@ def _tokens(vocab: int, length: int = 6) -> torch.Tensor:
 
 @pytest.mark.parametrize("size", [16, 32])
 def test_resnet18_trains_a_round_on_image_patches(tmp_path, no_plots, size):
-    summary = _one_round(tmp_path, _dataset(_images(size)), device_model="resnet18")
+    summary = _one_round(tmp_path, _dataset(_images(size), devices=1), device_model="resnet18")
     assert summary["rounds"] == 1 and 0.0 <= summary["test_accuracy"] <= 1.0
     net = models.device_model(_dataset(_images(size)), 0, EMBED, "resnet18")
     assert isinstance(net, library_models.ResNet18) and net.fc.out_features == EMBED
