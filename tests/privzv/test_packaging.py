@@ -128,6 +128,7 @@ EXTRAS = {
     "flower-sim",
     "secure",
     "mnist",
+    "tables",
     "text",
     "all",
     "test",

@@ -58,8 +58,6 @@ def test_an_embedded_dataset_is_what_it_declares(name):
 @pytest.mark.parametrize("name", data.names())
 def test_records_and_data_dir_declarations_are_enforced(name):
     declared = data.REGISTRY[name]
-    if declared.model == "text-bag" and "text-bag" not in models.DEVICE_MODELS:
-        pytest.skip("the text-bag device model comes with issue 21's models branch")
     assert declared.model in models.DEVICE_MODELS
     config = TrainConfig(dataset=name, records=100)
     if declared.records:

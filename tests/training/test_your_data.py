@@ -536,21 +536,7 @@ def test_a_dataset_registered_in_python_is_a_dataset_choice(tmp_path, monkeypatc
         data.load("mine", 3)
 
 
-class _Bag(torch.nn.Module):
-    """A stand-in for the text-bag device model (mean of token embeddings, then a linear map)."""
-
-    def __init__(self, shape, embed_dim):
-        super().__init__()
-        self.bag = torch.nn.EmbeddingBag(text.HASH_VOCAB, 4, mode="mean", padding_idx=0)
-        self.out = torch.nn.Linear(4, embed_dim)
-
-    def forward(self, x):
-        return self.out(self.bag(x))
-
-
-def test_train_on_token_ids_of_a_text_csv(tmp_path, monkeypatch, capsys):
-    if "text-bag" not in models.DEVICE_MODELS:  # the models branch of issue 21 provides it
-        monkeypatch.setitem(models.DEVICE_MODELS, "text-bag", _Bag)
+def test_train_on_token_ids_of_a_text_csv(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = [
         " ".join(rng.choice(["good", "great"] if i % 2 else ["bad", "awful"], 6)) + f",{i % 2}\n"
