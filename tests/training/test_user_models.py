@@ -255,3 +255,54 @@ def test_fit_arguments_are_checked(tmp_path, call, message):
     with pytest.raises(PrivzvError, match=message):
         call(tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+class _Tower(nn.Module):
+    """A user's own device model: two linear layers on its columns."""
+
+    def __init__(self, columns: int, embed_dim: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(columns, 8), nn.Tanh(), nn.Linear(8, embed_dim))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class _Head(nn.Module):
+    """A user's own head: one linear layer on the concatenated embeddings."""
+
+    def __init__(self, inputs: int, classes: int):
+        super().__init__()
+        self.out = nn.Linear(inputs, classes)
+
+    def forward(self, embeddings):
+        return self.out(torch.cat(list(embeddings), dim=1))
+
+
+def test_user_modules_train_on_a_csv_through_the_python_api(tmp_path):
+    """Issue 21's acceptance on CPU: a CSV with a column list per device and a label column,
+    the user's own modules, DPZV at epsilon 5 end to end; the run's ledger and the models it
+    records are the user's, and the trained devices moved from where the user built them."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 4, generator=g)
+    y = ((x[:, 0] + x[:, 2]) > 0).long()
+    rows = [",".join(f"{v:.4f}" for v in r) + f",{'yes' if t else 'no'}" for r, t in zip(x.tolist(), y)]
+    (tmp_path / "t.csv").write_text("a,b,c,d,label\n" + "\n".join(rows) + "\n")
+    dataset = data.from_table(
+        tmp_path / "t.csv",
+        label_column="label",
+        classes=["no", "yes"],
+        device_columns=[["a", "b"], ["c", "d"]],
+    )
+    devices = [_Tower(2, 3), _Tower(2, 3)]
+    before = [d.net[0].weight.detach().clone() for d in devices]
+    config = TrainConfig(devices=2, epochs=2, batch_size=16, epsilon=5.0, embed_dim=3, seed=1)
+    summary = fit(config, dataset, tmp_path / "run", devices=devices, head=_Head(6, 2), secret_seed=3)
+    assert summary["stopped"] is None and summary["epsilon_spent"] <= 5.0
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["models"]["source"] == "python" and len(saved["models"]["devices"]) == 2
+    assert saved["data"]["features_shape"] == [[2], [2]] and saved["data"]["num_classes"] == 2
+    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    assert all(
+        not torch.equal(b, d.net[0].weight) for b, d in zip(before, devices)
+    )  # the user's modules trained
