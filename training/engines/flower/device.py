@@ -39,6 +39,7 @@ class OwnData:
     num_classes: int
     x_train: torch.Tensor
     x_test: torch.Tensor
+    vocab: int | None = None  # token-id features: their id range (the device model's vocabulary)
 
 
 def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[OwnData, torch.nn.Module]:
@@ -50,12 +51,19 @@ def own_data(config: TrainConfig, m: int, cache: Path | None = None) -> tuple[Ow
     else:
         dataset = data.from_config(config)
         own = OwnData(
-            dataset.name, str(dataset.partition), dataset.num_classes, dataset.x_train[m], dataset.x_test[m]
+            dataset.name,
+            str(dataset.partition),
+            dataset.num_classes,
+            dataset.x_train[m],
+            dataset.x_test[m],
+            dataset.vocab,
         )
         del dataset
         if cache is not None:
             torch.save(dataclasses.asdict(own), cache)
-    shape = types.SimpleNamespace(name=own.name, devices=config.devices, x_train={m: own.x_train})
+    shape = types.SimpleNamespace(
+        name=own.name, devices=config.devices, x_train={m: own.x_train}, vocab=own.vocab
+    )
     torch.manual_seed(seeds.derive(config.seed, "init", m))
     return own, models.device_model(shape, m, config.embed_dim, config.device_model, config.model_weights)
 
