@@ -69,8 +69,8 @@ class Loopback:
         return {i: self.replies.pop(i) for i in ids}
 
 
-def _runs(tmp_path, method: str, live: bool = True):
-    config = dataclasses.replace(CONFIG, method=method)
+def _runs(tmp_path, method: str, live: bool = True, **changes):
+    config = dataclasses.replace(CONFIG, method=method, **changes)
     ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
     engines = []
 
@@ -102,27 +102,7 @@ def _metrics(path):
 def test_flower_engine_equals_in_process(tmp_path, method, live):
     ref, flower, engine = _runs(tmp_path, method, live)
     assert flower["rounds"] == ref["rounds"] == 4
-    assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
-    assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
-    for a, b in zip(_metrics(tmp_path / "inprocess"), _metrics(tmp_path / "flower"), strict=True):
-        assert a["round"] == b["round"]
-        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-9)
-        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
-        assert a["epsilon_spent"] == b["epsilon_spent"]
-    # every party's transcript: the same entries and values in both engines
-    for party, folder in [
-        ("server", tmp_path / "flower"),
-        ("device0", tmp_path / "devices" / "device0"),
-        ("device1", tmp_path / "devices" / "device1"),
-    ]:
-        ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
-        theirs = transcript.load(tmp_path / "inprocess", party)
-        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == [
-            (e.round, e.direction, e.kind, e.peer) for e in theirs.entries
-        ]
-        for e, f in zip(ours.entries, theirs.entries):
-            for name in e.fields:
-                np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
+    _same_runs(tmp_path, ref, flower, CONFIG.devices)
     # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
     assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
     assert engine.wire["messages"] >= 4 * 4
@@ -136,6 +116,61 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
         and kinds["train.receive"]["bytes"] == engine.wire["down"]
     )
     assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
+
+
+def _same_runs(tmp_path, ref: dict, flower: dict, devices: int) -> None:
+    """The Flower run equals the in-process one: summary, metrics, every party's transcript."""
+    assert flower["rounds"] == ref["rounds"] and flower["stopped"] == ref["stopped"]
+    assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
+    assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
+    for a, b in zip(_metrics(tmp_path / "inprocess"), _metrics(tmp_path / "flower"), strict=True):
+        assert a["round"] == b["round"]
+        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-9)
+        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
+        assert a["epsilon_spent"] == b["epsilon_spent"]
+    # every party's transcript: the same entries and values in both engines
+    for party, folder in [
+        ("server", tmp_path / "flower"),
+        *((f"device{m}", tmp_path / "devices" / f"device{m}") for m in range(devices)),
+    ]:
+        ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
+        theirs = transcript.load(tmp_path / "inprocess", party)
+        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == [
+            (e.round, e.direction, e.kind, e.peer) for e in theirs.entries
+        ]
+        for e, f in zip(ours.entries, theirs.entries):
+            for name in e.fields:
+                np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
+
+
+def test_rounds_of_idle_devices_start_while_one_is_served(tmp_path):
+    """Issue 23: the server sends the next rounds' requests to the other devices before it
+    serves this round (engine.lookahead = M - 1), so M devices compute at once."""
+    config = dataclasses.replace(CONFIG, devices=3)
+    loops = []
+
+    def engine(cfg):
+        loops.append(Loopback(cfg, tmp_path, SECRET))
+        return FlowerEngine(loops[0], cfg, keys(cfg.devices))
+
+    sched = run.build(config, data.load("digits", 3, seed=config.seed), secret_seed=SECRET, engine=engine)
+    sched.limit = 10
+    assert sched.step() and sched.round == 1
+    sends = [
+        [int(c["round"]["round"]) for kind, c in received if kind == "query.send"] for received in loops[0].received
+    ]
+    assert sends == [[0], [1], [2]]  # rounds 1 and 2 started while round 0 was served
+    assert sorted(sched.ahead) == [1, 2]
+
+
+@pytest.mark.parametrize("method, epsilon", [("dpzv", 0.0145), ("vafl", 0.5)])  # stop at rounds 6 and 2
+def test_a_budget_stop_with_rounds_started_ahead_equals_in_process(tmp_path, method, epsilon):
+    """A round starts ahead only if the ledger lets it release after every round before it, so
+    the run stops where in-process does and no device computed a round that never came (its
+    transcript equal); vafl's device-made releases are recorded as they start, in round order."""
+    ref, flower, _ = _runs(tmp_path, method, devices=3, sigma=2.0, epsilon=epsilon, epochs=100 / 135)
+    assert ref["stopped"] == "budget" and 1 < ref["rounds"] < 100
+    _same_runs(tmp_path, ref, flower, 3)
 
 
 def test_devices_receive_no_labels_and_no_other_features(tmp_path):
