@@ -175,7 +175,9 @@ class Scheduler:
             if any(d == busy for _, busy, _ in rounds):
                 return
             batch = self.sampler.draw(self.engine.clock(d), self.server)
-            server_made = [] if self.method.RELEASED_BY == "device" else [(b, n.numpy()) for _, b, n in rounds]
+            server_made = (
+                [] if self.method.RELEASED_BY == "device" else [(b, n.numpy()) for _, b, n in rounds]
+            )
             if self.ledger is not None and self.ledger.would_exceed_after(server_made, d, batch.numpy()):
                 return
             if self.method.RELEASED_BY == "device":

@@ -158,7 +158,8 @@ def test_rounds_of_idle_devices_start_while_one_is_served(tmp_path):
     sched.limit = 10
     assert sched.step() and sched.round == 1
     sends = [
-        [int(c["round"]["round"]) for kind, c in received if kind == "query.send"] for received in loops[0].received
+        [int(c["round"]["round"]) for kind, c in received if kind == "query.send"]
+        for received in loops[0].received
     ]
     assert sends == [[0], [1], [2]]  # rounds 1 and 2 started while round 0 was served
     assert sorted(sched.ahead) == [1, 2]

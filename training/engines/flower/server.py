@@ -3,19 +3,20 @@
 Inside the ServerApp (``apps.main``) the scheduler runs unchanged; :class:`FlowerEngine` turns its
 calls into messages to the device's SuperNode (``apps.handle`` answers them there):
 
-    send(m, t, ids)   "query.send"     round t, the batch ids         -> reply: the uplink
-    deliver(m, down)  "train.receive"  the downlink                   -> reply: empty (ack)
-    abort(m)          "train.abort"    nothing                        -> reply: empty (ack)
+    start(m, t, ids)  "query.send"     round t, the batch ids         -> reply: the uplink (send collects it)
+    deliver(m, down)  "train.receive"  the downlink, carried by device m's next message
+    abort(m)          "train.abort"    nothing, carried likewise
     embeddings(...)   "query.embed"    a row range of the test split  -> reply: h_m of those rows
     (setup)           "query.hello"    the run's resolved public config and sigma -> reply: the partition id
+    close()           "train.receive" / "train.abort" on their own: what no message carried yet
 
 Every reply is accepted only from the node the message went to and only with a valid signature
 under device m's own key (``codec.verify``; ``keys[m]``, shared with device m's process alone):
 a local process that pulls device m's task from its SuperNode cannot answer it.
 
 A missing, late, misdirected or unsigned reply is a runtime failure (``cliutil.Failed``, exit 1).
-A delivery's acknowledgement is collected before the next message to the same device (or an
-evaluation), so another device's round runs meanwhile; each device sees its messages in order.
+Each device has at most one message open and sees its messages in order; the scheduler starts
+the rounds of other devices ahead (:attr:`FlowerEngine.lookahead`), so they compute meanwhile.
 The serialised size of every message's content is counted (``wire``: up, down, control and per
 message kind, ``"query.send"``, ``"query.send reply"``, ...), beside eq. (23)'s bytes.
 """
