@@ -113,6 +113,7 @@ class FlowerEngine:
         self.carried: dict[int, tuple[str, RecordDict]] = {}  # device -> its undelivered (kind, records)
         self.asked: dict[int, tuple[int, str]] = {}  # device -> (round, message id) of its open request
         self.ready: dict[int, object] = {}  # device -> its uplink collected before the round was served
+        self.failed = False  # a reply was missing or refused
         self.method = None
         self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
         self.kinds: dict[str, str] = {}  # message id -> its kind, until its reply is counted
@@ -134,7 +135,11 @@ class FlowerEngine:
     def _wait(
         self, ids: list[str], what: str, devices: list[int], counted: str = "control"
     ) -> dict[str, RecordDict]:
-        return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
+        try:
+            return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
+        except Failed:
+            self.failed = True  # close() then sends nothing more
+            raise
 
     def _accept(self, replies: dict, ids: list[str], what: str, devices: list[int], counted: str) -> dict:
         """``replies`` to ``ids`` (sent to ``devices``), each signed by its device, else refused."""
@@ -237,7 +242,9 @@ class FlowerEngine:
 
     def close(self) -> None:
         """Every downlink or refusal not yet carried, sent on its own (``train.receive`` /
-        ``train.abort``) and acknowledged, all devices at once."""
+        ``train.abort``) and acknowledged, all devices at once (after a failed reply: nothing)."""
+        if self.failed:
+            return
         devices = sorted(self.carried)
         ids = []
         for m in devices:
