@@ -451,3 +451,31 @@ def test_the_supernodes_waits_start_short_and_double_while_nothing_changes(monke
         module.time.sleep(s)
     assert slept == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.002, 0.004, 0.002, 0.001]
     assert module.time.monotonic is time.monotonic  # the rest of ``time`` as before
+
+
+def test_the_guard_says_whether_a_look_found_a_new_process(tmp_path):
+    """The guard looks in /proc less often while nothing starts: ``Tracked.look`` says whether it
+    found a descendant it did not know (a new one, then none)."""
+    import subprocess
+    import sys
+
+    from privzv.training.engines.flower import guard
+
+    tracked = guard.Tracked()
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen(['sleep', '30']); time.sleep(30)",
+        ]
+    )
+    try:
+        tracked.add(parent.pid)
+        deadline = time.monotonic() + 20
+        while not tracked.look():
+            assert time.monotonic() < deadline, "the child never showed up"
+            time.sleep(0.05)
+        assert len(tracked.procs) == 2 and not tracked.look()
+    finally:
+        tracked.stop(grace=1.0)
+        parent.wait()
