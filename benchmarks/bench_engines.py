@@ -1,6 +1,6 @@
 """Rounds per second and bytes on the wire: the in-process engine against the Flower engine (issue 12).
 
-Setting: digits, 2 devices, batch 32, DPZV (``--method``), ``--rounds`` rounds, epsilon 8, one
+Setting: digits, M devices (``--devices 1 2 4``; default 2), batch 32, DPZV (``--method``), ``--rounds`` rounds, epsilon 8, one
 evaluation at the end (plus the one at round 0), the same public and secret seeds. The Flower run
 ``--modes`` (``launcher.MODES``) picks the Flower runs: ``deployment`` (the default; row
 ``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
@@ -8,7 +8,7 @@ device's long-lived ClientApp executor (``executor``, the device kept in its mem
 ServerApp on 127.0.0.1; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``:
 Flower's simulation runtime on Ray.
 
-Reported per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
+Reported per device count M (``devices``), per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),
 ``total_seconds`` (with the start and stop of the Flower processes), ``rounds_per_second`` =
 rounds / loop_seconds, eq. (23)'s ``bytes_up`` / ``bytes_down`` (tensor bytes), and for Flower
 the serialised bytes of the messages (``wire_bytes``: uplinks, downlinks, control = the round
@@ -24,8 +24,9 @@ the uplink, ``train.receive`` the downlink, ...), its count and serialised bytes
 commit, e.g. ``git archive main | tar -x -C TREE``), run in a subprocess that imports that tree,
 in the same session (row ``flower_baseline``, and ``speedup_vs_baseline`` of the loop's seconds
 per round): a before/after comparison on the same machine at the same load.
-Run: ``python benchmarks/bench_engines.py [--rounds 4] [--method dpzv] [--modes deployment ...]
-[--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
+``seconds_per_round``: loop_seconds / rounds of each row.
+Run: ``python benchmarks/bench_engines.py [--rounds 4] [--devices 1 2 4] [--method dpzv]
+[--modes deployment ...] [--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
 
 from __future__ import annotations
@@ -107,10 +108,45 @@ def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
     }
 
 
+def _compare(args, devices: int, tmp: Path) -> dict:
+    """The rows of one device count M: in-process, the Flower ``--modes``, the baseline."""
+    config = TrainConfig(
+        dataset="digits", method=args.method, devices=devices, epochs=args.rounds / 90, evals=1, epsilon=8.0
+    )
+    start = time.perf_counter()
+    inproc = _row(run.train(config, tmp / "inprocess", secret_seed=SECRET), time.perf_counter() - start)
+    rows = {"inprocess": inproc}
+    for mode in args.modes:
+        name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
+        start = time.perf_counter()
+        result = launcher.run(config, tmp / name, secret_seed=SECRET, timeout=1200, mode=mode)
+        rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
+    if args.baseline is not None:
+        rows["flower_baseline"] = _baseline(args.baseline, config, tmp)
+    per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
+    return {
+        **rows,
+        "seconds_per_round": per_round,
+        "overhead_seconds_per_round": {
+            name: per_round[name] - per_round["inprocess"] for name in rows if name != "inprocess"
+        },
+        **(
+            {"speedup_vs_baseline": per_round["flower_baseline"] / per_round["flower"]}
+            if "flower_baseline" in rows and "flower" in rows
+            else {}
+        ),
+        "same_metrics": all(
+            (inproc["test_accuracy"], inproc["epsilon_spent"]) == (row["test_accuracy"], row["epsilon_spent"])
+            for row in rows.values()
+        ),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--method", default="dpzv")
+    ap.add_argument("--devices", type=int, nargs="+", default=[2], help="device counts M (default 2)")
     ap.add_argument(
         "--modes",
         nargs="+",
@@ -121,51 +157,22 @@ def main() -> None:
     )
     ap.add_argument("--baseline", type=Path, help="a checkout of another commit: its Flower row too")
     args = ap.parse_args()
-    config = TrainConfig(
-        dataset="digits", method=args.method, devices=2, epochs=args.rounds / 90, evals=1, epsilon=8.0
-    )
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        inproc = _row(
-            run.train(config, Path(tmp) / "inprocess", secret_seed=SECRET), time.perf_counter() - start
-        )
-        rows = {"inprocess": inproc}
-        for mode in args.modes:
-            name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
-            start = time.perf_counter()
-            result = launcher.run(config, Path(tmp) / name, secret_seed=SECRET, timeout=1200, mode=mode)
-            rows[name] = {
-                **_row(result["summary"], time.perf_counter() - start),
-                "wire_bytes": result["wire"],
-            }
-        if args.baseline is not None:
-            rows["flower_baseline"] = _baseline(args.baseline, config, Path(tmp))
-    per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
+        by_devices = {}
+        for m in args.devices:
+            (Path(tmp) / f"M{m}").mkdir()
+            by_devices[m] = _compare(args, m, Path(tmp) / f"M{m}")
     print(
         json.dumps(
             {
                 "setting": {
                     "dataset": "digits",
                     "method": args.method,
-                    "devices": 2,
                     "batch_size": 32,
                     "rounds": args.rounds,
                     "epsilon": 8.0,
                 },
-                **rows,
-                "overhead_seconds_per_round": {
-                    name: per_round[name] - per_round["inprocess"] for name in rows if name != "inprocess"
-                },
-                **(
-                    {"speedup_vs_baseline": per_round["flower_baseline"] / per_round["flower"]}
-                    if "flower_baseline" in rows and "flower" in rows
-                    else {}
-                ),
-                "same_metrics": all(
-                    (inproc["test_accuracy"], inproc["epsilon_spent"])
-                    == (row["test_accuracy"], row["epsilon_spent"])
-                    for row in rows.values()
-                ),
+                "devices": by_devices,
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
             },

@@ -52,6 +52,7 @@ dropped, the checkpoint's open window being reopened where the head reopens it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -253,6 +254,23 @@ class PrivacyLedger:
             self._replaying(device, ids)
             or self._within_budget(self._compositions_after(device, ids), self.releases + 1)
         )
+
+    _CACHES = ("_epsilons", "_ok_up_to", "_bad_from", "_ok_pairs", "_bad_pairs")  # facts about epsilon
+
+    def would_exceed_after(self, earlier, device: int, batch_ids) -> bool:
+        """:meth:`would_exceed` of a release made after the releases ``earlier`` ((device,
+        batch ids) pairs, in order) were recorded; nothing is recorded. Epsilon grows with every
+        release, so a release that fits after all of them fits after any of them (what a
+        scheduler that starts rounds ahead asks)."""
+        saved = {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in self._CACHES + ("journal",)}
+        try:
+            for d, ids in earlier:
+                PrivacyLedger.record(self, d, ids)  # the plain ledger's: nothing journaled
+            return self.would_exceed(device, batch_ids)
+        except BudgetExceeded:
+            return True
+        finally:
+            vars(self).update(saved)
 
     def record(self, device: int, batch_ids) -> None:
         """Record one release seen by ``device`` (the ids of the records in its batch).

@@ -89,6 +89,8 @@ class Scheduler:
         self.ledger = ledger
         self.traffic = Traffic(self.engine.count)
         self.round = 0
+        self.limit = 0  # rounds may start ahead up to this one (``run``'s target)
+        self.ahead: dict[int, torch.Tensor] = {}  # round -> batch of a round started ahead
         self.refused = 0
         self.stopped: str | None = None
         server.note = self._noter(SERVER)
@@ -132,11 +134,15 @@ class Scheduler:
             if self.ledger is not None and self.sampler.kind == sampling.POISSON
             else None
         )
-        ids = self.sampler.draw(self.engine.clock(m), self.server)
-        if not self._budget_allows(m, ids):
-            return self._stop_for_budget(undo)
-        if self.method.RELEASED_BY == "device":
-            self._record(m, ids)
+        started = self.ahead.pop(self.round, None)  # a round started ahead passed its checks then
+        ids = started
+        if ids is None:
+            ids = self.sampler.draw(self.engine.clock(m), self.server)
+            if not self._budget_allows(m, ids):
+                return self._stop_for_budget(undo)
+            if self.method.RELEASED_BY == "device":
+                self._record(m, ids)
+        self._start_ahead(m, ids, started is not None)
         up = self.engine.send(m, self.round, ids)
         self.recorder.message(up)
         down = self._serve(m, up, ids)
@@ -150,6 +156,36 @@ class Scheduler:
         self.traffic.add(self.round, m, up, down)
         self.round += 1
         return True
+
+    def _start_ahead(self, m: int, ids: torch.Tensor, started: bool) -> None:
+        """Start the next rounds (``engine.start``) while their devices are idle, up to the
+        engine's ``lookahead`` and :attr:`limit`, in round order: their devices compute while this
+        one is served, and each round is served in order as in-process. A round starts ahead only
+        where its batch is the device's own public walk (not a Poisson draw of the server's
+        generator) and the ledger lets it release after every round before it has (so it also
+        does at its turn); a device-made release is recorded as it starts, in round order."""
+        if not getattr(self.engine, "lookahead", 0) or self.sampler.kind == sampling.POISSON:
+            return
+        if not started:
+            self.engine.start(m, self.round, ids)
+        rounds = [(self.round, m, ids), *((t, self.activation.device(t), b) for t, b in self.ahead.items())]
+        t = rounds[-1][0] + 1
+        while len(self.ahead) < self.engine.lookahead and t < self.limit:
+            d = self.activation.device(t)
+            if any(d == busy for _, busy, _ in rounds):
+                return
+            batch = self.sampler.draw(self.engine.clock(d), self.server)
+            server_made = (
+                [] if self.method.RELEASED_BY == "device" else [(b, n.numpy()) for _, b, n in rounds]
+            )
+            if self.ledger is not None and self.ledger.would_exceed_after(server_made, d, batch.numpy()):
+                return
+            if self.method.RELEASED_BY == "device":
+                self._record(d, batch)
+            self.engine.start(d, t, batch)
+            self.ahead[t] = batch
+            rounds.append((t, d, batch))
+            t += 1
 
     def _stop_for_budget(self, undo) -> bool:
         if undo is not None:
@@ -165,6 +201,7 @@ class Scheduler:
         tick: Callable[[], None] = lambda: None,
     ) -> None:
         """Run until global round ``rounds`` (or the budget stops it); ``on_eval`` where due."""
+        self.limit = rounds
         while self.round < rounds:
             if not self.step():
                 on_eval(self.round)

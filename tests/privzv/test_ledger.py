@@ -210,3 +210,22 @@ def test_a_state_missing_a_field_or_not_an_object_is_a_privzv_error():
         PrivacyLedger.from_state_dict([1, 2])
     restored = PrivacyLedger.from_state_dict(_state())
     assert restored.mechanisms()[1]["sigma"] == HEADED.head.sigma
+
+
+def test_would_exceed_after_answers_as_if_the_earlier_releases_were_recorded_and_records_nothing():
+    """What a scheduler that starts rounds ahead asks: the answer of ``would_exceed`` after the
+    releases still in flight, with the ledger left as it was (answers and state)."""
+    schedule = Schedule(steps=100, dataset_size=D)
+    budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
+    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), accountant="pld")
+    run_epochs(ledger, devices=1, epochs=1)  # one composition per record: a second one fits
+    first, second = np.arange(B), np.arange(B, 2 * B)
+    before = ledger.state_dict()
+    assert not ledger.would_exceed(0, first)  # alone it fits ...
+    assert ledger.would_exceed_after([(0, first)], 0, first)  # ... not after itself (a third)
+    assert not ledger.would_exceed_after([(0, first)], 0, second)  # other records: still fits
+    assert ledger.would_exceed_after([(0, first), (0, first)], 0, second)  # over the budget on the way
+    assert ledger.state_dict() == before and not ledger.would_exceed(0, first)
+    copy = PrivacyLedger.from_state_dict(before)  # the same answer by recording for real
+    copy.record(0, first)
+    assert copy.would_exceed(0, first) and not copy.would_exceed(0, second)

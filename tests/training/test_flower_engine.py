@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import signal
+import time
 import types
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from privzv.cliutil import Failed  # noqa: E402
 from privzv.errors import PrivzvError  # noqa: E402
 from privzv.training import data, run, seeds, transcript  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
-from privzv.training.engines.flower import apps, codec  # noqa: E402
+from privzv.training.engines.flower import apps, codec, waits  # noqa: E402
 from privzv.training.engines.flower.device import OwnData, own_data  # noqa: E402
 from privzv.training.engines.flower.server import FlowerEngine  # noqa: E402
 from privzv.training.messages import Message  # noqa: E402
@@ -69,8 +70,8 @@ class Loopback:
         return {i: self.replies.pop(i) for i in ids}
 
 
-def _runs(tmp_path, method: str, live: bool = True):
-    config = dataclasses.replace(CONFIG, method=method)
+def _runs(tmp_path, method: str, live: bool = True, **changes):
+    config = dataclasses.replace(CONFIG, method=method, **changes)
     ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
     engines = []
 
@@ -102,27 +103,7 @@ def _metrics(path):
 def test_flower_engine_equals_in_process(tmp_path, method, live):
     ref, flower, engine = _runs(tmp_path, method, live)
     assert flower["rounds"] == ref["rounds"] == 4
-    assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
-    assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
-    for a, b in zip(_metrics(tmp_path / "inprocess"), _metrics(tmp_path / "flower"), strict=True):
-        assert a["round"] == b["round"]
-        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-9)
-        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
-        assert a["epsilon_spent"] == b["epsilon_spent"]
-    # every party's transcript: the same entries and values in both engines
-    for party, folder in [
-        ("server", tmp_path / "flower"),
-        ("device0", tmp_path / "devices" / "device0"),
-        ("device1", tmp_path / "devices" / "device1"),
-    ]:
-        ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
-        theirs = transcript.load(tmp_path / "inprocess", party)
-        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == [
-            (e.round, e.direction, e.kind, e.peer) for e in theirs.entries
-        ]
-        for e, f in zip(ours.entries, theirs.entries):
-            for name in e.fields:
-                np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
+    _same_runs(tmp_path, ref, flower, CONFIG.devices)
     # the wire carries more than eq. (23)'s tensor bytes (headers), and counts every message
     assert engine.wire["up"] > ref["bytes_up"] and engine.wire["down"] > ref["bytes_down"]
     assert engine.wire["messages"] >= 4 * 4
@@ -136,6 +117,62 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
         and kinds["train.receive"]["bytes"] == engine.wire["down"]
     )
     assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
+
+
+def _same_runs(tmp_path, ref: dict, flower: dict, devices: int) -> None:
+    """The Flower run equals the in-process one: summary, metrics, every party's transcript."""
+    assert flower["rounds"] == ref["rounds"] and flower["stopped"] == ref["stopped"]
+    assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
+    assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
+    for a, b in zip(_metrics(tmp_path / "inprocess"), _metrics(tmp_path / "flower"), strict=True):
+        assert a["round"] == b["round"]
+        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-9)
+        assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
+        assert a["epsilon_spent"] == b["epsilon_spent"]
+    # every party's transcript: the same entries and values in both engines
+    for party, folder in [
+        ("server", tmp_path / "flower"),
+        *((f"device{m}", tmp_path / "devices" / f"device{m}") for m in range(devices)),
+    ]:
+        ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
+        theirs = transcript.load(tmp_path / "inprocess", party)
+        assert [(e.round, e.direction, e.kind, e.peer) for e in ours.entries] == [
+            (e.round, e.direction, e.kind, e.peer) for e in theirs.entries
+        ]
+        for e, f in zip(ours.entries, theirs.entries):
+            for name in e.fields:
+                np.testing.assert_allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7)
+
+
+def test_rounds_of_idle_devices_start_while_one_is_served(tmp_path):
+    """Issue 23: the server sends the next rounds' requests to the other devices before it
+    serves this round (engine.lookahead = M - 1), so M devices compute at once."""
+    config = dataclasses.replace(CONFIG, devices=3)
+    loops = []
+
+    def engine(cfg):
+        loops.append(Loopback(cfg, tmp_path, SECRET))
+        return FlowerEngine(loops[0], cfg, keys(cfg.devices))
+
+    sched = run.build(config, data.load("digits", 3, seed=config.seed), secret_seed=SECRET, engine=engine)
+    sched.limit = 10
+    assert sched.step() and sched.round == 1
+    sends = [
+        [int(c["round"]["round"]) for kind, c in received if kind == "query.send"]
+        for received in loops[0].received
+    ]
+    assert sends == [[0], [1], [2]]  # rounds 1 and 2 started while round 0 was served
+    assert sorted(sched.ahead) == [1, 2]
+
+
+@pytest.mark.parametrize("method, epsilon", [("dpzv", 0.0145), ("vafl", 0.5)])  # stop at rounds 6 and 2
+def test_a_budget_stop_with_rounds_started_ahead_equals_in_process(tmp_path, method, epsilon):
+    """A round starts ahead only if the ledger lets it release after every round before it, so
+    the run stops where in-process does and no device computed a round that never came (its
+    transcript equal); vafl's device-made releases are recorded as they start, in round order."""
+    ref, flower, _ = _runs(tmp_path, method, devices=3, sigma=2.0, epsilon=epsilon, epochs=100 / 135)
+    assert ref["stopped"] == "budget" and 1 < ref["rounds"] < 100
+    _same_runs(tmp_path, ref, flower, 3)
 
 
 def test_devices_receive_no_labels_and_no_other_features(tmp_path):
@@ -158,13 +195,18 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
         "query.embed": {"rows/start", "rows/stop"},
     }
     for m, received in enumerate(loop[0].received):
-        assert {kind for kind, _ in received} == set(allowed)
-        for kind, content in received:
+        kinds = set()
+        for kind, content in received:  # a downlink rides on the device's next message
             names = {f"{r}/{k}" for r, record in content.items() for k in record}
-            assert names == allowed[kind], (kind, names)
-            if kind == "train.receive":
+            carried = [str(content["carried"]["kind"])] if "carried" in content else []
+            kinds.update([kind, *carried])
+            assert names == allowed[kind].union(
+                *(allowed[c] for c in carried), {"carried/kind"} if carried else set()
+            ), (kind, names)
+            if "train.receive" in [kind, *carried]:
                 g = codec.decode(content)["g"]
                 assert codec.decode(content).receiver == f"device{m}" and g.shape[1] == config.embed_dim
+        assert kinds == set(allowed)
     own, _ = own_data(config, 1)
     assert [f.name for f in dataclasses.fields(OwnData)] == [
         "name",
@@ -286,6 +328,7 @@ def test_refused_uplink_is_undone_on_the_device(tmp_path, method):
     sched = run.build(config, data.load("digits", 2, seed=config.seed), secret_seed=SECRET, engine=engine)
     before = _device_state(loops[0], 0)
     assert sched.step() and sched.refused == 1 and sched.traffic.total_down == 0
+    sched.engine.close()  # the refusal rides on the device's next message, or goes at the end
     after = _device_state(loops[0], 0)
     assert after["step"] == before["step"] == 0 and after["pending"] is None
     for name, value in before["model"].items():  # moved back by -u: equal up to float32 rounding
@@ -395,3 +438,44 @@ def test_resume_of_a_flower_run_is_refused(tmp_path, capsys):
     assert main(["--resume", str(tmp_path / "flower")]) == 2
     err = capsys.readouterr().err
     assert "a run of the Flower engine cannot be resumed" in err and err.count("\n") == 1
+
+
+def test_the_supernodes_waits_start_short_and_double_while_nothing_changes(monkeypatch):
+    """``waits.poll``: the SuperNode's 3 s idle wait and 0.5 s reply wait become 2 ms waits that
+    double up to the cap while the same wait repeats, and start short again after the other one."""
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    module = types.ModuleType("supernode")
+    waits.poll(module, 0.05)
+    for s in (3, 3, 3, 3, 3, 3, 3, 0.5, 0.5, 3, 0.001):
+        module.time.sleep(s)
+    assert slept == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.002, 0.004, 0.002, 0.001]
+    assert module.time.monotonic is time.monotonic  # the rest of ``time`` as before
+
+
+def test_the_guard_says_whether_a_look_found_a_new_process(tmp_path):
+    """The guard looks in /proc less often while nothing starts: ``Tracked.look`` says whether it
+    found a descendant it did not know (a new one, then none)."""
+    import subprocess
+    import sys
+
+    from privzv.training.engines.flower import guard
+
+    tracked = guard.Tracked()
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen(['sleep', '30']); time.sleep(30)",
+        ]
+    )
+    try:
+        tracked.add(parent.pid)
+        deadline = time.monotonic() + 20
+        while not tracked.look():
+            assert time.monotonic() < deadline, "the child never showed up"
+            time.sleep(0.05)
+        assert len(tracked.procs) == 2 and not tracked.look()
+    finally:
+        tracked.stop(grace=1.0)
+        parent.wait()

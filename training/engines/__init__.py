@@ -9,6 +9,10 @@ evaluates and checkpoints. An engine runs the device's part of a round on device
     engine.abort(m)                                         (method.device_abort: a refused uplink)
     engine.embeddings(x_test, rows) -> [h_m(x_test[m][rows]) for every m]   (evaluation)
 
+An engine whose devices can compute at once declares ``lookahead`` (rounds the scheduler may
+start beyond the one it serves) and ``start(m, round, ids)``: the scheduler then starts the next
+rounds of idle devices ahead (``Scheduler._start_ahead``) and still serves them in round order.
+
 :class:`inprocess.InProcessEngine` calls the method on ``Device`` objects in this process (the
 default); ``privzv.training.engines.flower`` moves the same calls over Flower messages to one
 ClientApp per device. One Method interface, two engines.

@@ -36,7 +36,7 @@ from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import codec, waits
 from privzv.training.engines.flower.device import DeviceParty
-from privzv.training.engines.flower.server import FlowerEngine, GridTransport
+from privzv.training.engines.flower.server import ABORT, CARRIED, DELIVER, FlowerEngine, GridTransport
 from privzv.training.messages import device_name
 
 server_app = ServerApp()
@@ -183,30 +183,39 @@ def handle(
     pulls the task); None (Flower's simulation, where the context stays in the SuperLink's
     process tree): ``state`` keeps the run's config and the device's state between messages."""
     party = _party(kind, content, node, state, live)
+    if CARRIED in content:  # the end of the device's last round comes first, as in-process
+        _end_round(party, str(content[CARRIED]["kind"]), content)
     if kind == "query.hello":  # the device loaded its slice and started its transcript
         reply = RecordDict({"node": ConfigRecord({"partition-id": party.m})})
     elif kind == "query.embed":
         h = party.embed(int(content["rows"]["start"]), int(content["rows"]["stop"]))
-        return RecordDict({"h": ArrayRecord({"h": Array(h.numpy())})})
+        reply = RecordDict({"h": ArrayRecord({"h": Array(h.numpy())})})
     elif kind == "query.send":
         ids = torch.from_numpy(content["batch"]["ids"].numpy().copy())
         reply = codec.encode(party.send(int(content["round"]["round"]), ids))
-    elif kind == "train.receive":
-        party.deliver(codec.decode(content))
-        reply = RecordDict({})
-    elif kind == "train.abort":
-        party.abort()
-        reply = RecordDict({})
     else:
-        raise PrivzvError(
-            f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
-            "train.receive, train.abort, query.embed"
-        )
+        _end_round(party, kind, content)
+        reply = RecordDict({})
     if live is None:
         state["device"] = ConfigRecord({"blob": party.save()})
     else:
         party.flush()
     return reply
+
+
+def _end_round(party: DeviceParty, kind: str, content: RecordDict) -> None:
+    """``kind`` ``train.receive`` (the downlink in ``content``) or ``train.abort`` on ``party``
+    (with gradients: a caller's ``no_grad``, an in-process evaluation's, does not reach it)."""
+    if kind not in (DELIVER, ABORT):
+        raise PrivzvError(
+            f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
+            f"query.embed, {DELIVER}, {ABORT}"
+        )
+    with torch.enable_grad():
+        if kind == DELIVER:
+            party.deliver(codec.decode(content))
+        else:
+            party.abort()
 
 
 def answer(msg: Message, context: Context, live: dict | None = None) -> Message:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 GRACE = 3.0
-LOOK = 0.2  # seconds between looks for new descendants
+LOOK, LOOK_CAP = 0.2, 2.0  # seconds between looks for new descendants: doubling while none appear
 
 
 def _start_time(pid: int) -> int | None:
@@ -53,14 +53,16 @@ class Tracked:
         if start is not None:
             self.procs.setdefault(pid, start)
 
-    def look(self) -> None:
-        children = _children()
+    def look(self) -> bool:
+        """Add the live descendants; whether there was a new one."""
+        children, known = _children(), len(self.procs)
         todo = [pid for pid in self.procs if self.alive(pid)]
         while todo:
             for child in children.get(todo.pop(), []):
                 if child not in self.procs:
                     self.add(child)
                     todo.append(child)
+        return len(self.procs) > known
 
     def alive(self, pid: int) -> bool:
         return _start_time(pid) == self.procs[pid]
@@ -87,10 +89,10 @@ class Tracked:
 def main() -> None:
     work = Path(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the launcher: the launcher stops us
-    tracked, buffered = Tracked(), b""
+    tracked, buffered, pause = Tracked(), b"", LOOK
     fd = sys.stdin.fileno()
     while True:
-        ready, _, _ = select.select([fd], [], [], LOOK)
+        ready, _, _ = select.select([fd], [], [], pause)
         if ready:
             chunk = os.read(fd, 4096)
             if not chunk:
@@ -98,7 +100,8 @@ def main() -> None:
             *lines, buffered = (buffered + chunk).split(b"\n")
             for line in lines:
                 tracked.add(int(line))
-        tracked.look()
+        # a scan of /proc costs CPU on a busy machine: looked at less often while nothing starts
+        pause = LOOK if tracked.look() or ready else min(2 * pause, LOOK_CAP)
     tracked.stop()
     shutil.rmtree(work, ignore_errors=True)
 

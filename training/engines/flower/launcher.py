@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import secrets
 import shlex
@@ -66,6 +67,7 @@ WORK_PREFIX = "privzv-flower-"
 SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")  # what runs the ServerApp, per mode
 SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"  # the ServerApp's: the path of the secret seed's 0600 file
 SERVER_START = 30.0  # seconds from the submission within which the ServerApp must be running
+SCAN = 1.0  # seconds between looks in /proc for the ServerApp (a process's exit is seen at once)
 
 
 def free_port() -> int:
@@ -117,6 +119,7 @@ class Stack:
             start_new_session=True,
         )
         self.server_seen = False  # whether the ServerApp process has been seen running
+        self.scanned = -math.inf  # time.monotonic() of the last look in /proc
 
     def start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
@@ -139,7 +142,8 @@ class Stack:
     def check_alive(self, submitted: float | None = None) -> None:
         """Failed (one line) when a process started has exited, or, once the run was submitted
         (at ``time.monotonic()`` ``submitted``), the ServerApp is gone (seen, or not seen within
-        :data:`SERVER_START` s: it may have come and gone unseen)."""
+        :data:`SERVER_START` s: it may have come and gone unseen; looked for in /proc at most
+        every :data:`SCAN` s)."""
         for proc in self.procs:
             if proc.poll() is not None:
                 name = self.names[proc.pid]
@@ -151,6 +155,9 @@ class Stack:
                 f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
                 "or stopped)"
             )
+        if time.monotonic() < self.scanned + SCAN:
+            return
+        self.scanned = time.monotonic()
         running = any(
             name in _cmdline(pid)
             for proc in self.procs

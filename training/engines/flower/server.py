@@ -3,19 +3,20 @@
 Inside the ServerApp (``apps.main``) the scheduler runs unchanged; :class:`FlowerEngine` turns its
 calls into messages to the device's SuperNode (``apps.handle`` answers them there):
 
-    send(m, t, ids)   "query.send"     round t, the batch ids         -> reply: the uplink
-    deliver(m, down)  "train.receive"  the downlink                   -> reply: empty (ack)
-    abort(m)          "train.abort"    nothing                        -> reply: empty (ack)
+    start(m, t, ids)  "query.send"     round t, the batch ids         -> reply: the uplink (send collects it)
+    deliver(m, down)  "train.receive"  the downlink, carried by device m's next message
+    abort(m)          "train.abort"    nothing, carried likewise
     embeddings(...)   "query.embed"    a row range of the test split  -> reply: h_m of those rows
     (setup)           "query.hello"    the run's resolved public config and sigma -> reply: the partition id
+    close()           "train.receive" / "train.abort" on their own: what no message carried yet
 
 Every reply is accepted only from the node the message went to and only with a valid signature
 under device m's own key (``codec.verify``; ``keys[m]``, shared with device m's process alone):
 a local process that pulls device m's task from its SuperNode cannot answer it.
 
 A missing, late, misdirected or unsigned reply is a runtime failure (``cliutil.Failed``, exit 1).
-A delivery's acknowledgement is collected before the next message to the same device (or an
-evaluation), so another device's round runs meanwhile; each device sees its messages in order.
+Each device has at most one message open and sees its messages in order; the scheduler starts
+the rounds of other devices ahead (:attr:`FlowerEngine.lookahead`), so they compute meanwhile.
 The serialised size of every message's content is counted (``wire``: up, down, control and per
 message kind, ``"query.send"``, ``"query.send reply"``, ...), beside eq. (23)'s bytes.
 """
@@ -91,23 +92,42 @@ class GridTransport:
 class FlowerEngine:
     """The devices' part of each round, one device per node of ``transport`` (a
     :class:`GridTransport`, or any object with its ``nodes``, ``push`` and ``wait``); ``keys[m]``:
-    device m's reply key (``codec.sign``)."""
+    device m's reply key (``codec.sign``).
+
+    One Flower message per round: a downlink (or a refusal) is not sent on its own; it rides on
+    the device's next message (its next round's request, an evaluation's ``query.embed``, or at
+    :meth:`close` a ``train.receive`` / ``train.abort``), which the device applies first, as
+    in-process. :meth:`start` sends a round's request before the scheduler waits for it
+    (:attr:`lookahead`: the scheduler may start rounds of other devices ahead), so the devices
+    of consecutive rounds compute concurrently; :meth:`send` collects the uplink."""
 
     def __init__(self, transport, config, keys: list[bytes]):
         if len(keys) != config.devices:
             raise PrivzvError(f"flower: {len(keys)} reply keys for {config.devices} devices")
         self.transport, self.config, self.keys = transport, config, keys
         self.count = config.devices
+        self.lookahead = self.count - 1  # rounds the scheduler may start ahead (one per other device)
         self.devices = []  # no device lives in this process
         self.clocks = [types.SimpleNamespace(index=m, step=0) for m in range(self.count)]
         self.nodes: list[int] = []
-        self.acks: dict[int, str] = {}  # device -> id of its unacknowledged delivery
+        self.carried: dict[int, tuple[str, RecordDict]] = {}  # device -> its undelivered (kind, records)
+        self.asked: dict[int, tuple[int, str]] = {}  # device -> (round, message id) of its open request
+        self.ready: dict[int, object] = {}  # device -> its uplink collected before the round was served
+        self.failed = False  # a reply was missing or refused
         self.method = None
         self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
         self.kinds: dict[str, str] = {}  # message id -> its kind, until its reply is counted
 
     def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
-        self._count(counted, content, kind)
+        """Push ``content`` (kind ``kind``) to device m, with the downlink or refusal it carries."""
+        before = self.carried.pop(m, None)
+        if before is not None:
+            carried, records = before
+            self._count(_COUNTED[carried], records, carried)
+            for name, record in records.items():
+                content[name] = record
+            content[CARRIED] = ConfigRecord({"kind": carried})
+        self._count(counted, content, kind, minus=None if before is None else before[1])
         mid = self.transport.push(self.nodes[m], kind, content)
         self.kinds[mid] = kind
         return mid
@@ -115,7 +135,11 @@ class FlowerEngine:
     def _wait(
         self, ids: list[str], what: str, devices: list[int], counted: str = "control"
     ) -> dict[str, RecordDict]:
-        return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
+        try:
+            return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
+        except Failed:
+            self.failed = True  # close() then sends nothing more
+            raise
 
     def _accept(self, replies: dict, ids: list[str], what: str, devices: list[int], counted: str) -> dict:
         """``replies`` to ``ids`` (sent to ``devices``), each signed by its device, else refused."""
@@ -128,19 +152,15 @@ class FlowerEngine:
             self._count(counted, replies[mid], f"{self.kinds.pop(mid)} reply")
         return replies
 
-    def _count(self, key: str, content: RecordDict, kind: str) -> None:
-        """Count ``content``'s serialised bytes under ``key`` (up, down, control) and its kind."""
-        size = codec.wire_bytes(content)
+    def _count(self, key: str, content: RecordDict, kind: str, minus: RecordDict | None = None) -> None:
+        """Count ``content``'s serialised bytes (less those of ``minus``'s records, counted apart)
+        under ``key`` (up, down, control) and its kind."""
+        size = codec.wire_bytes(content) - (0 if minus is None else codec.wire_bytes(minus))
         self.wire[key] += size
         self.wire["messages"] += 1
         per = self.wire["kinds"].setdefault(kind, {"messages": 0, "bytes": 0})
         per["messages"] += 1
         per["bytes"] += size
-
-    def _settle(self, m: int) -> None:
-        """Collect device m's acknowledgement of its last delivery."""
-        if m in self.acks:
-            self._wait([self.acks.pop(m)], f"the downlink to device {m}", [m])
 
     # the engine -------------------------------------------------------------------------------
     def setup(self, method, server, noter) -> None:
@@ -170,24 +190,37 @@ class FlowerEngine:
     def clock(self, m: int):
         return self.clocks[m]
 
-    def send(self, m: int, round_: int, ids: torch.Tensor):
-        self._settle(m)
+    def start(self, m: int, round_: int, ids: torch.Tensor) -> None:
+        """Send device m its request for round ``round_`` (batch ``ids``); :meth:`send` collects it."""
         content = RecordDict(
             {"round": ConfigRecord({"round": round_}), "batch": ArrayRecord({"ids": Array(ids.numpy())})}
         )
-        mid = self._push(m, "query.send", content)
+        self.asked[m] = (round_, self._push(m, "query.send", content))
+
+    def send(self, m: int, round_: int, ids: torch.Tensor):
+        if m in self.ready:
+            return self.ready.pop(m)
+        if m not in self.asked:
+            self.start(m, round_, ids)
+        return self._collect(m)
+
+    def _collect(self, m: int):
+        """The uplink that answers device m's open request."""
+        round_, mid = self.asked.pop(m)
         return codec.decode(self._wait([mid], f"round {round_} on device {m}", [m], counted="up")[mid])
 
     def deliver(self, m: int, down) -> None:
-        self.acks[m] = self._push(m, "train.receive", codec.encode(down), counted="down")
+        self.carried[m] = (DELIVER, codec.encode(down))
         self.clocks[m].step += 1
 
     def abort(self, m: int) -> None:
-        self.acks[m] = self._push(m, "train.abort", RecordDict({}))
+        self.carried[m] = (ABORT, RecordDict({}))
 
     def embeddings(self, x_test, rows: slice) -> list[torch.Tensor]:
-        for m in range(self.count):
-            self._settle(m)
+        """Every device's test embeddings, each message carrying the device's last downlink (a
+        device's round started ahead is collected first: it keeps its state from before it)."""
+        for m in list(self.asked):
+            self.ready[m] = self._collect(m)
         ids = [
             self._push(
                 m, "query.embed", RecordDict({"rows": ConfigRecord({"start": rows.start, "stop": rows.stop})})
@@ -208,5 +241,18 @@ class FlowerEngine:
         raise PrivzvError("--resume: a run of the Flower engine cannot be resumed")
 
     def close(self) -> None:
-        """Nothing to wait for: every evaluation, the last one included, collected the acks."""
-        self.acks.clear()
+        """Every downlink or refusal not yet carried, sent on its own (``train.receive`` /
+        ``train.abort``) and acknowledged, all devices at once (after a failed reply: nothing)."""
+        if self.failed:
+            return
+        devices = sorted(self.carried)
+        ids = []
+        for m in devices:
+            kind, records = self.carried.pop(m)
+            ids.append(self._push(m, kind, records, _COUNTED[kind]))
+        self._wait(ids, "the last downlinks", devices)
+
+
+DELIVER, ABORT = "train.receive", "train.abort"  # what a message may carry before its own request
+CARRIED = "carried"  # the record naming it
+_COUNTED = {DELIVER: "down", ABORT: "control"}  # the wire count each goes to

@@ -4,7 +4,7 @@ every message, not once per batch of messages as in Flower's horizontal rounds):
 
 * ``flwr.supernode.start_client_internal``: the SuperNode sleeps 3 s when the SuperLink has no
   message for it and 0.5 s between looks for the ClientApp's reply (``time.sleep``); :func:`poll`
-  caps both at ``seconds``.
+  makes each a short wait that doubles while nothing changes, up to ``seconds``.
 * ``pull_objects``: an object of a message that is not stored yet (a message becomes visible
   before all of its objects are) is retried after 1 s, doubling to 10 s
   (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``): the SuperNode pulling
@@ -22,14 +22,24 @@ import time
 import types
 
 PULL_BACKOFF = 0.01
+FIRST_POLL = 0.002  # the SuperNode's first wait after a change: a device's next message tends to follow
 PULL_BACKOFF_CAP = 1.0
 
 
-def poll(module: types.ModuleType, seconds: float) -> None:
-    """``module``'s ``time.sleep(s)`` sleeps ``min(s, seconds)``; its other uses of ``time`` as before."""
+def poll(module: types.ModuleType, seconds: float, first: float = FIRST_POLL) -> None:
+    """``module``'s ``time.sleep(s)`` sleeps ``first`` s, doubling on each call in a row up to
+    ``seconds`` (never more than ``s``); a call with another ``s`` (the SuperNode's other wait)
+    starts again at ``first``. Its other uses of ``time`` as before."""
     fast = types.ModuleType("time")
     fast.__dict__.update(time.__dict__)
-    fast.sleep = lambda s: time.sleep(min(s, seconds))
+    last = {"asked": None, "pause": first}
+
+    def sleep(s: float) -> None:
+        pause = min(2 * last["pause"], seconds) if last["asked"] == s else first
+        last.update(asked=s, pause=pause)
+        time.sleep(min(s, pause))
+
+    fast.sleep = sleep
     module.time = fast
 
 
