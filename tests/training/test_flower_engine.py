@@ -214,6 +214,7 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
         "num_classes",
         "x_train",
         "x_test",
+        "vocab",  # a token dataset's id range (public, like its shape)
     ]
     assert torch.equal(own.x_train, dataset.x_train[1]) and torch.equal(own.x_test, dataset.x_test[1])
 
