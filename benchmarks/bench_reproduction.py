@@ -313,8 +313,10 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None = None) -> None:
-    """Run the cells not yet in ``path``, appending each finished row (resumable)."""
+def execute(cells: list, path: Path, workers: int, secret_seed: int | None = None, runner=run_cell) -> None:
+    """Run the cells not yet in ``path`` with ``runner(cell, secret_seed)`` (a picklable function
+    returning the row: ``key``, ``test_accuracy``, ``wall_seconds``), appending each finished row
+    (resumable)."""
     from privzv.cliutil import progress
 
     done = {r["key"] for r in read_rows(path)}
@@ -323,7 +325,7 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
     bar = progress(total=len(todo), desc="cells")
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, open(path, "a") as fh:
-        futures = {pool.submit(run_cell, c, secret_seed): c for c in todo}
+        futures = {pool.submit(runner, c, secret_seed): c for c in todo}
         for fut in cf.as_completed(futures):
             row = fut.result()
             fh.write(json.dumps(strict_json(row), allow_nan=False) + "\n")
