@@ -229,10 +229,12 @@ def chosen(setting: str, rows: list[dict]) -> dict[str, tuple]:
     return out
 
 
-def grid_cells(setting: str, rows: list[dict], seeds=SEEDS, epsilons=None) -> list[Cell]:
+def grid_cells(setting: str, rows: list[dict], seeds=SEEDS, epsilons=None, variants=None) -> list[Cell]:
     epsilons = SETTINGS[setting]["epsilons"] if epsilons is None else epsilons
     cells = []
     for variant, knobs in chosen(setting, rows).items():
+        if variants and variant not in variants:
+            continue
         v = VARIANTS[variant]
         for eps in epsilons:
             if (math.isinf(eps) and (v.at_inf or not v.private)) or (math.isfinite(eps) and v.private):
@@ -356,9 +358,10 @@ def plot(summary: dict, folder: Path) -> list[Path]:
             err = [[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]]
             ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=v.label + ", mean, min-max")
     ax.set_xscale("log")
-    ax.set_xticks(finite + [x_inf], [f"{e:g}" for e in finite] + ["no noise"])
+    ticks = finite + [x_inf] * any(c["epsilon"] == "inf" for c in summary["cells"])
+    ax.set_xticks(ticks, [f"{e:g}" for e in finite] + ["no noise"] * (len(ticks) > len(finite)))
     ax.minorticks_off()
-    ax.set_xlabel("whole-run epsilon (rr-prior: label epsilon)")
+    ax.set_xlabel("whole-run epsilon, replace-one, best accountant (rr-prior: label epsilon)")
     ax.set_ylabel("test accuracy")
     ax.set_title(
         f"{summary['setting']}: accuracy vs epsilon, delta {summary['delta']:g}, threat {summary['threat']}, "
@@ -383,6 +386,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help=f"JSON lines, appended (default {OUT})")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--epsilons", nargs="+", type=float, help="grid epsilons (default: the setting's)")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="grid variants (default: all tuned)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--secret-seed", type=int, default=0, help="root of the runs' secret seeds")
     p.add_argument("--plot", metavar="DIR")
@@ -392,7 +396,7 @@ def main(argv=None) -> int:
     if args.phase == "tune":
         repro.execute(tune_cells(args.setting), path, args.workers, args.secret_seed, runner=run_cell)
     elif args.phase == "grid":
-        cells = grid_cells(args.setting, repro.read_rows(path), args.seeds, args.epsilons)
+        cells = grid_cells(args.setting, repro.read_rows(path), args.seeds, args.epsilons, args.variants)
         repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)
     summary = summarize(args.setting, repro.read_rows(path))
     if args.plot:
