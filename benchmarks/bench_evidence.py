@@ -367,16 +367,7 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         f"{summary['setting']}: accuracy vs epsilon, delta {summary['delta']:g}, threat {summary['threat']}, "
         f"seeds {', '.join(map(str, SEEDS))}"
     )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    written = []
-    for ext in ("png", "svg"):
-        path = folder / f"accuracy_vs_epsilon_evidence_{summary['setting']}.{ext}"
-        fig.savefig(path)
-        written.append(path)
-    plt.close(fig)
-    return written
+    return repro.save(fig, ax, folder / f"accuracy_vs_epsilon_evidence_{summary['setting']}")
 
 
 def main(argv=None) -> int:

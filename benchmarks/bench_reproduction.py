@@ -512,14 +512,21 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         ax.set_xlabel("whole-run epsilon, downlink + DP head (delta = 1e-5; device threat, pld)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{ds}: accuracy vs epsilon (mean \u00b1 std over {len(summary['seeds'])} seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            path = folder / f"accuracy_vs_epsilon_wholerun_{ds}.{ext}"
-            fig.savefig(path)
-            written.append(path)
-        plt.close(fig)
+        written += save(fig, ax, folder / f"accuracy_vs_epsilon_wholerun_{ds}")
+    return written
+
+
+def save(fig, ax, stem: Path) -> list[Path]:
+    """Grid, legend outside the axes, ``stem``.png and .svg written; the figure closed."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    written = [stem.with_suffix(f".{ext}") for ext in ("png", "svg")]
+    for path in written:
+        fig.savefig(path)
+    plt.close(fig)
     return written
 
 
