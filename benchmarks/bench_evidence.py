@@ -318,6 +318,10 @@ def markdown(summary: dict) -> str:
         if any((name, e) in at for e in eps):
             knobs = ", ".join(f"{k} {x:.3g}" for k, x in summary["chosen"].get(name, {}).items())
             out.append(f"| {v.label} ({knobs}) | " + " | ".join(_fmt(at.get((name, e))) for e in eps) + f" | {v.protects} |")
+    gaps = summary["dpzv_minus_control"]
+    if gaps:
+        per = [" / ".join(f"{g:+.3f}" for g in gaps[str(e)].values()) if str(e) in gaps else "-" for e in eps]
+        out.append("| DPZV - control, per seed | " + " | ".join(per) + " | |")
     out += ["", "Tuning runs (seed 100): variant, knobs, accuracy", ""]
     out += [
         f"- {t['variant']}: {', '.join(f'{k} {x:.3g}' for k, x in t['knobs'].items())} -> "

@@ -72,6 +72,7 @@ def test_the_goal_needs_every_seed_ahead_by_0_05():
 
     met = bench.summarize("digits", rows([0.60, 0.60, 0.60], [0.50, 0.50, 0.50]))
     assert met["goal_met"] == {"2.0": True} and met["dpzv_minus_control"]["2.0"] == {0: 0.1, 1: 0.1, 2: 0.1}
+    assert "| DPZV - control, per seed | +0.100 / +0.100 / +0.100 |" in bench.markdown(met)
     # a mean far ahead with one seed short is not met
     assert not bench.summarize("digits", rows([0.90, 0.90, 0.54], [0.50, 0.50, 0.50]))["goal_met"]["2.0"]
     assert not bench.summarize("digits", rows([0.60, 0.60], [0.50, 0.50]))["goal_met"]["2.0"]
