@@ -313,8 +313,10 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None = None) -> None:
-    """Run the cells not yet in ``path``, appending each finished row (resumable)."""
+def execute(cells: list, path: Path, workers: int, secret_seed: int | None = None, runner=run_cell) -> None:
+    """Run the cells not yet in ``path`` with ``runner(cell, secret_seed)`` (a picklable function
+    returning the row: ``key``, ``test_accuracy``, ``wall_seconds``), appending each finished row
+    (resumable)."""
     from privzv.cliutil import progress
 
     done = {r["key"] for r in read_rows(path)}
@@ -323,7 +325,7 @@ def execute(cells: list[Cell], path: Path, workers: int, secret_seed: int | None
     bar = progress(total=len(todo), desc="cells")
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, open(path, "a") as fh:
-        futures = {pool.submit(run_cell, c, secret_seed): c for c in todo}
+        futures = {pool.submit(runner, c, secret_seed): c for c in todo}
         for fut in cf.as_completed(futures):
             row = fut.result()
             fh.write(json.dumps(strict_json(row), allow_nan=False) + "\n")
@@ -510,14 +512,21 @@ def plot(summary: dict, folder: Path) -> list[Path]:
         ax.set_xlabel("whole-run epsilon, downlink + DP head (delta = 1e-5; device threat, pld)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{ds}: accuracy vs epsilon (mean \u00b1 std over {len(summary['seeds'])} seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        fig.tight_layout()
-        for ext in ("png", "svg"):
-            path = folder / f"accuracy_vs_epsilon_wholerun_{ds}.{ext}"
-            fig.savefig(path)
-            written.append(path)
-        plt.close(fig)
+        written += save(fig, ax, folder / f"accuracy_vs_epsilon_wholerun_{ds}")
+    return written
+
+
+def save(fig, ax, stem: Path) -> list[Path]:
+    """Grid, legend outside the axes, ``stem``.png and .svg written; the figure closed."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    written = [stem.with_suffix(f".{ext}") for ext in ("png", "svg")]
+    for path in written:
+        fig.savefig(path)
+    plt.close(fig)
     return written
 
 

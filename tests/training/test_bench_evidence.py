@@ -1,0 +1,78 @@
+"""Issue 20's evidence benchmark (benchmarks/bench_evidence.py): every variant gets the same number
+of tuning runs, the grid takes each variant's best tuning knobs, a noise step is the head rule's
+rate, and the goal check asks for every seed."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_evidence as bench  # noqa: E402
+
+
+@pytest.mark.parametrize("setting", list(bench.TUNING))
+def test_every_variant_gets_the_same_number_of_tuning_runs(setting):
+    counts = {v: len(ks) for v, ks in bench.TUNING[setting].items()}
+    assert len(set(counts.values())) == 1, counts
+    assert {bench.CONTROL, "dpzv"} <= set(counts)
+    cells = bench.tune_cells(setting)
+    assert {c.seed for c in cells} == {bench.TUNING_SEED} and bench.TUNING_SEED not in bench.SEEDS
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def _row(cell, accuracy):
+    return {"key": cell.key, "cell": bench.repro.strict_json(vars(cell)), "test_accuracy": accuracy, "rates": {}}
+
+
+def test_the_grid_runs_each_variants_best_tuning_knobs_at_its_epsilons():
+    tune = bench.tune_cells("digits")
+    # the second of each variant's knobs wins, a diverged run (None) never does
+    rows = [_row(c, {1: 0.9, 2: None}.get(i % 3, 0.5)) for i, c in enumerate(tune)]
+    best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 1}
+    cells = bench.grid_cells("digits", rows)
+    assert {c.variant: c.knobs for c in cells} == best
+    for c in cells:
+        v = bench.VARIANTS[c.variant]
+        assert (math.isfinite(c.epsilon) and v.private) or (math.isinf(c.epsilon) and (v.at_inf or not v.private))
+    by = {(c.variant, c.epsilon) for c in cells}
+    assert ("first-order", math.inf) in by and ("first-order", 1.0) not in by
+    assert ("frozen", math.inf) in by and ("czofo", math.inf) not in by
+    # an unfinished tuning names no grid run of that variant
+    assert "czofo" not in {c.variant for c in bench.grid_cells("digits", [r for r in rows if "czofo" not in r["key"]])}
+
+
+def test_a_noise_step_is_the_head_rules_rate():
+    """noise_step 0.1 (= methods.head.NOISE_STEP) sets the rate the run's own default applies."""
+    from privzv.training import data, methods, privacy, run
+    from privzv.training.methods import head
+
+    cell = bench.Cell("tune", "digits", "frozen", 1.0, 0, (("noise_step", head.NOISE_STEP),))
+    config, rates = bench.configured(cell)
+    base = cell.base_config()
+    ds = data.load("digits", 4)
+    d = len(ds.y_train)
+    release = privacy.plan(base, methods.get(base.method), d, run.rounds_for(base, d)).release
+    sched = run.build(base, ds, release=release, secret_seed=0)
+    applied, _ = sched.method.default_rate("lr_server")
+    assert rates["lr_server"] == pytest.approx(applied, rel=1e-12)
+    assert config.lr_server == rates["lr_server"]
+    # a run without noise keeps its plain rate
+    assert bench.configured(bench.Cell("grid", "digits", "frozen", math.inf, 0, cell.knobs))[1] == {}
+
+
+def test_the_goal_needs_every_seed_ahead_by_0_05():
+    def rows(dpzv, frozen):
+        out = []
+        for variant, accs in (("dpzv", dpzv), ("frozen", frozen)):
+            for seed, a in zip(bench.SEEDS, accs):
+                out.append(_row(bench.Cell("grid", "digits", variant, 2.0, seed, ()), a))
+        return out
+
+    met = bench.summarize("digits", rows([0.60, 0.60, 0.60], [0.50, 0.50, 0.50]))
+    assert met["goal_met"] == {"2.0": True} and met["dpzv_minus_control"]["2.0"] == {0: 0.1, 1: 0.1, 2: 0.1}
+    assert "| DPZV - control, per seed | +0.100 / +0.100 / +0.100 |" in bench.markdown(met)
+    # a mean far ahead with one seed short is not met
+    assert not bench.summarize("digits", rows([0.90, 0.90, 0.54], [0.50, 0.50, 0.50]))["goal_met"]["2.0"]
+    assert not bench.summarize("digits", rows([0.60, 0.60], [0.50, 0.50]))["goal_met"]["2.0"]
