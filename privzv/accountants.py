@@ -287,8 +287,9 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
     """pld at grid step ``discretization``. With ``fit``, where the composition would need more
     than PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`,
-    counted before any FFT), at the step that fits it (the range scaled to the budget), up to
-    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    counted before any FFT), at the step that fits it (the range scaled to the budget, rounded
+    up to a power of 2 times the step, so that epsilon is smooth in z between those steps), up
+    to PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
     the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
     from privzv import tilted_pld
 
@@ -304,7 +305,9 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
         shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
         ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if 1.0 < ratio <= PLD_MAX_COARSENING:
-            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
+            # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
+            coarser = 2.0 ** math.ceil(math.log2(ratio))
+            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * coarser)
             ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if ratio > 2.0:
             raise CannotAnswer(
