@@ -2,7 +2,7 @@
 (threat device, seed 0, everything else default), beats the majority class, or is listed in
 ``defaults.BELOW_MAJORITY`` and the run's banner says so.
 
-The grid at the defaults' 10 epochs takes 1-5 minutes a cell on 2 cores
+The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores
 (``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), so it is marked
 slow; the fast tests check the warning and one listed cell's banner on a tiny run."""
 
