@@ -7,7 +7,7 @@ accountants best, pld and rdp) and for each calls ``privzv.noise_multiplier`` an
 ``privzv.epsilon`` at the answer. Prints one JSON object: how many answered, were refused as
 unreachable (a PrivzvError naming why) or raised anything else (a crash: listed with its
 input), where ``privzv.epsilon`` at the answer differs from the calibration's epsilon (listed),
-the CPU seconds (largest, and how many took over 2 s, listed), and the one-sided checks:
+the CPU seconds (largest, median and 99th percentile, and how many took over 2 s, listed), and the one-sided checks:
 
 - sample rate 1: k Gaussian releases are exactly sqrt(k)/z-GDP (Dong, Roth & Su 2022,
   Cor. 3.3), so epsilon(z) must be at least the exact value, and for ``best`` within 0.1%;
@@ -154,6 +154,10 @@ def main() -> None:
                 "one_sided_checked": len(checked),
                 "one_sided_failures": [r for r in checked if not r["one_sided"]],
                 "max_cpu_seconds": max(r["cpu"] for r in rows),
+                "cpu_seconds": {
+                    name: float(np.percentile([r["cpu"] for r in rows], p))
+                    for name, p in (("median", 50), ("p99", 99), ("max", 100))
+                },
                 "over_2_cpu_seconds": sorted(
                     (
                         {

@@ -114,6 +114,11 @@ PLD_MAX_POINTS = 150_000
 PLD_COMPOSED_BUDGET = 400_000
 PLD_MAX_COARSENING = 16.0
 PLD_MAX_COMPOSED_POINTS = 4_000_000
+# Before a release is built on its grid, a copy on at most PLD_PROBE_POINTS points sizes the
+# composition (its range in loss units barely depends on the step); above PLD_PROBE_MARGIN x
+# PLD_MAX_COARSENING times the budget pld declines without building the full grid.
+PLD_PROBE_POINTS = 2_000
+PLD_PROBE_MARGIN = 4.0
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
 # --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
 # plain FFT composition was erratic below ~1e-13; the tilted one is not, but is not measured
@@ -282,18 +287,27 @@ _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
     """pld at grid step ``discretization``. With ``fit``, where the composition would need more
     than PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`,
-    counted before any FFT), at the step that fits it (the range scaled to the budget), up to
-    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    counted before any FFT), at the step that fits it (the range scaled to the budget, rounded
+    up to a power of 2 times the step, so that epsilon is smooth in z between those steps), up
+    to PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
     the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
     from privzv import tilted_pld
 
     directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
+    guess = fit and max(_probed_ratio(z, k, q, kind, delta, discretization) for kind in directions)
+    if guess > PLD_PROBE_MARGIN * PLD_MAX_COARSENING:  # every direction sized before any is composed
+        raise CannotAnswer(
+            f"the composed privacy-loss grid would need about {guess:.3g} times "
+            f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation {discretization:.3g}"
+        )
     eps = -math.inf
     for kind in directions:
         shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
         ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if 1.0 < ratio <= PLD_MAX_COARSENING:
-            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * ratio)
+            # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
+            coarser = 2.0 ** math.ceil(math.log2(ratio))
+            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * coarser)
             ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
         if ratio > 2.0:
             raise CannotAnswer(
@@ -311,6 +325,22 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
     if not math.isfinite(eps):
         raise CannotAnswer("the PLD gave no finite epsilon at this delta")
     return float(eps)
+
+
+def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
+    """The composition's points at ``discretization`` over PLD_COMPOSED_BUDGET, estimated from
+    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step)."""
+    from privzv import gaussian_pmf, tilted_pld
+
+    span = gaussian_pmf.loss_span(
+        2.0 * z if kind == "replace" else z,
+        sampling_prob=q,
+        kind=kind,
+        log_truncation=_log_truncation(delta, k),
+    )
+    step = max(discretization, span / PLD_PROBE_POINTS)
+    _, probe = _tilted_release(z, k, q, kind, delta, step)
+    return tilted_pld.composed_points(probe, k, _tail(delta)) * (step / discretization) / PLD_COMPOSED_BUDGET
 
 
 def rdp_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:

@@ -18,6 +18,13 @@ from privzv import gdp
 from privzv.errors import PrivzvError
 
 MAX_EVALUATIONS = 60
+# A secant step moves z by at most this factor (a nearly flat pair of points, e.g. where pld
+# declines and rdp answers, aimed the search at the top of Z_RANGE).
+MAX_SECANT_STEP = 4.0
+# The precision asked of a calibration: epsilon within EPS_RTOL (relative) below its target, or
+# the noise multiplier within Z_RTOL of one whose epsilon is above it.
+EPS_RTOL = 2e-4
+Z_RTOL = 1e-4
 # Noise multipliers searched. The top reaches epsilon 1e-8 after 1e8 unsampled releases
 # (z = sqrt(T) / mu, mu about 1e-8 there at delta 1e-5); at the bottom, where any z meets the
 # target, the answer is the bottom itself.
@@ -33,8 +40,8 @@ def smallest_feasible(
     *,
     start: float | None = None,
     slope: float | None = None,
-    eps_rtol: float = 2e-4,
-    z_rtol: float = 1e-4,
+    eps_rtol: float = EPS_RTOL,
+    z_rtol: float = Z_RTOL,
 ) -> tuple[float, float]:
     """(z, epsilon(z)) with epsilon(z) <= target and either target - epsilon(z) <= eps_rtol*target
     or z within z_rtol (relative) of an infeasible z.
@@ -70,8 +77,8 @@ def smallest_feasible(
             )
         if lo is not None and lo[0] >= Z_RANGE[1]:
             break
-        if last is not None:
-            z_next = _secant(last, (z, e), aim)
+        if last is not None:  # at most MAX_SECANT_STEP: epsilons an ulp apart give a flat secant
+            z_next = min(max(_secant(last, (z, e), aim), z / MAX_SECANT_STEP), z * MAX_SECANT_STEP)
         elif slope is not None and slope < 0 and math.isfinite(e) and e > 0:
             z_next = z * math.exp((math.log(aim) - math.log(e)) / slope)
         else:

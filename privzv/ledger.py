@@ -74,22 +74,31 @@ class BudgetExceeded(PrivzvError):
 class PrivacyLedger:
     """Records releases and refuses one that would exceed ``epsilon_budget`` at ``delta``.
 
-    ``release`` must carry its sigma. ``dataset_size`` defaults to the schedule's; devices are
+    Keyword-only, like the rest of the API: ``PrivacyLedger(release=, schedule=, delta=,
+    epsilon_budget=)``; positional arguments are refused (PrivzvError). ``release`` must carry
+    its sigma. ``dataset_size`` defaults to the schedule's; devices are
     numbered 0 .. schedule.devices - 1 and batch ids are record indices 0 .. dataset_size - 1.
     """
 
     def __init__(
         self,
-        release: Release,
-        schedule: Schedule,
-        delta: float,
-        epsilon_budget: float,
-        *,
+        *positional: object,
+        release: Release | None = None,
+        schedule: Schedule | None = None,
+        delta: float | None = None,
+        epsilon_budget: float | None = None,
         accountant: str = ACCOUNTANT,
         dataset_size: int | None = None,
     ):
+        if positional:
+            raise PrivzvError(
+                f"PrivacyLedger: {len(positional)} positional argument(s); its arguments are "
+                "keyword-only, as everywhere in privzv's API (release=, schedule=, delta=, "
+                "epsilon_budget=)"
+            )
+        threats.check_objects(release, schedule)  # a missing one is named (None) like a bad one
+        assert isinstance(release, Release) and isinstance(schedule, Schedule)
         if dataset_size is not None and dataset_size != schedule.dataset_size:
-            checks.instance("schedule", schedule, Schedule, "a privzv.Schedule")
             schedule = dataclasses.replace(schedule, dataset_size=dataset_size)
         epsilon_budget = checks.number("epsilon_budget", epsilon_budget, lo=0, lo_open=True, allow_inf=True)
         if not registry.get(accountant).rigorous:
@@ -97,16 +106,16 @@ class PrivacyLedger:
                 f"accountant {accountant!r}: not a rigorous upper bound; a ledger "
                 f"takes {', '.join(registry.names(rigorous=True))}"
             )
-        cells = getattr(schedule, "devices", 1) * getattr(schedule, "dataset_size", 1)
+        cells = schedule.devices * schedule.dataset_size
         if cells > checks.MAX_LEDGER_CELLS:
             raise PrivzvError(
                 f"dataset_size={schedule.dataset_size} x devices="
                 f"{schedule.devices}: a ledger counts each record per device; "
                 f"above the cap {checks.MAX_LEDGER_CELLS:.0e} counts"
             )
-        self._full = accounting.checked_exposure(release, schedule, delta, accountant)
-        self.release, self.schedule = release, schedule
         self.delta = checks.number("delta", delta)
+        self._full = accounting.checked_exposure(release, schedule, self.delta, accountant)
+        self.release, self.schedule = release, schedule
         self.epsilon_budget, self.accountant = epsilon_budget, accountant
         self._counts = np.zeros((schedule.devices, schedule.dataset_size), dtype=np.int64)
         self._worst = 0  # the largest number of recorded releases that contain one record
@@ -487,7 +496,11 @@ class PrivacyLedger:
         except TypeError as exc:
             raise PrivzvError(f"ledger state release/schedule: {exc}") from None
         ledger = cls(
-            release, schedule, state["delta"], state["epsilon_budget"], accountant=state["accountant"]
+            release=release,
+            schedule=schedule,
+            delta=state["delta"],
+            epsilon_budget=state["epsilon_budget"],
+            accountant=state["accountant"],
         )
         releases = state["releases"]
         if not (isinstance(releases, int) and not isinstance(releases, bool) and releases >= 0):

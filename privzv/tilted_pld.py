@@ -89,24 +89,31 @@ _THETAS = np.geomspace(1e-4, 1e2, 13)
 
 def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: float, t: float) -> TiltedPmf:
     """The PMF (masses ``probs`` at (lower + i) * discretization) tilted by e^{t l}, normalised to
-    sum 1, with its log moment generating function at -g, g and t + g for g in _THETAS / std."""
+    sum 1, with its log moment generating function at -g and g for g in _THETAS / std, and at
+    t + g for g in _THETAS / (the tilted PMF's std): the tilted ranges' Chernoff bounds need
+    theta just above t on the tilted scale, which for a sampled release (a tiny untilted std, a
+    tail that the tilt makes its bulk) is orders of magnitude below t + _THETAS[0] / std."""
     log_p = _log_weights(np.asarray(probs, dtype=float))
     losses = (lower + np.arange(len(probs))) * discretization
     finite = np.isfinite(log_p)
     log_q, at = log_p[finite], losses[finite]
-    weights = np.exp(log_q - log_q.max())
-    mean = float(np.sum(weights * at) / np.sum(weights))
-    std = math.sqrt(float(np.sum(weights * (at - mean) ** 2) / np.sum(weights))) or discretization
-    grid = _THETAS / std
-    thetas = np.concatenate((-grid, grid, t + grid))
-    log_mgf = np.array([_logsumexp(log_q + theta * at) for theta in thetas])
+    std = _std(np.exp(log_q - log_q.max()), at) or discretization
     log_w = log_p + t * losses
     top = float(np.max(log_w))
     w = np.exp(log_w - top)
     total = float(np.sum(w))
+    grid = _THETAS / std
+    thetas = np.concatenate((-grid, grid, t + _THETAS / (_std(w, losses) or discretization)))
+    log_mgf = np.array([_logsumexp(log_q + theta * at) for theta in thetas])
     return TiltedPmf(
         discretization, lower, w / total, top + math.log(total), t, infinity_mass, thetas, log_mgf
     )
+
+
+def _std(weights: np.ndarray, losses: np.ndarray) -> float:
+    """The standard deviation of ``losses`` under (unnormalised) ``weights``."""
+    mean = float(np.sum(weights * losses) / np.sum(weights))
+    return math.sqrt(float(np.sum(weights * (losses - mean) ** 2) / np.sum(weights)))
 
 
 def _logsumexp(x: np.ndarray) -> float:

@@ -161,7 +161,32 @@ def applied(sources: dict, method) -> dict:
 
 
 def describe(sources: dict, method) -> str:
-    """One line per field, with the value applied: ``clip 0.1 (training/tuned.py (...))``."""
-    return "\n".join(
-        f"{name} {s['value']:.4g} ({s['source']})" for name, s in applied(sources, method).items()
+    """One line per field, with the value applied: ``clip 0.1 (training/tuned.py (...))``; then
+    the :func:`warning` of a private run whose defaults are known not to beat the majority class."""
+    lines = [f"{name} {s['value']:.4g} ({s['source']})" for name, s in applied(sources, method).items()]
+    known = warning(method.config)
+    return "\n".join(lines + ([known] if known else []))
+
+
+# (dataset, method): private runs whose defaults did not beat the majority class in
+# benchmarks/stable_defaults_grid.py (seed 0, threat device, epsilon 2 and 10, everything else
+# default; docs/results.md, "Stable defaults"), and what happened.
+BELOW_MAJORITY: dict[tuple[str, str], str] = {
+    ("digits", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.103",
+    ("mnist-5k", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.100",
+    ("breast-cancer", "vafl"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
+    ("breast-cancer", "fo-vector"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
+    ("breast-cancer", "czofo"): "diverged at epsilon 2 and 10",
+}
+
+
+def warning(config) -> str | None:
+    """A line warning that this private run's defaults are known not to beat the majority class
+    (:data:`BELOW_MAJORITY`), else None."""
+    why = BELOW_MAJORITY.get((config.dataset, config.method))
+    if why is None or not config.private:
+        return None
+    return (
+        f"warning: {config.method} on {config.dataset} does not beat the majority class at its "
+        f'defaults ({why}; docs/results.md, "Stable defaults"): set --lr-device / --lr-server'
     )

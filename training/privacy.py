@@ -97,10 +97,10 @@ def ledger(config, p: Plan):
     from privzv.ledger import PrivacyLedger
 
     return PrivacyLedger(
-        p.release,
-        p.schedule,
-        config.delta,
-        config.epsilon,
+        release=p.release,
+        schedule=p.schedule,
+        delta=config.delta,
+        epsilon_budget=config.epsilon,
         accountant=config.accountant,
         dataset_size=p.schedule.dataset_size,
     )

@@ -118,7 +118,7 @@ def test_calibrate_account_and_their_all_variants(release, schedule, eps, delta,
 def test_ledger_and_dp_event(release, schedule, delta, budget, device, ids):
     def ledger():
         r, s = build(release, schedule)
-        book = privzv.PrivacyLedger(r, s, delta, budget)
+        book = privzv.PrivacyLedger(release=r, schedule=s, delta=delta, epsilon_budget=budget)
         book.record(device, ids)
         book.epsilon_spent()
 

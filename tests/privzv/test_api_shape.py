@@ -79,7 +79,7 @@ def test_every_entry_point_gives_the_same_answer(eps, t, d, b, threat, neighbors
     assert float(back) == back.epsilon == acct.epsilon == cli_acct["epsilon"]
     assert back.epsilon == pytest.approx(one.epsilon, rel=1e-12)
     if registry.get(one.requested).rigorous:  # a ledger of the whole schedule agrees
-        ledger = PrivacyLedger(noised, schedule, DELTA, math.inf, **acc)
+        ledger = PrivacyLedger(release=noised, schedule=schedule, delta=DELTA, epsilon_budget=math.inf, **acc)
         rng = np.random.default_rng(0)
         epochs = [rng.permutation(d) for _ in range(-(-t * b // d) + 1)]
         batches = [p[s : s + b] for p in epochs for s in range(0, d, b)]  # the schedule's walk
@@ -88,10 +88,33 @@ def test_every_entry_point_gives_the_same_answer(eps, t, d, b, threat, neighbors
         assert ledger.epsilon_spent() == pytest.approx(back.epsilon, rel=1e-9)
 
 
+@pytest.mark.parametrize("given", [1, 2, 4])
+def test_the_ledger_refuses_positional_arguments_naming_the_rule(given):
+    args = (Release(clip=1.0, batch_size=10, sigma=1.0), Schedule(steps=10, dataset_size=100), DELTA, 10.0)
+    keywords = dict(zip(("release", "schedule", "delta", "epsilon_budget"), args))
+    with pytest.raises(PrivzvError, match=f"{given} positional argument.*keyword-only"):
+        PrivacyLedger(*args[:given], **{k: v for k, v in list(keywords.items())[given:]})
+    assert PrivacyLedger(**keywords).epsilon_budget == 10.0  # the keyword form answers
+
+
+def test_a_ledger_argument_left_out_is_named():
+    with pytest.raises(PrivzvError, match="delta=None"):
+        PrivacyLedger(
+            release=Release(clip=1.0, batch_size=10, sigma=1.0),
+            schedule=Schedule(steps=10, dataset_size=100),
+            epsilon_budget=1.0,
+        )
+    with pytest.raises(PrivzvError, match="schedule=None"):
+        PrivacyLedger(release=Release(clip=1.0, batch_size=10, sigma=1.0), delta=DELTA, epsilon_budget=1.0)
+
+
 def test_defaults_are_declared_once_and_used_everywhere():
     assert privzv.DEFAULTS == {"threat": "device", "neighbors": "replace-one", "accountant": "best"}
     ledger = PrivacyLedger(
-        Release(clip=1.0, batch_size=10, sigma=1.0), Schedule(steps=10, dataset_size=100), DELTA, 10.0
+        release=Release(clip=1.0, batch_size=10, sigma=1.0),
+        schedule=Schedule(steps=10, dataset_size=100),
+        delta=DELTA,
+        epsilon_budget=10.0,
     )
     assert ledger.accountant == "best"  # was pld
     one = privzv.noise_multiplier(epsilon=1.0, delta=DELTA, steps=2000, dataset_size=1437, batch_size=32)
@@ -256,10 +279,10 @@ def test_a_registered_accountant_is_a_choice_of_every_entry_point(toy, capsys):
     )
     with pytest.raises(PrivzvError, match="not a rigorous upper bound"):
         PrivacyLedger(
-            Release(clip=1.0, batch_size=10, sigma=1.0),
-            Schedule(steps=10, dataset_size=100),
-            DELTA,
-            1.0,
+            release=Release(clip=1.0, batch_size=10, sigma=1.0),
+            schedule=Schedule(steps=10, dataset_size=100),
+            delta=DELTA,
+            epsilon_budget=1.0,
             accountant="toy",
         )
     with pytest.raises(PrivzvError, match="already registered"):
@@ -297,16 +320,19 @@ BAD = [
     (lambda: privzv.to_dp_event(None, None), "release=None"),
     (
         lambda: PrivacyLedger(
-            Release(clip=1.0, batch_size=10, sigma=1.0), Schedule(steps=10, dataset_size=10**12), DELTA, 1.0
+            release=Release(clip=1.0, batch_size=10, sigma=1.0),
+            schedule=Schedule(steps=10, dataset_size=10**12),
+            delta=DELTA,
+            epsilon_budget=1.0,
         ),
         "above the cap",
     ),
     (
         lambda: PrivacyLedger(
-            Release(clip=1.0, batch_size=10, sigma=1.0),
-            Schedule(steps=10, dataset_size=100, devices=2),
-            DELTA,
-            1.0,
+            release=Release(clip=1.0, batch_size=10, sigma=1.0),
+            schedule=Schedule(steps=10, dataset_size=100, devices=2),
+            delta=DELTA,
+            epsilon_budget=1.0,
         ).record(True, [1]),
         "device=True",
     ),

@@ -40,7 +40,9 @@ def test_full_run_matches_account(threat, super_batch, accountant):
     schedule = Schedule(
         steps=2 * 2 * D // B, dataset_size=D, devices=2, threat=threat, super_batch=super_batch
     )
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant=accountant)
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=1e3, accountant=accountant
+    )
     spent = run_epochs(ledger, devices=2, epochs=2)
     assert ledger.releases == schedule.steps
     assert np.all(np.diff(spent) >= 0) and spent[-1] > spent[0]
@@ -55,12 +57,16 @@ def test_a_ledger_refuses_an_accountant_that_is_not_a_rigorous_bound(accountant)
     enforced with them (issue 19: "epsilon spent 1" for a run whose pld epsilon is 15.5) is none."""
     schedule = Schedule(steps=20, dataset_size=D)
     with pytest.raises(PrivzvError, match=f"accountant '{accountant}': not a rigorous upper bound"):
-        PrivacyLedger(RELEASE, schedule, 1e-5, 1.0, accountant=accountant)
+        PrivacyLedger(
+            release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=1.0, accountant=accountant
+        )
 
 
 def test_secret_subsampling_counts_super_batches():
     schedule = Schedule(steps=2 * D // B, dataset_size=D, threat="secret-subsampling", super_batch=2 * B)
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant="pld")
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=1e3, accountant="pld"
+    )
     run_epochs(ledger, devices=1, epochs=4, batch=2 * B)  # 20 super-batches, 4 per record
     assert ledger.releases == schedule.steps
     assert ledger.epsilon_spent() == pytest.approx(account(RELEASE, schedule, 1e-5).epsilon)
@@ -68,7 +74,9 @@ def test_secret_subsampling_counts_super_batches():
 
 def test_device_epsilon_counts_the_worst_record_over_all_devices():
     schedule = Schedule(steps=100, dataset_size=D, devices=2)
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 1e3, accountant="pld")
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=1e3, accountant="pld"
+    )
     assert ledger.epsilon_spent() == 0.0
     ledger.record(0, np.arange(B))
     one = ledger.epsilon_spent()
@@ -87,7 +95,9 @@ def test_device_epsilon_counts_the_worst_record_over_all_devices():
 def test_refuses_a_release_over_budget_and_records_nothing():
     schedule = Schedule(steps=100, dataset_size=D)
     budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), accountant="pld")
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=budget * (1 + 1e-9), accountant="pld"
+    )
     run_epochs(ledger, devices=1, epochs=2)  # exactly two compositions per record: allowed
     batch = np.arange(B)
     assert ledger.would_exceed(0, batch)
@@ -98,7 +108,9 @@ def test_refuses_a_release_over_budget_and_records_nothing():
 
 
 def test_budget_too_small_for_one_release():
-    ledger = PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D), 1e-5, 0.01)
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=Schedule(steps=10, dataset_size=D), delta=1e-5, epsilon_budget=0.01
+    )
     assert ledger.would_exceed(0, np.arange(B))
     with pytest.raises(BudgetExceeded):
         ledger.record(0, np.arange(B))
@@ -107,7 +119,9 @@ def test_budget_too_small_for_one_release():
 
 def test_state_dict_roundtrip_through_json_continues_identically():
     schedule = Schedule(steps=40, dataset_size=D, devices=2, threat="eavesdropper")
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, 5.0, accountant="pld")
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=5.0, accountant="pld"
+    )
     run_epochs(ledger, devices=2, epochs=1)
     restored = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert restored.releases == ledger.releases == 20
@@ -129,7 +143,12 @@ def test_state_dict_roundtrip_through_json_continues_identically():
     ],
 )
 def test_bad_records_are_refused(device, ids, bad):
-    ledger = PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D, devices=2), 1e-5, 10.0)
+    ledger = PrivacyLedger(
+        release=RELEASE,
+        schedule=Schedule(steps=10, dataset_size=D, devices=2),
+        delta=1e-5,
+        epsilon_budget=10.0,
+    )
     with pytest.raises(PrivzvError, match=bad):
         ledger.record(device, ids)
     assert ledger.releases == 0
@@ -137,9 +156,16 @@ def test_bad_records_are_refused(device, ids, bad):
 
 def test_bad_construction_is_refused():
     with pytest.raises(PrivzvError, match="epsilon_budget"):
-        PrivacyLedger(RELEASE, Schedule(steps=10, dataset_size=D), 1e-5, 0.0)
+        PrivacyLedger(
+            release=RELEASE, schedule=Schedule(steps=10, dataset_size=D), delta=1e-5, epsilon_budget=0.0
+        )
     with pytest.raises(PrivzvError, match="sigma"):
-        PrivacyLedger(Release(1.0, B), Schedule(steps=10, dataset_size=D), 1e-5, 1.0)
+        PrivacyLedger(
+            release=Release(1.0, B),
+            schedule=Schedule(steps=10, dataset_size=D),
+            delta=1e-5,
+            epsilon_budget=1.0,
+        )
     with pytest.raises(PrivzvError, match="version"):
         PrivacyLedger.from_state_dict({"version": 99})
 
@@ -150,7 +176,9 @@ HEADED = Release(
 
 
 def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
-    ledger = PrivacyLedger(HEADED, Schedule(steps=40, dataset_size=D, devices=2), 1e-5, 1e3)
+    ledger = PrivacyLedger(
+        release=HEADED, schedule=Schedule(steps=40, dataset_size=D, devices=2), delta=1e-5, epsilon_budget=1e3
+    )
     run_epochs(ledger, devices=2, epochs=1)
     down, head = ledger.mechanisms()
     assert (down["mechanism"], head["mechanism"]) == ("downlink", "head")
@@ -163,11 +191,20 @@ def test_mechanisms_list_the_downlink_and_the_head_with_count_and_sigma():
     summary = ledger.summary()
     assert summary["mechanisms"] == ledger.state_dict()["mechanisms"] == ledger.mechanisms()
     assert summary["epsilon_spent"] == ledger.epsilon_spent() and summary["compositions"] == 2
-    assert len(PrivacyLedger(RELEASE, Schedule(steps=4, dataset_size=D), 1e-5, 1e3).mechanisms()) == 1
+    assert (
+        len(
+            PrivacyLedger(
+                release=RELEASE, schedule=Schedule(steps=4, dataset_size=D), delta=1e-5, epsilon_budget=1e3
+            ).mechanisms()
+        )
+        == 1
+    )
 
 
 def _state(**changes):
-    ledger = PrivacyLedger(HEADED, Schedule(steps=40, dataset_size=D, devices=2), 1e-5, 1e3)
+    ledger = PrivacyLedger(
+        release=HEADED, schedule=Schedule(steps=40, dataset_size=D, devices=2), delta=1e-5, epsilon_budget=1e3
+    )
     ledger.record(0, np.arange(B))
     state = json.loads(json.dumps(ledger.state_dict()))
     state.update(changes)

@@ -23,7 +23,12 @@ def _release() -> Release:
 
 
 def _ledger() -> PrivacyLedger:
-    return PrivacyLedger(_release(), Schedule(steps=200, dataset_size=D, devices=M), DELTA, 1e9)
+    return PrivacyLedger(
+        release=_release(),
+        schedule=Schedule(steps=200, dataset_size=D, devices=M),
+        delta=DELTA,
+        epsilon_budget=1e9,
+    )
 
 
 def _walk(rng, n):

@@ -39,11 +39,11 @@ def test_a_record_in_several_batches_of_one_window_costs_c_squared():
     (maliciously, or after refusals) is in all 4 batches of it costs 4^2 for the head."""
     release = _release(batch=2, devices=2, q=2)
     schedule = Schedule(steps=8, dataset_size=8, devices=2)
-    ledger = PrivacyLedger(release, schedule, DELTA, 1e9)
+    ledger = PrivacyLedger(release=release, schedule=schedule, delta=DELTA, epsilon_budget=1e9)
     for m, ids in [(0, [0, 1]), (1, [0, 1]), (0, [2, 3]), (1, [2, 3])]:
         ledger.record(m, ids)
     assert ledger.epsilon_spent() == pytest.approx(_by_hand(release, 2, [2]), rel=1e-12)
-    repeated = PrivacyLedger(release, schedule, DELTA, 1e9)
+    repeated = PrivacyLedger(release=release, schedule=schedule, delta=DELTA, epsilon_budget=1e9)
     for m, ids in [(0, [0, 1]), (1, [0, 1]), (0, [0, 3]), (1, [0, 3])]:
         repeated.record(m, ids)
     assert repeated.epsilon_spent() == pytest.approx(_by_hand(release, 4, [4]), rel=1e-12)
@@ -58,7 +58,12 @@ def test_a_record_in_several_batches_of_one_window_costs_c_squared():
 
 def test_the_open_window_counts_as_released_and_the_state_round_trips():
     release = _release(batch=2, devices=2, q=2)
-    ledger = PrivacyLedger(release, Schedule(steps=8, dataset_size=8, devices=2), DELTA, 1e9)
+    ledger = PrivacyLedger(
+        release=release,
+        schedule=Schedule(steps=8, dataset_size=8, devices=2),
+        delta=DELTA,
+        epsilon_budget=1e9,
+    )
     ledger.record(0, [0, 1])
     assert ledger.epsilon_spent() == pytest.approx(_by_hand(release, 1, [1]), rel=1e-12)
     ledger.record(1, [0, 1])
@@ -81,7 +86,7 @@ def _walk_ledger(release: Release, schedule: Schedule, seed: int) -> PrivacyLedg
     per_epoch = -(-d // b)
     perms = {}
     rng = np.random.default_rng(seed)
-    ledger = PrivacyLedger(release, schedule, DELTA, 1e9)
+    ledger = PrivacyLedger(release=release, schedule=schedule, delta=DELTA, epsilon_budget=1e9)
     for t in range(schedule.steps):
         j = t // m
         epoch, pos = divmod(j, per_epoch)

@@ -124,7 +124,9 @@ def test_the_ledger_of_the_walk_equals_account(threat):
     d, b, m, t = 100, 20, 2, 40
     release = _release(rate=b / d, batch=b).with_noise_multiplier(4.0)
     schedule = Schedule(steps=t, dataset_size=d, devices=m, threat=threat)
-    ledger = PrivacyLedger(release, schedule, DELTA, 1e9, accountant="best")
+    ledger = PrivacyLedger(
+        release=release, schedule=schedule, delta=DELTA, epsilon_budget=1e9, accountant="best"
+    )
     rng = np.random.default_rng(0)
     perm, per_epoch = rng.permutation(d), d // b
     for r in range(t):
@@ -145,7 +147,13 @@ def test_the_ledger_stops_when_head_steps_alone_exceed_the_budget():
     release = _release(rate=0.2, batch=20, share=1.0)
     schedule = Schedule(steps=10, dataset_size=100, devices=1)
     z = accounting.calibrate(1.0, DELTA, release, schedule).noise_multiplier
-    ledger = PrivacyLedger(release.with_noise_multiplier(z), schedule, DELTA, 1.0, accountant="best")
+    ledger = PrivacyLedger(
+        release=release.with_noise_multiplier(z),
+        schedule=schedule,
+        delta=DELTA,
+        epsilon_budget=1.0,
+        accountant="best",
+    )
     recorded = 0
     while not ledger.would_exceed(0, [0]) and recorded < 100:
         ledger.record(0, [0])  # the downlink is withheld: only the head steps count

@@ -270,7 +270,7 @@ def test_head_share_1_sends_no_downlink_and_spends_the_whole_budget_on_the_head(
     assert p.release.noise_multiplier == pytest.approx(z_h)
     k = accounting.exposure(p.release, p.schedule).compositions  # head windows, c^2 each
     assert math.sqrt(k) / z_h == pytest.approx(gdp.mu_from_epsilon(1.0, 1e-5), rel=1e-6)
-    ledger = PrivacyLedger(p.release, p.schedule, 1e-5, 1.0)
+    ledger = PrivacyLedger(release=p.release, schedule=p.schedule, delta=1e-5, epsilon_budget=1.0)
     sched = tiny_scheduler(release=p.release, ledger=ledger, **kw)
     for _ in range(24):
         assert sched.step()

@@ -52,7 +52,7 @@ def test_a_per_sample_release_is_not_amplified(threat):
     with pytest.raises(PrivzvError, match="per-sample"):
         accounting.calibrate(1.0, 1e-5, release, schedule)
     with pytest.raises(PrivzvError, match="per-sample"):
-        PrivacyLedger(release, schedule, 1e-5, 1.0)
+        PrivacyLedger(release=release, schedule=schedule, delta=1e-5, epsilon_budget=1.0)
     device = dataclasses.replace(schedule, threat="device")
     assert accounting.account(release, device, 1e-5).sampling_rate is None
 

@@ -1,0 +1,69 @@
+"""The fuzz's slow calibration corners (issue 22 item 8; ``benchmarks/fuzz_accounting.py --n 300
+--seed 0``, sample rates <= 2.3e-4): each cure keeps the answer one-sided and the search cheap."""
+
+import math
+
+import pytest
+
+import privzv
+from privzv import accountants, calibration, tilted_pld
+from privzv.threats import Exposure
+
+# fuzz row 148 (155 s on 2026-11-25, 14.6 s on 2026-11-27): eavesdropper, add-remove
+Q, T, DELTA = 1.3808158999086137e-06, 6312852, 4.166216859003889e-06
+
+
+def test_the_tilted_range_is_sized_by_the_tilted_spread():
+    """A sampled release tilted at its saddle point is far wider than untilted (std 4e-6 here):
+    Chernoff's thetas above the tilt scaled by the untilted std started at 26, where the tail's
+    moment generating function is astronomically large, and the composition asked for 5.9e9
+    points (pld declined; the calibration stopped at noise multiplier 0.795, epsilon 0.058 for a
+    target of 0.307). Scaled by the tilted std, the same bound asks for under 1e7."""
+    exp = Exposure(T, Q)
+    disc = accountants.pld_grid_step(0.7455, exp, DELTA, accountants.pld_discretization(0.3, T, DELTA))
+    _, tilted = accountants._tilted_release(0.7455, T, Q, "remove", DELTA, disc)
+    assert tilted_pld.composed_points(tilted, T, accountants._tail(DELTA)) < 1e7
+
+
+def test_a_grid_too_large_is_declined_before_any_release_is_composed(monkeypatch):
+    """pld at epsilon 1294, T = 5.4e6, q = 4.8e-8 (fuzz row 131: 10.5 s, rdp answered): the probe
+    sizes every direction first, so no composition runs and rdp answers the same noise
+    multiplier."""
+    case = dict(
+        epsilon=1293.7348113777564,
+        delta=1.0820877180061035e-08,
+        steps=5436593,
+        sample_rate=4.816278657675352e-08,
+        neighbors="add-remove",
+        threat="eavesdropper",
+    )
+    found = privzv.noise_multiplier(accountant="pld", **case)
+    assert found.accountant == "rdp" and found.epsilon <= case["epsilon"]
+    by_rdp = privzv.noise_multiplier(accountant="rdp", **case)
+    assert found.noise_multiplier == pytest.approx(by_rdp.noise_multiplier, rel=calibration.Z_RTOL)
+    composed = []
+    original = tilted_pld.self_compose
+    monkeypatch.setattr(tilted_pld, "self_compose", lambda *a: composed.append(a) or original(*a))
+    exp = Exposure(case["steps"], case["sample_rate"])
+    estimate = accountants.rdp_epsilon(found.noise_multiplier, exp, "add-remove", case["delta"])
+    disc = accountants.pld_discretization(estimate, case["steps"], case["delta"])
+    with pytest.raises(accountants.CannotAnswer, match="would need about"):
+        accountants.pld_epsilon(found.noise_multiplier, exp, "add-remove", case["delta"], disc)
+    assert composed == []  # the old code composed the remove direction, then declined on add
+
+
+def test_a_flat_secant_does_not_send_the_search_to_the_top_of_the_range():
+    """Where pld declines, rdp answers an epsilon that barely moves with z: the secant through two
+    such points aimed the old search at z = 1e15 and it spent evaluations coming back."""
+    seen = []
+
+    def epsilon(z):  # rdp's slope (d log eps / d log z = -0.006) below z = 0.8, then pld's
+        seen.append(z)
+        return 0.676 * (0.745 / z) ** 0.006 if z < 0.8 else 0.05 * (0.8 / z) ** 4
+
+    z, e = calibration.smallest_feasible(
+        epsilon, 0.3, 1e-5, lambda z: 1 / z, lambda mu: 1 / mu, start=0.745, slope=-400.0
+    )
+    assert e <= 0.3 and 0.8 <= z < 0.8 * (1 + 2 * calibration.Z_RTOL)
+    assert max(seen) <= 0.745 * calibration.MAX_SECANT_STEP**2
+    assert math.isfinite(e)
