@@ -2,9 +2,10 @@
 (threat device, seed 0, everything else default), beats the majority class, or is listed in
 ``defaults.BELOW_MAJORITY`` and the run's banner says so.
 
-The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores
-(``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), so it is marked
-slow; the fast tests check the warning and one listed cell's banner on a tiny run."""
+The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores (hours in all:
+``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), beyond CI's time, so
+it is marked ``grid`` and runs only when asked (``pytest -m grid``); the fast tests check the
+warning and one listed cell's banner on a tiny run."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_the_banner_of_a_listed_cell_prints_the_warning(tmp_path):
     assert any("warning: vafl on digits does not beat the majority class" in line for line in lines)
 
 
-@pytest.mark.slow
+@pytest.mark.grid
 @pytest.mark.parametrize(("dataset", "method", "epsilon"), GRID)
 def test_the_defaults_beat_the_majority_class_or_are_listed(dataset, method, epsilon, tmp_path):
     config = TrainConfig(dataset=dataset, method=method, epsilon=epsilon, transcripts=False, seed=0)
