@@ -65,7 +65,9 @@ def device_model(run, cfg: dict, dataset, m: int) -> torch.nn.Module:
     from privzv.training import models
     from privzv.training.messages import device_name
 
-    model = models.device_model(dataset, m, cfg["embed_dim"], cfg.get("device_model"), cfg.get("model_weights"))
+    model = models.device_model(
+        dataset, m, cfg["embed_dim"], cfg.get("device_model"), cfg.get("model_weights")
+    )
     _load(model, lambda: _state(run, device_name(m))["devices"][m]["model"], f"device{m}'s model")
     return model.eval()
 

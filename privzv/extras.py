@@ -23,8 +23,6 @@ EXTRA_OF = {  # top-level import name -> the extra that installs it
     "pyarrow": "tables",
     "transformers": "text",
     "dp_accounting": "dpevent",
-    "torchvision": "vision",
-    "transformers": "text",
 }
 
 

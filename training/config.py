@@ -67,7 +67,8 @@ class TrainConfig:
     )
     label_column: str | None = field(None, "csv, parquet, text-csv: the label column")
     labels: str | None = field(
-        None, "csv, parquet, text-csv: the public label set 'a,b,...', sorted onto 0..K-1 (not read from data)"
+        None,
+        "csv, parquet, text-csv: the public label set 'a,b,...', sorted onto 0..K-1 (not read from data)",
     )
     ranges: str | None = field(
         None,
@@ -78,7 +79,10 @@ class TrainConfig:
         None, "image-folder, modelnet40: 1 (grayscale) or 3 (RGB); default 3, modelnet40 1", choices=(1, 3)
     )
     image_size: int | None = field(
-        None, "image-folder, modelnet40: resize every image to SIZE x SIZE (default: as stored)", low=1, cap=4096
+        None,
+        "image-folder, modelnet40: resize every image to SIZE x SIZE (default: as stored)",
+        low=1,
+        cap=4096,
     )
     tokenizer: str | None = field(
         None, "text-csv, amazon-polarity: 'hash' (default) or a local transformers tokenizer folder"

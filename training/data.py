@@ -319,7 +319,14 @@ def from_config(config) -> VerticalDataset:
     folder, seed, records and the data ``OPTIONS``."""
     get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
     options = {key: get(key) for key in OPTIONS}
-    return load(get("dataset"), get("devices"), get("data_dir"), seed=get("seed", 0), records=get("records"), **options)
+    return load(
+        get("dataset"),
+        get("devices"),
+        get("data_dir"),
+        seed=get("seed", 0),
+        records=get("records"),
+        **options,
+    )
 
 
 def public_shape(dataset: VerticalDataset) -> dict:
@@ -841,7 +848,15 @@ register(
         None,
         "a CSV's text, a column group per device or one text in M word spans",
         model="text-bag",
-        options=("data_file", "test_file", "device_columns", "label_column", "labels", "tokenizer", "seq_len"),
+        options=(
+            "data_file",
+            "test_file",
+            "device_columns",
+            "label_column",
+            "labels",
+            "tokenizer",
+            "seq_len",
+        ),
     ),
 )
 register(

@@ -180,7 +180,9 @@ def text_bag(spec) -> nn.Module:
     """A ``TextBag`` over the dataset's vocabulary (it must state one: ``vocab_size``)."""
     _token_ids("text-bag", spec)
     if spec.vocab_size is None:
-        raise PrivzvError("device model text-bag: needs the dataset's vocabulary (vocab) (a token-id dataset)")
+        raise PrivzvError(
+            "device model text-bag: needs the dataset's vocabulary (vocab) (a token-id dataset)"
+        )
     return TextBag(spec.vocab_size, spec.embed_dim)
 
 

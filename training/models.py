@@ -194,7 +194,9 @@ DEVICE_MODELS: dict[str, DeviceModel] = {
     "cnn-cifar": _shaped(_cnn, widths=(32, 64), convs_per_block=2),
     "cnn1d": _shaped(_cnn1d, width=MNIST1D_WIDTH),
     "resnet18": DeviceModel(library_models.resnet18, "a torchvision resnet18 state_dict file"),
-    "bert": DeviceModel(library_models.bert, "a BertConfig JSON file, or a directory with config.json and weights"),
+    "bert": DeviceModel(
+        library_models.bert, "a BertConfig JSON file, or a directory with config.json and weights"
+    ),
     "text-bag": DeviceModel(library_models.text_bag),
 }
 # Server heads by ``--server-kind``: (devices, embed_dim, num_classes) -> module.

@@ -23,7 +23,12 @@ def test_every_variant_gets_the_same_number_of_tuning_runs(setting):
 
 
 def _row(cell, accuracy):
-    return {"key": cell.key, "cell": bench.repro.strict_json(vars(cell)), "test_accuracy": accuracy, "rates": {}}
+    return {
+        "key": cell.key,
+        "cell": bench.repro.strict_json(vars(cell)),
+        "test_accuracy": accuracy,
+        "rates": {},
+    }
 
 
 def test_the_grid_runs_each_variants_best_tuning_knobs_at_its_epsilons():
@@ -35,12 +40,16 @@ def test_the_grid_runs_each_variants_best_tuning_knobs_at_its_epsilons():
     assert {c.variant: c.knobs for c in cells} == best
     for c in cells:
         v = bench.VARIANTS[c.variant]
-        assert (math.isfinite(c.epsilon) and v.private) or (math.isinf(c.epsilon) and (v.at_inf or not v.private))
+        assert (math.isfinite(c.epsilon) and v.private) or (
+            math.isinf(c.epsilon) and (v.at_inf or not v.private)
+        )
     by = {(c.variant, c.epsilon) for c in cells}
     assert ("first-order", math.inf) in by and ("first-order", 1.0) not in by
     assert ("frozen", math.inf) in by and ("czofo", math.inf) not in by
     # an unfinished tuning names no grid run of that variant
-    assert "czofo" not in {c.variant for c in bench.grid_cells("digits", [r for r in rows if "czofo" not in r["key"]])}
+    assert "czofo" not in {
+        c.variant for c in bench.grid_cells("digits", [r for r in rows if "czofo" not in r["key"]])
+    }
 
 
 def test_a_noise_step_is_the_head_rules_rate():
