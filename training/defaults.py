@@ -168,22 +168,10 @@ def describe(sources: dict, method) -> str:
     return "\n".join(lines + ([known] if known else []))
 
 
-# (dataset, method): private runs whose defaults did not beat the majority class in
-# benchmarks/stable_defaults_grid.py (seed 0, threat device, epsilon 2 and 10, everything else
-# default; docs/results.md, "Stable defaults"), and what happened.
-BELOW_MAJORITY: dict[tuple[str, str], str] = {
-    ("digits", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.103",
-    ("mnist-5k", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.100",
-    ("breast-cancer", "vafl"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
-    ("breast-cancer", "fo-vector"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
-    ("breast-cancer", "czofo"): "diverged at epsilon 2 and 10",
-}
-
-
 def warning(config) -> str | None:
     """A line warning that this private run's defaults are known not to beat the majority class
-    (:data:`BELOW_MAJORITY`), else None."""
-    why = BELOW_MAJORITY.get((config.dataset, config.method))
+    (``tuned.BELOW_MAJORITY``), else None."""
+    why = tuned.BELOW_MAJORITY.get((config.dataset, config.method))
     if why is None or not config.private:
         return None
     return (

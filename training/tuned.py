@@ -60,3 +60,15 @@ SWEPT_EMBED_DIM = {"mlp": 16, "sum": "classes"}
 def lookup(dataset: str, method: str, server_kind: str) -> dict | None:
     """The tuned values for this server kind, or None where that setting was not swept."""
     return TABLES.get(server_kind, {}).get((dataset, method))
+
+
+# (dataset, method): private runs whose defaults did not beat the majority class in
+# benchmarks/stable_defaults_grid.py (seed 0, threat device, epsilon 2 and 10, everything else
+# default; docs/results.md, "Stable defaults"), and what happened.
+BELOW_MAJORITY: dict[tuple[str, str], str] = {
+    ("digits", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.103",
+    ("mnist-5k", "vafl"): "final accuracy 0.100 at epsilon 2 and 10, majority class 0.100",
+    ("breast-cancer", "vafl"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
+    ("breast-cancer", "fo-vector"): "diverged at epsilon 2 and 10, also at rates 0.005 (seed 100)",
+    ("breast-cancer", "czofo"): "diverged at epsilon 2 and 10",
+}

@@ -254,7 +254,9 @@ def test_would_exceed_after_answers_as_if_the_earlier_releases_were_recorded_and
     releases still in flight, with the ledger left as it was (answers and state)."""
     schedule = Schedule(steps=100, dataset_size=D)
     budget = account(RELEASE, Schedule(steps=2 * D // B, dataset_size=D), 1e-5).epsilon
-    ledger = PrivacyLedger(RELEASE, schedule, 1e-5, budget * (1 + 1e-9), accountant="pld")
+    ledger = PrivacyLedger(
+        release=RELEASE, schedule=schedule, delta=1e-5, epsilon_budget=budget * (1 + 1e-9), accountant="pld"
+    )
     run_epochs(ledger, devices=1, epochs=1)  # one composition per record: a second one fits
     first, second = np.arange(B), np.arange(B, 2 * B)
     before = ledger.state_dict()

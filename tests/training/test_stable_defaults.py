@@ -1,6 +1,6 @@
 """Stable defaults (issue 22 item 5): every method on every embedded dataset, at epsilon 2 and 10
 (threat device, seed 0, everything else default), beats the majority class, or is listed in
-``defaults.BELOW_MAJORITY`` and the run's banner says so.
+``tuned.BELOW_MAJORITY`` and the run's banner says so.
 
 The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores (hours in all:
 ``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), beyond CI's time, so
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from privzv.errors import PrivzvError
-from privzv.training import data, defaults, methods, run
+from privzv.training import data, defaults, methods, run, tuned
 from privzv.training.config import TrainConfig
 
 EMBEDDED = ("digits", "breast-cancer", "mnist-5k", "mnist1d")
@@ -25,12 +25,12 @@ def majority(dataset: str, seed: int) -> float:
 
 
 def test_the_listed_cells_are_real_method_and_dataset_names():
-    for dataset, method in defaults.BELOW_MAJORITY:
+    for dataset, method in tuned.BELOW_MAJORITY:
         assert dataset in EMBEDDED and method in methods.MODULES
 
 
 def test_a_private_run_of_a_listed_cell_warns_and_others_do_not():
-    (dataset, method), why = next(iter(defaults.BELOW_MAJORITY.items()))
+    (dataset, method), why = next(iter(tuned.BELOW_MAJORITY.items()))
     listed = TrainConfig(dataset=dataset, method=method, epsilon=2.0)
     assert why in defaults.warning(listed) and "majority class" in defaults.warning(listed)
     assert defaults.warning(TrainConfig(dataset=dataset, method=method)) is None  # no noise: not measured
@@ -55,4 +55,4 @@ def test_the_defaults_beat_the_majority_class_or_are_listed(dataset, method, eps
     except PrivzvError:  # a diverged run stops with one naming the rates to try
         accuracy = None
     beats = accuracy is not None and accuracy > majority(dataset, seed=0)
-    assert beats != ((dataset, method) in defaults.BELOW_MAJORITY), (accuracy, majority(dataset, seed=0))
+    assert beats != ((dataset, method) in tuned.BELOW_MAJORITY), (accuracy, majority(dataset, seed=0))
