@@ -106,6 +106,7 @@ def check_modules(config: TrainConfig, dataset: data.VerticalDataset, given: mod
 def _check_parameters(what: str, module, needed: bool) -> None:
     if not isinstance(module, nn.Module):
         raise PrivzvError(f"{what}: must be a torch.nn.Module")
+    models.check_per_record(what, module)
     params = dict(module.named_parameters())
     if needed and not params:
         raise PrivzvError(f"{what}: has no parameters; the devices train theirs (or freeze='devices')")

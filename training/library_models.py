@@ -33,21 +33,36 @@ TEXT_BAG_DIM = 64  # text-bag's embedding width before its linear layer
 PAD = 0  # the token id of padding (masked out by bert, ignored by text-bag)
 
 
+class FrozenBatchNorm2d(nn.BatchNorm2d):
+    """torchvision's BatchNorm2d with its statistics frozen: every forward, training or not,
+    normalises with the running mean and variance (its buffers: zeros and ones at init, or a
+    weights file's), which it never updates. A batch-statistics BatchNorm makes each record's
+    output depend on every record of its batch, so changing one record would move all B clipped
+    losses and the downlink's sensitivity would be 2C, not 2C/B (the reason Opacus's
+    ModuleValidator replaces BatchNorm); here a record's output depends on that record alone. The
+    parameters and buffers are BatchNorm2d's, so torchvision state_dicts load unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.batch_norm(
+            x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+        )
+
+
 class BasicBlock(nn.Module):
-    """torchvision's ResNet basic block: two 3x3 conv + batch norm, a 1x1 projection where the
-    shape changes, the sum through a ReLU."""
+    """torchvision's ResNet basic block: two 3x3 conv + (frozen) batch norm, a 1x1 projection
+    where the shape changes, the sum through a ReLU."""
 
     def __init__(self, inplanes: int, planes: int, stride: int = 1):
         super().__init__()
         self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
+        self.bn1 = FrozenBatchNorm2d(planes)
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
+        self.bn2 = FrozenBatchNorm2d(planes)
         self.downsample = None
         if stride != 1 or inplanes != planes:
             self.downsample = nn.Sequential(
-                nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
+                nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False), FrozenBatchNorm2d(planes)
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,14 +73,14 @@ class BasicBlock(nn.Module):
 
 class ResNet18(nn.Module):
     """ResNet-18 (He et al. 2016) as torchvision builds it (``torchvision.models.resnet18``: the
-    same modules, parameter names, shapes and initialisation), so torchvision's state_dict files
-    load into it; written here because a torchvision wheel must match the installed torch's
+    same modules, parameter names, shapes and initialisation, its batch norms frozen:
+    :class:`FrozenBatchNorm2d`), so torchvision's state_dict files load into it; written here because a torchvision wheel must match the installed torch's
     build (a PyPI wheel beside a CPU torch fails to import, and breaks transformers' import)."""
 
     def __init__(self, channels: int = 3, outputs: int = 1000):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.bn1 = FrozenBatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         widths = (64, 128, 256, 512)

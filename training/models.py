@@ -51,7 +51,7 @@ def device_model(
         )
     x = dataset.x_train[m]
     spec = ModelInput(tuple(x.shape[1:]), embed_dim, weights, dataset.vocab, x.dtype)
-    return entry.build(spec).float()
+    return check_per_record(f"device model {name}", entry.build(spec).float())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,3 +252,20 @@ def architecture(devices: Sequence[nn.Module], head: nn.Module, source: str) -> 
     "privzv", or "python" for a run given modules or data from Python) and each one's
     ``fingerprint``."""
     return {"source": source, "devices": [fingerprint(d) for d in devices], "head": fingerprint(head)}
+
+
+def check_per_record(what: str, module: nn.Module) -> nn.Module:
+    """``module`` if no part of it computes batch statistics in training (a BatchNorm that is not
+    frozen), else a one-line PrivzvError naming the part. DP's per-record bound (sensitivity 2C/B
+    of the clipped mean, per-example clipping in the DP head) holds only if each record's output
+    depends on that record alone; batch statistics mix every record of a batch into each output."""
+    from privzv.training.library_models import FrozenBatchNorm2d
+
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm) and not isinstance(sub, FrozenBatchNorm2d):
+            raise PrivzvError(
+                f"{what}: {name or 'the module'} is a {type(sub).__name__}, whose batch statistics make "
+                "every record's output depend on the whole batch (breaking the per-record privacy bound); "
+                "use GroupNorm or LayerNorm, or privzv.training.library_models.FrozenBatchNorm2d"
+            )
+    return module

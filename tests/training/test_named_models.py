@@ -311,3 +311,37 @@ def test_the_cli_trains_resnet18_with_a_weights_file_on_cifar10_files(tmp_path, 
     ds = data.load("cifar10", 1, tmp_path / "data")
     built = models.device_model(ds, 0, 16, "resnet18", str(tmp_path / "resnet18.pt"))
     assert saved["models"]["devices"] == [models.fingerprint(built)]
+
+
+def test_a_resnet18_records_embedding_does_not_depend_on_its_batch_mates():
+    """The downlink's sensitivity 2C/B needs each record's loss to depend on that record alone:
+    with torchvision's batch-statistics BatchNorm, changing one record moved every other record's
+    embedding in the same training-mode forward (fails on the code before FrozenBatchNorm2d)."""
+    net = models.device_model(_dataset(_images(16)), 0, EMBED, "resnet18").train()
+    batch = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    changed = batch.clone()
+    changed[3] = torch.randn(3, 16, 16, generator=torch.Generator().manual_seed(2)) * 5
+    with torch.no_grad():
+        a, b = net(batch), net(changed)
+    assert torch.equal(a[:3], b[:3]) and not torch.equal(a[3], b[3])
+
+
+@pytest.mark.parametrize("norm", [torch.nn.BatchNorm1d(4), torch.nn.SyncBatchNorm(4)])
+def test_a_device_model_or_head_with_batch_statistics_is_refused(tmp_path, norm):
+    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    ds = _dataset(x)
+    device = torch.nn.Sequential(torch.nn.Linear(4, 4), norm, torch.nn.Linear(4, EMBED))
+    plain = torch.nn.Sequential(torch.nn.Linear(4, EMBED))
+    config = TrainConfig(devices=2, embed_dim=EMBED, epochs=1, batch_size=8)
+    with pytest.raises(PrivzvError, match=f"device 0's module .*: 1 is a {type(norm).__name__}, whose batch"):
+        fit(config, ds, tmp_path / "a", devices=[device, plain])
+    name = "bn-tower"
+    models.register_device_model(
+        name, lambda spec: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.BatchNorm1d(4))
+    )
+    try:
+        with pytest.raises(PrivzvError, match="device model bn-tower: 1 is a BatchNorm1d"):
+            models.device_model(ds, 0, EMBED, name)
+    finally:
+        models.DEVICE_MODELS.pop(name)
+    assert not (tmp_path / "a").exists()
