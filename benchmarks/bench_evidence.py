@@ -57,6 +57,17 @@ SETTINGS = {
         "tune_epsilon": 2.0,
         "epsilons": (2.0, 5.0, INF),
     },
+    # accuracy vs D at epsilon 5: the 30k setting's tuned knobs (``tuned_on``), 10k and 100k records
+    "mnist1d-e2-10k": {
+        "config": dict(dataset="mnist1d", records=10_000, embed_dim=2, batch_size=500, epochs=10),
+        "tuned_on": "mnist1d-e2",
+        "epsilons": (5.0,),
+    },
+    "mnist1d-e2-100k": {
+        "config": dict(dataset="mnist1d", records=100_000, embed_dim=2, batch_size=500, epochs=10),
+        "tuned_on": "mnist1d-e2",
+        "epsilons": (5.0,),
+    },
     "digits": {
         "config": dict(dataset="digits", batch_size=32, epochs=10),
         "tune_epsilon": 1.0,
@@ -97,6 +108,8 @@ VARIANTS = {
     ),
 }
 CONTROL = "frozen"
+SIZES = ("mnist1d-e2-10k", "mnist1d-e2", "mnist1d-e2-100k")  # accuracy vs D, in records
+SIZE_EPSILON = 5.0
 
 _NS = [{"noise_step": s} for s in (0.03, 0.1, 0.3)]
 _RATES = [{"lr_device": r, "lr_server": r} for r in (0.015, 0.05, 0.15)]
@@ -216,7 +229,18 @@ def _knobs(d: dict) -> tuple:
     return tuple(sorted(d.items()))
 
 
+def tuned_on(setting: str) -> str:
+    """The setting whose tuning runs choose ``setting``'s knobs (itself unless it names one)."""
+    return SETTINGS[setting].get("tuned_on", setting)
+
+
+def rows_of(setting: str, path: Path | None = None) -> list[dict]:
+    """``setting``'s rows (from ``path``, else its default file)."""
+    return repro.read_rows(path or Path(OUT.format(setting=setting)))
+
+
 def tune_cells(setting: str) -> list[Cell]:
+    setting = tuned_on(setting)
     s = SETTINGS[setting]
     return [
         Cell("tune", setting, v, s["tune_epsilon"] if VARIANTS[v].private else INF, TUNING_SEED, _knobs(k))
@@ -227,10 +251,12 @@ def tune_cells(setting: str) -> list[Cell]:
 
 def chosen(setting: str, rows: list[dict]) -> dict[str, tuple]:
     """Each variant's most accurate tuning knobs (ties: the first listed); variants whose tuning
-    is not finished are left out."""
+    is not finished are left out. A setting tuned on another reads that one's rows."""
+    if tuned_on(setting) != setting:
+        rows = rows_of(tuned_on(setting))
     acc = {r["key"]: r["test_accuracy"] for r in rows}
     out = {}
-    for variant in TUNING[setting]:
+    for variant in TUNING[tuned_on(setting)]:
         cells = [c for c in tune_cells(setting) if c.variant == variant]
         if all(c.key in acc for c in cells):
             out[variant] = max(cells, key=lambda c: acc[c.key] if acc[c.key] is not None else -1).knobs
@@ -295,7 +321,7 @@ def summarize(setting: str, rows: list[dict]) -> dict:
         for r in rows
         if r["cell"]["phase"] == "tune"
     ]
-    runs = {v: sum(1 for t in tuning if t["variant"] == v) for v in TUNING[setting]}
+    runs = {v: sum(1 for t in tuning if t["variant"] == v) for v in TUNING[tuned_on(setting)]}
     return {
         "benchmark": "evidence",
         "setting": setting,
@@ -303,8 +329,9 @@ def summarize(setting: str, rows: list[dict]) -> dict:
         "delta": DELTA,
         "threat": THREAT,
         "tuning": {
+            "setting": tuned_on(setting),
             "seed": TUNING_SEED,
-            "epsilon": SETTINGS[setting]["tune_epsilon"],
+            "epsilon": SETTINGS[tuned_on(setting)]["tune_epsilon"],
             "runs_per_variant": runs,
             "runs": tuning,
         },
@@ -397,6 +424,41 @@ def plot(summary: dict, folder: Path) -> list[Path]:
     return repro.save(fig, ax, folder / f"accuracy_vs_epsilon_evidence_{summary['setting']}")
 
 
+def size_summary() -> dict:
+    """Accuracy vs D at SIZE_EPSILON (``SIZES``' grid rows): per variant, per D, the seeds."""
+    out: dict[str, dict] = {}
+    for setting in SIZES:
+        config = SETTINGS[setting]["config"]
+        for c in summarize(setting, rows_of(setting))["cells"]:
+            if c["epsilon"] == SIZE_EPSILON and c["mean"] is not None:
+                out.setdefault(c["variant"], {})[config["records"]] = c
+    return {"epsilon": SIZE_EPSILON, "delta": DELTA, "threat": THREAT, "by_records": out}
+
+
+def plot_sizes(summary: dict, folder: Path) -> list[Path]:
+    """accuracy_vs_records_evidence.{png,svg}: each variant's mean and min-max over seeds vs the
+    records N generated (80% train), at SIZE_EPSILON."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.0, 4.2))
+    for name, by in summary["by_records"].items():
+        xs = sorted(by)
+        mean, lo, hi = ([by[x][k] for x in xs] for k in ("mean", "min", "max"))
+        err = [[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]]
+        ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=VARIANTS[name].label + ", mean, min-max")
+    ax.set_xscale("log")
+    ax.set_xlabel("MNIST-1D records generated (80% train), embeddings 2, 4 devices, B 500, 10 epochs")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(
+        f"accuracy vs D at epsilon {summary['epsilon']:g}, delta {summary['delta']:g}, "
+        f"threat {summary['threat']}, seeds {', '.join(map(str, SEEDS))}"
+    )
+    return repro.save(fig, ax, folder / "accuracy_vs_records_evidence")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("setting", choices=list(SETTINGS))
@@ -409,14 +471,20 @@ def main(argv=None) -> int:
     p.add_argument("--secret-seed", type=int, default=0, help="root of the runs' secret seeds")
     p.add_argument("--plot", metavar="DIR")
     p.add_argument("--markdown", metavar="FILE")
+    p.add_argument("--sizes", metavar="DIR", help="report: also plot accuracy vs D (SIZES) into DIR")
     args = p.parse_args(argv)
     path = Path(args.out or OUT.format(setting=args.setting))
+    if args.phase == "tune" and tuned_on(args.setting) != args.setting:
+        p.error(f"{args.setting} takes the knobs of {tuned_on(args.setting)}: tune that one")
     if args.phase == "tune":
         repro.execute(tune_cells(args.setting), path, args.workers, args.secret_seed, runner=run_cell)
     elif args.phase == "grid":
         cells = grid_cells(args.setting, repro.read_rows(path), args.seeds, args.epsilons, args.variants)
         repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)
     summary = summarize(args.setting, repro.read_rows(path))
+    if args.sizes:
+        summary["sizes"] = size_summary()
+        summary["sizes"]["figures"] = [str(f) for f in plot_sizes(summary["sizes"], Path(args.sizes))]
     if args.plot:
         summary["figures"] = [str(f) for f in plot(summary, Path(args.plot))]
     if args.markdown:

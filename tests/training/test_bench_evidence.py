@@ -85,3 +85,26 @@ def test_the_goal_needs_every_seed_ahead_by_0_05():
     # a mean far ahead with one seed short is not met
     assert not bench.summarize("digits", rows([0.90, 0.90, 0.54], [0.50, 0.50, 0.50]))["goal_met"]["2.0"]
     assert not bench.summarize("digits", rows([0.60, 0.60], [0.50, 0.50]))["goal_met"]["2.0"]
+
+
+def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
+    """accuracy vs D: the 10k / 100k settings run the 30k setting's winning knobs, tune nothing
+    of their own, and the size report puts each variant's mean at its D."""
+    tune = bench.tune_cells("mnist1d-e2")
+    rows = [_row(c, 0.9 if i % 3 == 2 else 0.4) for i, c in enumerate(tune)]
+    best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 2}
+    monkeypatch.setattr(bench, "rows_of", lambda setting, path=None: rows if setting == "mnist1d-e2" else [])
+    for setting in ("mnist1d-e2-10k", "mnist1d-e2-100k"):
+        assert bench.tuned_on(setting) == "mnist1d-e2" and bench.tune_cells(setting) == tune
+        cells = bench.grid_cells(setting, [])
+        assert {c.variant: c.knobs for c in cells} == best
+        assert {c.epsilon for c in cells} == {bench.SIZE_EPSILON} and {c.setting for c in cells} == {setting}
+    with pytest.raises(SystemExit):
+        bench.main(["mnist1d-e2-10k", "--phase", "tune"])
+    grid = [_row(c, 0.5) for c in bench.grid_cells("mnist1d-e2-100k", [])]
+    monkeypatch.setattr(
+        bench, "rows_of", lambda setting, path=None: grid if setting == "mnist1d-e2-100k" else []
+    )
+    by = bench.size_summary()["by_records"]
+    assert set(by) == {"dpzv", "frozen"} and all(set(v) == {100_000} for v in by.values())
+    assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
