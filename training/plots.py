@@ -1,7 +1,8 @@
 """The run's plots: test accuracy vs rounds and vs bytes exchanged (PNG and SVG).
 
 The accuracy axis always runs from 0 to 100%, so that chance-level wobble (e.g. 7-10% on a
-ten-class task) is not stretched to look like learning; ``chance`` (%) is drawn as a dashed line.
+ten-class task) is not stretched to look like learning; ``chance`` (%), the majority class's
+share, is drawn as a dashed line. A private run's title names its epsilon, delta and threat.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def write(out: Path, rows: list[dict], config, chance: float | None = None) -> N
 
     acc = [100 * r["test_accuracy"] for r in rows]
     label = f"{config.method}, {config.dataset}, M={config.devices}"
+    title = "no noise"
     if math.isfinite(config.epsilon):
-        label += f", eps={config.epsilon:g}"
+        title = f"whole-run epsilon {config.epsilon:g}, delta {config.delta:g}, threat {config.threat}"
     if config.freeze:
         label += f", {config.freeze} frozen"
     xs = {"rounds": ([r["round"] for r in rows], "communication rounds (count)")}
@@ -44,10 +46,11 @@ def write(out: Path, rows: list[dict], config, chance: float | None = None) -> N
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.plot(x, acc, marker="o", label=label)
         if chance is not None:
-            ax.axhline(chance, color="grey", linestyle="--", label=f"chance ({chance:.3g}%)")
+            ax.axhline(chance, color="grey", linestyle="--", label=f"majority class, chance ({chance:.3g}%)")
         ax.set_ylim(0, 100)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("test accuracy (%, full scale)")
+        ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

@@ -7,7 +7,8 @@ import pytest
 from privzv.training import plots
 
 
-def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch):
+@pytest.mark.parametrize("epsilon", [float("inf"), 2.0])
+def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch, epsilon):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +21,7 @@ def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch):
         for r, a in ((1, 0.07), (2, 0.105), (3, 0.09))
     ]  # chance-level wobble
     config = types.SimpleNamespace(
-        method="dpzv", dataset="digits", devices=4, epsilon=float("inf"), freeze=None
+        method="dpzv", dataset="digits", devices=4, epsilon=epsilon, delta=1e-5, threat="device", freeze=None
     )
     plots.write(tmp_path, rows, config, chance=plots.chance([0, 1, 1, 2]))
     monkeypatch.undo()
@@ -30,6 +31,9 @@ def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch):
         assert ax.get_ylim() == (0, 100)
         lines = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
         assert len(lines) == 1 and lines[0].get_ydata()[0] == pytest.approx(50.0)
+        assert lines[0].get_label().startswith("majority class")
+        want = "no noise" if epsilon == float("inf") else "epsilon 2, delta 1e-05, threat device"
+        assert want in ax.get_title()
         plt.close(fig)
 
 
