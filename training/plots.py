@@ -31,7 +31,7 @@ def write(out: Path, rows: list[dict], config, chance: float | None = None) -> N
 
     acc = [100 * r["test_accuracy"] for r in rows]
     label = f"{config.method}, {config.dataset}, M={config.devices}"
-    title = "no noise"
+    title = "no noise" if config.sigma is None else f"noise sigma {config.sigma:g} given"
     if math.isfinite(config.epsilon):
         title = f"whole-run epsilon {config.epsilon:g}, delta {config.delta:g}, threat {config.threat}"
     if config.freeze:
