@@ -707,7 +707,13 @@ class _Loop:
         rows = self.folder.metrics
         summary = _summary(self.config, self.p, self.sched, self.sched.ledger, rows, self.rounds)
         guess = plots.chance(self.dataset.y_test) / 100.0
-        summary["diverged"] = divergence.collapse(rows, guess, divergence.advice(self.sched.method))
+        method = self.sched.method
+        summary["diverged"] = divergence.collapse(
+            rows,
+            guess,
+            divergence.advice(method),
+            divergence.advice(method, divergence.OVERCONFIDENT_CUT),
+        )
         plots.write(self.folder.path, rows, self.config, chance=100.0 * guess)
         self.folder.finish({**summary, **(extra or {})})
         return summary

@@ -159,11 +159,13 @@ def test_collapse_reports_the_issues_digits_run_and_not_a_steady_one():
     assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.35, 1.8)]), 0.1) is None
     assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.25, 1.8)]), 0.1)
     assert found["reason"].endswith("(lower --lr-device / --lr-server)")
-    # loss above the untrained model's alone is enough; accuracy held, so the hint is the one the
-    # README's demo check measured (a lower head rate stops the loss rise)
+    # loss above the untrained model's alone is enough; accuracy held: overconfidence, which either
+    # rate can drive (DPZV on digits at epsilon 1: the device rate), so both are named
     loss_only = divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.5, 2.5)]), 0.1)
     assert "loss" in loss_only["reason"] and "fell" not in loss_only["reason"]
-    assert loss_only["reason"].endswith("a lower --lr-server stops the loss rise)")
+    assert loss_only["reason"].endswith("overconfident; lower --lr-device / --lr-server)")
+    told = divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.5, 2.5)]), 0.1, "a", "b")
+    assert told["reason"].endswith("overconfident; b)")
 
 
 def test_summary_has_the_best_evaluation_the_curve_and_the_divergence_verdict(tmp_path):
@@ -178,7 +180,9 @@ def test_summary_has_the_best_evaluation_the_curve_and_the_divergence_verdict(tm
 
 
 def test_a_collapsed_run_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(divergence, "collapse", lambda rows, chance, tip: {"reason": "training diverged: x"})
+    monkeypatch.setattr(
+        divergence, "collapse", lambda rows, chance, tip, overconfident: {"reason": "training diverged: x"}
+    )
     summary = run.train(TrainConfig(**SMALL), tmp_path / "r", secret_seed=1)
     assert summary["diverged"] == {"reason": "training diverged: x"}
 
@@ -186,7 +190,9 @@ def test_a_collapsed_run_is_reported(tmp_path, monkeypatch):
 def test_cli_prints_the_chosen_values_and_a_divergence_warning(tmp_path, capsys, monkeypatch):
     from privzv.cli import main
 
-    monkeypatch.setattr(divergence, "collapse", lambda rows, chance, tip: {"reason": "training diverged: x"})
+    monkeypatch.setattr(
+        divergence, "collapse", lambda rows, chance, tip, overconfident: {"reason": "training diverged: x"}
+    )
     args = [
         "train",
         "--dataset",

@@ -47,6 +47,8 @@ def test_advice_names_each_rate_flag_with_a_hundredth_of_the_applied_rate(tiny_s
     )
     given = tiny_scheduler(method="vafl", lr_device=0.2, lr_server=0.3).method
     assert "--lr-device 0.002 --lr-server 0.003" in divergence.advice(given)
+    third = divergence.advice(given, divergence.OVERCONFIDENT_CUT)
+    assert "--lr-device 0.0667 --lr-server 0.1 (a third of this run's)" in third
 
 
 def test_a_divergence_during_a_round_is_advised_once(tmp_path, monkeypatch):
