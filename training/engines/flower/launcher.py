@@ -549,6 +549,7 @@ def resumed(out: Path, given: TrainConfig | None) -> tuple[TrainConfig, int]:
         runs.check_engine(folder.path, saved, runs.FLOWER)
         folder.check_not_diverged("--resume")
         config = runs.resumed_config(TrainConfig.from_dict(saved["config"]).validate(), given, False)
+        folder.load_checkpoint()  # the manifest that secrets.json is checked against
         return config, folder.read_secrets()["secret_seed"]
 
 
