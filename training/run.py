@@ -482,6 +482,7 @@ def _resume(
 
 
 INPROCESS, FLOWER = "inprocess", "flower"  # config.json's engine: where the devices lived
+ENGINE_NAMES = {INPROCESS: "in-process", FLOWER: "Flower"}
 
 
 def engine_name(engine: Callable | None) -> str:
@@ -498,10 +499,8 @@ def check_engine(path: Path, saved: dict, engine: str) -> None:
             "could be resumed); an in-process run of then resumes without --engine"
         )
     if ran != engine:
-        raise PrivzvError(
-            f"--resume {str(path)!r}: a run of the "
-            + ("Flower engine; resume it with --engine flower" if ran == FLOWER else "in-process engine; resume it without --engine")
-        )
+        how = "with --engine flower" if ran == FLOWER else "without --engine"
+        raise PrivzvError(f"--resume {str(path)!r}: a run of the {ENGINE_NAMES[ran]} engine; resume it {how}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -450,7 +450,9 @@ def _same_resumed(tmp_path, config, attempt: str) -> None:
     ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
     resumed = _flower(tmp_path, None, attempt, resume=True)
     _same_runs(tmp_path, ref, resumed, config.devices, folders=tmp_path / attempt)
-    ledger = [json.loads((tmp_path / r / "private" / "ledger.json").read_text()) for r in ("inprocess", "flower")]
+    ledger = [
+        json.loads((tmp_path / r / "private" / "ledger.json").read_text()) for r in ("inprocess", "flower")
+    ]
     assert ledger[0] == ledger[1]
 
 
@@ -497,7 +499,9 @@ def test_a_kill_after_the_devices_saved_and_before_the_servers_checkpoint(tmp_pa
         assert own["step"] == 2  # round 4's checkpoint: rounds 0-3, two per device
         saved = {p.name for p in (tmp_path / "states" / f"device{m}").glob("state-*.pt")}
         assert len(saved) == 2 and f"state-{own['tag']}.pt" in saved  # and round 6's
-        uncommitted += [tmp_path / "states" / f"device{m}" / name for name in saved - {f"state-{own['tag']}.pt"}]
+        uncommitted += [
+            tmp_path / "states" / f"device{m}" / name for name in saved - {f"state-{own['tag']}.pt"}
+        ]
     _same_resumed(tmp_path, LONGER, "second")
     assert not any(path.exists() for path in uncommitted)  # dropped on resume
 
@@ -536,14 +540,18 @@ def test_a_device_refuses_a_checkpoint_tag_that_is_a_path(tmp_path):
     """The server names a device's checkpoint; the tag becomes a file name in the device's folder,
     so anything but 16 hex digits is refused before a file is touched."""
     loop = Loopback(CONFIG, tmp_path, SECRET)
-    hello = RecordDict(
-        {"config": ConfigRecord({"json": json.dumps(CONFIG.to_dict()), "sigma": 1.0})}
-    )
+    hello = RecordDict({"config": ConfigRecord({"json": json.dumps(CONFIG.to_dict()), "sigma": 1.0})})
     apps.handle("query.hello", hello, loop.node[0], loop.state[0], loop.live)
     for tag in ("../../escape", "/tmp/x", "ABCDEF0123456789"):
         for kind, record in (("query.checkpoint", {"tag": tag, "keep": ""}), ("query.restore", {"tag": tag})):
             with pytest.raises(PrivzvError, match="checkpoint tag"):
-                apps.handle(kind, RecordDict({"checkpoint": ConfigRecord(record)}), loop.node[0], loop.state[0], loop.live)
+                apps.handle(
+                    kind,
+                    RecordDict({"checkpoint": ConfigRecord(record)}),
+                    loop.node[0],
+                    loop.state[0],
+                    loop.live,
+                )
     assert not (tmp_path / "device0" / "state").exists()
 
 

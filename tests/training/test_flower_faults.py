@@ -210,7 +210,11 @@ def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tm
     assert procs.inside(tmp) == [] and list(tmp.glob("privzv-flower-*")) == []
     assert main([*args, "--engine", "inprocess", "--out", str(tmp_path / "ref"), "--json"]) == 0
     ref, got = json.loads(capsys.readouterr().out), json.loads(resumed.stdout)
-    assert (got["rounds"], got["epsilon_spent"], got["bytes_up"]) == (ref["rounds"], ref["epsilon_spent"], ref["bytes_up"])
+    assert (got["rounds"], got["epsilon_spent"], got["bytes_up"]) == (
+        ref["rounds"],
+        ref["epsilon_spent"],
+        ref["bytes_up"],
+    )
     for ours, theirs in zip(got["curve"], ref["curve"], strict=True):  # every evaluation
         assert ours == pytest.approx(theirs, rel=1e-6)
     ledgers = [json.loads((r / "private" / "ledger.json").read_text()) for r in (out, tmp_path / "ref")]

@@ -184,9 +184,7 @@ def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: 
         record = state["config"]
     config = TrainConfig.from_dict(json.loads(str(record["json"]))).validate()
     folder = device_folder(node, m)
-    party = DeviceParty(
-        config, m, noise_key(folder), float(record["sigma"]), folder, state_folder(node, m)
-    )
+    party = DeviceParty(config, m, noise_key(folder), float(record["sigma"]), folder, state_folder(node, m))
     if live is not None:
         live[m] = party
     elif "device" in state:

@@ -20,12 +20,18 @@
    local user can read in ``ps``); except in mode ``simulation`` (virtual SuperNodes): device
    m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
    Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
-   folder=<its folder>``, and its long-lived ClientApp ``executor``; then ``flwr run`` of the
+   folder=<its folder> state=<out/private/device<m>/flower>`` (its own state folder, which
+   outlives the work folder: :func:`state_folder`), and its long-lived ClientApp ``executor``;
+   then ``flwr run`` of the
    app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
    ``privzv-config``);
 5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
    ServerApp included, ends the wait at once), copies the devices' transcripts into
    ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
+
+``run(None, out, resume=True)`` continues the Flower run in ``out`` from its last checkpoint
+(:func:`resumed` checks the folder first) on a new work folder and new credentials; each device
+continues from its own saved state (``server.FlowerEngine.load_state_dict``).
 
 A runtime failure (a process died, a timeout, a refused reply) raises ``cliutil.Failed`` (exit
 1), bad input ``PrivzvError`` (exit 2), both one line naming a copy of the logs; SIGTERM and
