@@ -468,6 +468,8 @@ def _resume(
     python.check_architecture(saved, sched)
     try:
         sched.load_state_dict(ckpt["state"])
+    except PrivzvError:  # the engine's own one line (a Flower device without its saved state)
+        raise
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
         raise PrivzvError(f"checkpoint.pt: does not fit the run's config ({type(exc).__name__})") from None
     if config.transcripts:

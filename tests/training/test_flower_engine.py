@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import signal
 import time
 import types
@@ -534,6 +535,19 @@ def test_a_devices_state_stays_in_its_own_folder(flower_run):
         assert file in holders and {p.parent for p in holders} == {own}, holders  # sound, and nowhere else
         party = run_folder.party_state(run_dir, f"device{m}")["devices"]
         assert set(party[m]) == {"tag", "step"} and party[1 - m] is None
+
+
+def test_a_resume_without_a_devices_saved_state_fails_in_one_line_and_writes_nothing(flower_run, tmp_path):
+    """Device 1's saved state gone: the resume stops at the devices' restore, naming the file,
+    before anything of the run folder is written."""
+    shutil.copytree(flower_run, tmp_path, dirs_exist_ok=True)
+    for old in (tmp_path / "states" / "device1").glob("state-*.pt"):
+        old.unlink()
+    before = {p: p.read_bytes() for p in (tmp_path / "flower").rglob("*") if p.is_file()}
+    with pytest.raises(PrivzvError, match=r"device1/state-[0-9a-f]{16}\.pt'?: the device's state") as err:
+        _flower(tmp_path, None, "second", resume=True)
+    assert "\n" not in str(err.value)
+    assert {p: p.read_bytes() for p in (tmp_path / "flower").rglob("*") if p.is_file()} == before
 
 
 def test_a_device_refuses_a_checkpoint_tag_that_is_a_path(tmp_path):
