@@ -10,7 +10,9 @@ refusal) it recomputes its uplink from that state (``method.device_send``, deter
 the state, as Flower's vertical-FL example recomputes its forward) and then runs
 ``method.device_receive`` (or ``method.device_abort``). The features are loaded inside the app
 from the device's partition id (:func:`own_data`): the columns of device m, train and test, and
-nothing else is kept; labels are never loaded into the party.
+nothing else is kept; labels are never loaded into the party. At each of the server's
+checkpoints the device saves its state in its own state folder (:meth:`DeviceParty.checkpoint`),
+from which a resumed run continues it (:meth:`DeviceParty.resume`; ``devicestate``).
 """
 
 from __future__ import annotations
