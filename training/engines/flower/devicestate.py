@@ -82,7 +82,7 @@ def mirror(live: Path, folder: Path, party: str, done: list, sizes: list) -> Non
     whatever a save that was never committed appended), fsync'd."""
     for suffix, start, stop in zip((INDEX, DATA), done, sizes):
         copy = folder / f"{party}{suffix}"
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = os.open(copy, os.O_RDWR | os.O_CREAT, 0o600)
         with os.fdopen(fd, "r+b") as out, open(live / f"{party}{suffix}", "rb") as src:
             out.truncate(start)
             out.seek(start)
