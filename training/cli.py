@@ -3,7 +3,7 @@
 Precedence: built-in defaults < ``--config FILE`` (JSON object of ``TrainConfig`` fields) <
 explicit flags. ``--resume DIR`` continues the run in DIR from its last checkpoint with its saved
 config (only ``--extend --epochs E``, ``--device``, ``--checkpoint-every`` and ``--json`` may be given
-with it).
+with it; a Flower run resumes with ``--engine flower``, and ``--flower-timeout``).
 Bad input: one stderr line, exit 2.
 """
 
@@ -41,7 +41,11 @@ def build_parser() -> cliutil.Parser:
         type=n("--checkpoint-every", low=1, integer=True),
         help=f"rounds between checkpoints (default {CHECKPOINT_EVERY})",
     )
-    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its ledger continues)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR (its ledger continues; a Flower run: with --engine flower)",
+    )
     p.add_argument("--extend", action="store_true", help="with --resume and --epochs: lengthen the run")
     p.add_argument(
         "--engine",
@@ -80,7 +84,7 @@ def _check_resume_flags(args) -> None:
     if others:
         raise PrivzvError(
             f"{others[0]}: cannot be given with --resume (only "
-            "--extend --epochs, --device, --checkpoint-every and --json)"
+            "--extend --epochs, --device, --checkpoint-every, --json and --engine)"
         )
     if args.epochs is not None and not args.extend:
         raise PrivzvError(f"--epochs {args.epochs:g}: changing a run's epochs needs --extend")
@@ -129,19 +133,26 @@ def _main(argv: Sequence[str]) -> int:
     bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
     every = args.checkpoint_every
     if args.resume:
-        if args.engine != "inprocess":
-            raise PrivzvError(f"--engine {args.engine}: --resume continues in-process runs only")
+        if args.engine == "flower-sim":
+            raise PrivzvError(
+                "--engine flower-sim: --resume continues in-process and --engine flower runs only"
+            )
         _check_resume_flags(args)
         out = Path(args.resume)
+        if args.engine == "flower" and args.extend:
+            raise PrivzvError("--extend: not with --engine flower (lengthen an in-process run)")
         config = None
         if args.extend or args.device is not None:
             changes = {"epochs": args.epochs} if args.extend else {}
             if args.device is not None:
                 changes["device"] = args.device
             config = dataclasses.replace(run.saved_config(out), **changes)
-        summary = run.train(
-            config, out, resume=True, extend=args.extend, checkpoint_every=every, progress=bar
-        )
+        if args.engine == "flower":
+            summary = _flower(args, config, out, resume=True)
+        else:
+            summary = run.train(
+                config, out, resume=True, extend=args.extend, checkpoint_every=every, progress=bar
+            )
     else:
         if args.extend:
             raise PrivzvError("--extend: only with --resume")
@@ -173,17 +184,18 @@ def _main(argv: Sequence[str]) -> int:
     return stopping.EXIT_CODES.get(summary["stopped"], 0)
 
 
-def _flower(args, config: TrainConfig, out: Path) -> dict:
-    """The run on a local Flower deployment or simulation; its summary with the bytes Flower
-    serialised."""
+def _flower(args, config: TrainConfig | None, out: Path, resume: bool = False) -> dict:
+    """The run on a local Flower deployment or simulation (``resume``: continued from its last
+    checkpoint); its summary with the bytes Flower serialised."""
     from privzv.training import run
     from privzv.training.engines.flower import launcher
 
-    secret = args.secret_seed if args.secret_seed is not None else run.new_secret_seed()
+    secret = args.secret_seed if args.secret_seed is not None or resume else run.new_secret_seed()
     result = launcher.run(
         config,
         out,
         secret_seed=secret,
+        resume=resume,
         overwrite=args.overwrite,
         checkpoint_every=args.checkpoint_every,
         timeout=args.flower_timeout,

@@ -274,13 +274,11 @@ def _train(
     if checkpoint_every is not None and not (isinstance(checkpoint_every, int) and checkpoint_every >= 1):
         raise PrivzvError(f"--checkpoint-every {checkpoint_every!r}: must be an integer >= 1")
     if resume:
-        if engine is not None:
-            raise PrivzvError("--resume: only runs of the in-process engine can be resumed")
         if secret_seed is not None or overwrite:
             flag = "--secret-seed" if secret_seed is not None else "--overwrite"
             raise PrivzvError(f"{flag}: cannot be given with --resume (the run keeps its own)")
         with RunFolder.open(out) as folder:
-            return _resume(folder, config, extend, checkpoint_every, progress, signals, python)
+            return _resume(folder, config, extend, checkpoint_every, progress, signals, python, engine)
     if extend:
         raise PrivzvError("--extend: only with --resume")
     if secret_seed is not None and not (isinstance(secret_seed, int) and 0 <= secret_seed < 2**63):
@@ -317,6 +315,7 @@ def _train(
                 "defaults": chosen,
                 "data": data.public_shape(dataset),
                 "models": python.architecture(sched),
+                "engine": engine_name(engine),
             }
         )
         if announce:
@@ -383,7 +382,7 @@ def _saved_config(
 RESUME_MUTABLE = ("epochs", "device")
 
 
-def _resumed_config(
+def resumed_config(
     saved: TrainConfig, given: TrainConfig | None, extend: bool, own_data: bool = False
 ) -> TrainConfig:
     if given is None:
@@ -422,24 +421,26 @@ def _resume(
     progress,
     signals: stopping.Signals,
     python: Python,
+    engine: Callable | None = None,
 ) -> dict:
     saved = folder.read_config()
     python.check_resumable(folder.path, saved)
+    check_engine(folder.path, saved, engine_name(engine))
     folder.check_not_diverged("--resume")
     every = every or saved.get("checkpoint_every") or CHECKPOINT_EVERY
     own_data = python.dataset is not None
     saved_config = TrainConfig.from_dict(saved["config"]).validate(own_data)
-    config = _resumed_config(saved_config, given, extend, own_data)
+    config = resumed_config(saved_config, given, extend, own_data)
     ckpt = folder.load_checkpoint()
     secret = folder.read_secrets()
     _check_checkpoint(ckpt, saved, saved_config)
     if not ckpt["state"].get("devices") and saved_config.devices:  # the Flower engine keeps none
         raise PrivzvError(
-            f"--resume {folder.path}: a run of the Flower engine cannot be resumed "
-            "(its checkpoint has no device state)"
+            f"--resume {folder.path}: this Flower run cannot be resumed (its checkpoint has no "
+            "device state: it was written before Flower devices saved theirs)"
         )
     torch.set_num_threads(config.threads)
-    dataset, method_cls, rounds = _setup(config, None, python.dataset)
+    dataset, method_cls, rounds = _setup(config, engine, python.dataset)
     data.check_same(dataset, saved.get("data"), f"--resume {str(folder.path)!r}")
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
@@ -461,11 +462,14 @@ def _resume(
         ledger=ledger,
         release=p.release if p.private else None,
         secret_seed=secret["secret_seed"],
+        engine=engine,
         given=python.given,
     )
     python.check_architecture(saved, sched)
     try:
         sched.load_state_dict(ckpt["state"])
+    except PrivzvError:  # the engine's own one line (a Flower device without its saved state)
+        raise
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
         raise PrivzvError(f"checkpoint.pt: does not fit the run's config ({type(exc).__name__})") from None
     if config.transcripts:
@@ -477,6 +481,28 @@ def _resume(
         _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds, ckpt)
     folder.resumed(ckpt, seeded=not config.secure_noise, platform=_platform(config))
     return _Loop(folder, config, dataset, sched, p, rounds, every, wall, signals).run(progress)
+
+
+INPROCESS, FLOWER = "inprocess", "flower"  # config.json's engine: where the devices lived
+ENGINE_NAMES = {INPROCESS: "in-process", FLOWER: "Flower"}
+
+
+def engine_name(engine: Callable | None) -> str:
+    return INPROCESS if engine is None else FLOWER
+
+
+def check_engine(path: Path, saved: dict, engine: str) -> None:
+    """A run resumes on the engine it was trained on (a Flower run's devices keep their own
+    state; an in-process run's devices are in its checkpoint)."""
+    ran = saved.get("engine", INPROCESS)  # a run written before config.json named its engine
+    if "engine" not in saved and engine != INPROCESS:
+        raise PrivzvError(
+            f"--resume {str(path)!r}: config.json names no engine (written before Flower runs "
+            "could be resumed); an in-process run of then resumes without --engine"
+        )
+    if ran != engine:
+        how = "with --engine flower" if ran == FLOWER else "without --engine"
+        raise PrivzvError(f"--resume {str(path)!r}: a run of the {ENGINE_NAMES[ran]} engine; resume it {how}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -580,6 +606,7 @@ def _extend(folder, saved, config, saved_config, p, method_cls, dataset, rounds,
             "defaults": saved.get("defaults"),
             "data": data.public_shape(dataset),
             "models": saved.get("models"),
+            "engine": saved.get("engine", INPROCESS),
         }
     )
 
@@ -687,6 +714,7 @@ class _Loop:
                 self.signals.check()
                 sched.run(self.rounds, lambda r: r in self.evals or r % self.every == 0, self._at, tick=tick)
             except stopping.Stop as stop:
+                sched.finish_started()
                 sched.stopped = stop.reason
                 self.evaluate(sched.round, None if sched.round in self.evals else stop.reason)
             finally:

@@ -187,6 +187,13 @@ class Scheduler:
             rounds.append((t, d, batch))
             t += 1
 
+    def finish_started(self) -> None:
+        """Serve the rounds already started ahead (a stop signal ends the run after them, so its
+        checkpoint meets no round in flight)."""
+        self.limit = self.round + len(self.ahead)
+        while self.round in self.ahead:
+            self.step()
+
     def _stop_for_budget(self, undo) -> bool:
         if undo is not None:
             self.server.noise.load_state_dict(undo)
@@ -200,9 +207,13 @@ class Scheduler:
         on_eval: Callable[[int], None],
         tick: Callable[[], None] = lambda: None,
     ) -> None:
-        """Run until global round ``rounds`` (or the budget stops it); ``on_eval`` where due."""
-        self.limit = rounds
+        """Run until global round ``rounds`` (or the budget stops it); ``on_eval`` where due.
+        Rounds start ahead only up to the next round where ``eval_at`` holds: an evaluation or a
+        checkpoint meets no round in flight (a resume then restarts none)."""
+        self.limit = self.round
         while self.round < rounds:
+            if self.limit <= self.round:
+                self.limit = next((r for r in range(self.round + 1, rounds) if eval_at(r)), rounds)
             if not self.step():
                 on_eval(self.round)
                 return

@@ -67,6 +67,10 @@ def test_flower_processes_give_the_in_process_run(tmp_path, capsys, engine):
             assert not any(n in data for n in needles), path
 
 
-def test_flower_refuses_resume(tmp_path, capsys):
-    assert main(["--resume", str(tmp_path), "--engine", "flower"]) == 2
-    assert "--resume continues in-process runs only" in capsys.readouterr().err
+def test_flower_sim_and_extend_refuse_resume(tmp_path, capsys):
+    """The simulation's devices keep their state in its temporary work folder; a Flower run is
+    not lengthened (its devices check the config they saved)."""
+    assert main(["--resume", str(tmp_path), "--engine", "flower-sim"]) == 2
+    assert "--resume continues in-process and --engine flower runs only" in capsys.readouterr().err
+    assert main(["--resume", str(tmp_path), "--engine", "flower", "--extend", "--epochs", "2"]) == 2
+    assert "--extend: not with --engine flower" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import signal
 import time
 import types
@@ -20,11 +21,11 @@ import torch
 
 pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
 
-from flwr.app import RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, RecordDict  # noqa: E402
 
 from privzv.cliutil import Failed  # noqa: E402
 from privzv.errors import PrivzvError  # noqa: E402
-from privzv.training import data, run, seeds, transcript  # noqa: E402
+from privzv.training import data, run, run_folder, seeds, transcript  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
 from privzv.training.engines.flower import apps, codec, waits  # noqa: E402
 from privzv.training.engines.flower.device import OwnData, own_data  # noqa: E402
@@ -44,8 +45,11 @@ class Loopback:
     """Transport of ``FlowerEngine`` that answers at once with ``apps.handle`` of the device; node
     ids are not in device order (the engine must map them by partition id)."""
 
-    def __init__(self, config: TrainConfig, folder, secret: int, live: bool = True):
+    def __init__(self, config: TrainConfig, folder, secret: int, live: bool = True, state=None):
         self.node = [{"partition-id": m, "folder": str(folder / f"device{m}")} for m in range(config.devices)]
+        if state is not None:  # the devices' own state folders, beside (not in) their work folders
+            for m, n in enumerate(self.node):
+                n["state"] = str(state / f"device{m}")
         self.keys = keys(config.devices)
         for m, n in enumerate(self.node):
             Path(n["folder"]).mkdir(parents=True)
@@ -119,8 +123,9 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
     assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
 
 
-def _same_runs(tmp_path, ref: dict, flower: dict, devices: int) -> None:
-    """The Flower run equals the in-process one: summary, metrics, every party's transcript."""
+def _same_runs(tmp_path, ref: dict, flower: dict, devices: int, folders=None) -> None:
+    """The Flower run equals the in-process one: summary, metrics, every party's transcript
+    (a device's in ``folders``/device<m>, default tmp_path/devices)."""
     assert flower["rounds"] == ref["rounds"] and flower["stopped"] == ref["stopped"]
     assert flower["epsilon_spent"] == ref["epsilon_spent"] and ref["epsilon_spent"] > 0
     assert (flower["bytes_up"], flower["bytes_down"]) == (ref["bytes_up"], ref["bytes_down"])
@@ -132,7 +137,7 @@ def _same_runs(tmp_path, ref: dict, flower: dict, devices: int) -> None:
     # every party's transcript: the same entries and values in both engines
     for party, folder in [
         ("server", tmp_path / "flower"),
-        *((f"device{m}", tmp_path / "devices" / f"device{m}") for m in range(devices)),
+        *((f"device{m}", (folders or tmp_path / "devices") / f"device{m}") for m in range(devices)),
     ]:
         ours = transcript.read_folder(folder if party != "server" else folder / "transcripts", party)
         theirs = transcript.load(tmp_path / "inprocess", party)
@@ -193,6 +198,7 @@ def test_devices_receive_no_labels_and_no_other_features(tmp_path):
         "query.send": {"round/round", "batch/ids"},
         "train.receive": {"meta/round", "meta/sender", "meta/receiver", "meta/kind", "tensors/g"},
         "query.embed": {"rows/start", "rows/stop"},
+        "query.checkpoint": {"checkpoint/tag", "checkpoint/keep"},  # the run's final checkpoint
     }
     for m, received in enumerate(loop[0].received):
         kinds = set()
@@ -425,20 +431,160 @@ class Killed(Loopback):
         return super().push(node, kind, content)
 
 
-def test_resume_of_a_flower_run_is_refused(tmp_path, capsys):
-    """Issue 25 item 2: a stopped Flower run's checkpoint has no device state; ``--resume`` of it
-    (which the in-process engine would otherwise continue from fresh devices) is one line, exit 2."""
-    from privzv.training.cli import main
+# 9 rounds, evaluations at 4 and 9, checkpoints every 2 rounds
+LONGER = dataclasses.replace(CONFIG, epochs=9 / 90, evals=2)
+
+
+def _flower(tmp_path, config, attempt: str, transport=Loopback, **kw) -> dict:
+    """``run.train`` on the Flower engine over ``transport``; each attempt (a launch) has fresh
+    device work folders, while every device keeps its state in its own folder in states/."""
 
     def engine(cfg):
-        return FlowerEngine(Killed(cfg, tmp_path / "devices", SECRET), cfg, keys(cfg.devices))
+        loop = transport(cfg, tmp_path / attempt, SECRET, state=tmp_path / "states")
+        return FlowerEngine(loop, cfg, keys(cfg.devices))
 
-    summary = run.train(CONFIG, tmp_path / "flower", secret_seed=SECRET, checkpoint_every=1, engine=engine)
-    assert summary["stopped"] == "interrupted"
-    capsys.readouterr()
-    assert main(["--resume", str(tmp_path / "flower")]) == 2
+    return run.train(config, tmp_path / "flower", engine=engine, **kw)
+
+
+def _same_resumed(tmp_path, config, attempt: str) -> None:
+    """The resumed Flower run equals the in-process run: summary, metrics, ledger, transcripts."""
+    ref = run.train(config, tmp_path / "inprocess", secret_seed=SECRET)
+    resumed = _flower(tmp_path, None, attempt, resume=True)
+    _same_runs(tmp_path, ref, resumed, config.devices, folders=tmp_path / attempt)
+    ledger = [
+        json.loads((tmp_path / r / "private" / "ledger.json").read_text()) for r in ("inprocess", "flower")
+    ]
+    assert ledger[0] == ledger[1]
+
+
+@pytest.mark.parametrize("method, live", [("dpzv", True), ("vafl", True), ("dpzv", False)])
+def test_a_stopped_flower_run_resumes_to_the_in_process_run(tmp_path, method, live):
+    """Issue 23 item 4: a Flower run stopped mid-run (its devices' states saved in their own
+    folders at the stop's checkpoint, the rounds started ahead served first) resumes on fresh
+    device processes to the in-process run; vafl's device-made releases are recorded as their
+    rounds start, so a checkpoint never meets a round in flight; live=False: the device rebuilt
+    per message (Flower's simulation)."""
+    config = dataclasses.replace(LONGER, method=method)
+
+    def stopping(cfg, folder, secret, state):
+        return Killed(cfg, folder, secret, live, state)
+
+    stopped = _flower(tmp_path, config, "first", stopping, secret_seed=SECRET, checkpoint_every=2)
+    assert stopped["stopped"] == "interrupted" and 0 < stopped["rounds"] < 9
+    _same_resumed(tmp_path, config, "second")
+
+
+class Crash(BaseException):
+    """The server's process dies (as under SIGKILL: nothing more of it runs)."""
+
+
+def test_a_kill_after_the_devices_saved_and_before_the_servers_checkpoint(tmp_path, monkeypatch):
+    """The server writes its checkpoint after every device saved its state: killed between the
+    two, the run folder keeps its last checkpoint and every device still holds its state of that
+    checkpoint beside the newer one, so the resumed run is the in-process run."""
+    save = run.RunFolder.save_checkpoint
+
+    def dies_at_round_6(folder, round_, *args):
+        if round_ == 6:
+            raise Crash
+        save(folder, round_, *args)
+
+    monkeypatch.setattr(run.RunFolder, "save_checkpoint", dies_at_round_6)
+    with pytest.raises(Crash):
+        _flower(tmp_path, LONGER, "first", secret_seed=SECRET, checkpoint_every=2)
+    monkeypatch.undo()
+    assert run_folder.party_state(tmp_path / "flower", None)["devices"] == [None, None]  # not public
+    uncommitted = []
+    for m in range(2):
+        own = run_folder.party_state(tmp_path / "flower", f"device{m}")["devices"][m]
+        assert own["step"] == 2  # round 4's checkpoint: rounds 0-3, two per device
+        saved = {p.name for p in (tmp_path / "states" / f"device{m}").glob("state-*.pt")}
+        assert len(saved) == 2 and f"state-{own['tag']}.pt" in saved  # and round 6's
+        uncommitted += [
+            tmp_path / "states" / f"device{m}" / name for name in saved - {f"state-{own['tag']}.pt"}
+        ]
+    _same_resumed(tmp_path, LONGER, "second")
+    assert not any(path.exists() for path in uncommitted)  # dropped on resume
+
+
+@pytest.fixture(scope="module")
+def flower_run(tmp_path_factory):
+    """A finished Flower run (4 rounds, checkpoints every 2) and its devices' state folders."""
+    tmp = tmp_path_factory.mktemp("flower-run")
+    _flower(tmp, CONFIG, "first", secret_seed=SECRET, checkpoint_every=2)
+    return tmp
+
+
+def test_a_devices_state_stays_in_its_own_folder(flower_run):
+    """A device saves its state (model, noise position, step, transcript copy) in its own state
+    folder only (0700, files 0600): no public file of the run, no file of the server or of the
+    other device holds its model; the server keeps only its tag and step."""
+    run_dir, states = flower_run / "flower", flower_run / "states"
+    for m in range(2):
+        own = states / f"device{m}"
+        file = own / f"state-{run_folder.party_state(run_dir, f'device{m}')['devices'][m]['tag']}.pt"
+        assert own.stat().st_mode & 0o777 == 0o700
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in own.iterdir())
+        model = torch.load(file, weights_only=True)["model"]
+        needle = next(iter(model.values())).numpy().tobytes()[:256]
+        holders = [
+            p
+            for p in [*run_dir.rglob("*"), *states.rglob("*"), *(flower_run / "first").rglob("*")]
+            if p.is_file() and needle in p.read_bytes()
+        ]
+        assert file in holders and {p.parent for p in holders} == {own}, holders  # sound, and nowhere else
+        party = run_folder.party_state(run_dir, f"device{m}")["devices"]
+        assert set(party[m]) == {"tag", "step"} and party[1 - m] is None
+
+
+def test_a_resume_without_a_devices_saved_state_fails_in_one_line_and_writes_nothing(flower_run, tmp_path):
+    """Device 1's saved state gone: the resume stops at the devices' restore, naming the file,
+    before anything of the run folder is written."""
+    shutil.copytree(flower_run, tmp_path, dirs_exist_ok=True)
+    for old in (tmp_path / "states" / "device1").glob("state-*.pt"):
+        old.unlink()
+    before = {p: p.read_bytes() for p in (tmp_path / "flower").rglob("*") if p.is_file()}
+    with pytest.raises(PrivzvError, match=r"device1/state-[0-9a-f]{16}\.pt'?: the device's state") as err:
+        _flower(tmp_path, None, "second", resume=True)
+    assert "\n" not in str(err.value)
+    assert {p: p.read_bytes() for p in (tmp_path / "flower").rglob("*") if p.is_file()} == before
+
+
+def test_a_device_refuses_a_checkpoint_tag_that_is_a_path(tmp_path):
+    """The server names a device's checkpoint; the tag becomes a file name in the device's folder,
+    so anything but 16 hex digits is refused before a file is touched."""
+    loop = Loopback(CONFIG, tmp_path, SECRET)
+    hello = RecordDict({"config": ConfigRecord({"json": json.dumps(CONFIG.to_dict()), "sigma": 1.0})})
+    apps.handle("query.hello", hello, loop.node[0], loop.state[0], loop.live)
+    for tag in ("../../escape", "/tmp/x", "ABCDEF0123456789"):
+        for kind, record in (("query.checkpoint", {"tag": tag, "keep": ""}), ("query.restore", {"tag": tag})):
+            with pytest.raises(PrivzvError, match="checkpoint tag"):
+                apps.handle(
+                    kind,
+                    RecordDict({"checkpoint": ConfigRecord(record)}),
+                    loop.node[0],
+                    loop.state[0],
+                    loop.live,
+                )
+    assert not (tmp_path / "device0" / "state").exists()
+
+
+def test_resume_refuses_another_engine_or_a_changed_field_in_one_line(flower_run, tmp_path, capsys):
+    """A Flower run resumes on the Flower engine only, with its own config (as in-process), and
+    an in-process run never on Flower: one line, exit 2, before any process starts."""
+    from privzv.training.cli import main
+    from privzv.training.engines.flower import launcher
+
+    run_dir = flower_run / "flower"
+    assert main(["--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err
-    assert "a run of the Flower engine cannot be resumed" in err and err.count("\n") == 1
+    assert "a run of the Flower engine; resume it with --engine flower" in err and err.count("\n") == 1
+    with pytest.raises(PrivzvError, match="batch_size 16: cannot change on --resume"):
+        launcher.run(dataclasses.replace(CONFIG, batch_size=16), run_dir, resume=True)
+    run.train(CONFIG, tmp_path / "inprocess", secret_seed=SECRET)
+    assert main(["--resume", str(tmp_path / "inprocess"), "--engine", "flower"]) == 2
+    err = capsys.readouterr().err
+    assert "a run of the in-process engine; resume it without --engine" in err and err.count("\n") == 1
 
 
 def test_the_supernodes_waits_start_short_and_double_while_nothing_changes(monkeypatch):

@@ -5,6 +5,7 @@ documented exit code (1: the run failed)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
@@ -153,29 +155,17 @@ def test_a_port_in_use_is_one_line_exit_1(tmp, tmp_path, capsys, monkeypatch, pr
 
 
 @pytest.mark.slow
-def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tmp, tmp_path, procs):
+def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tmp, tmp_path, procs, capsys):
     """Device 0's process killed mid-run (SIGKILL): the launcher names it in one line within
-    seconds (not after --flower-timeout), exit 1; no process left, the lock free; the run folder
-    holds its last checkpoint and metrics up to it, and ``--resume`` of it is refused in one line."""
-    from privzv.training.run_folder import RunFolder
+    seconds (not after --flower-timeout), exit 1; no process left, the lock free; the server's
+    last checkpoint and every device's own saved state are of the same checkpoint; ``--resume
+    --engine flower`` (fresh credentials, fresh processes) then finishes the run as the unkilled
+    in-process run: metrics, epsilon, ledger, every party's transcript."""
+    from privzv.training import run_folder, transcript
 
-    out = tmp_path / "run"
+    out, args = tmp_path / "run", [*ARGS, "--epochs", str(14 / 90), "--checkpoint-every", "2"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "privzv",
-            "train",
-            *ARGS,
-            "--epochs",
-            "20",
-            "--out",
-            str(out),
-            "--checkpoint-every",
-            "1",
-            "--flower-timeout",
-            "300",
-        ],
+        [sys.executable, "-m", "privzv", "train", *args, "--out", str(out), "--flower-timeout", "300"],
         env={**os.environ, "TMPDIR": str(tmp)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -183,7 +173,7 @@ def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tm
     )
     try:
 
-        def device0_busy():  # a few of device 0's messages answered
+        def device0_busy():  # a few of device 0's rounds answered
             found = [
                 (pid, w)
                 for pid in procs.inside(tmp)
@@ -204,18 +194,39 @@ def test_a_killed_device_is_named_at_once_and_the_run_folder_stays_consistent(tm
         err
     )
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
-    with RunFolder.open(out) as folder:  # takes the lock: free
-        checkpoint = folder.load_checkpoint()
-        folder.load_metrics(checkpoint)
+    checkpoint = run_folder.party_state(out, "device0")
+    assert 0 < len(checkpoint["devices"]) and checkpoint["devices"][0]["step"] < 7  # killed mid-run
+    for m in range(2):
+        tag = run_folder.party_state(out, f"device{m}")["devices"][m]["tag"]
+        assert (out / "private" / f"device{m}" / "flower" / f"state-{tag}.pt").is_file()
     resumed = subprocess.run(
-        [sys.executable, "-m", "privzv", "train", "--resume", str(out)],
+        [sys.executable, "-m", "privzv", "train", "--resume", str(out), "--engine", "flower", "--json"],
+        env={**os.environ, "TMPDIR": str(tmp)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=400,
     )
-    assert (
-        resumed.returncode == 2 and "cannot be resumed" in resumed.stderr and resumed.stderr.count("\n") == 1
+    assert resumed.returncode == 0, resumed.stderr
+    assert procs.inside(tmp) == [] and list(tmp.glob("privzv-flower-*")) == []
+    assert main([*args, "--engine", "inprocess", "--out", str(tmp_path / "ref"), "--json"]) == 0
+    ref, got = json.loads(capsys.readouterr().out), json.loads(resumed.stdout)
+    assert (got["rounds"], got["epsilon_spent"], got["bytes_up"]) == (
+        ref["rounds"],
+        ref["epsilon_spent"],
+        ref["bytes_up"],
     )
+    for ours, theirs in zip(got["curve"], ref["curve"], strict=True):  # every evaluation
+        assert ours == pytest.approx(theirs, rel=1e-6)
+    ledgers = [json.loads((r / "private" / "ledger.json").read_text()) for r in (out, tmp_path / "ref")]
+    assert ledgers[0] == ledgers[1]
+    for party in ("server", "device0", "device1"):
+        ours, theirs = (transcript.load(r, party) for r in (out, tmp_path / "ref"))
+        assert [(e.round, e.direction, e.kind) for e in ours.entries] == [
+            (e.round, e.direction, e.kind) for e in theirs.entries
+        ]
+        for e, f in zip(ours.entries, theirs.entries):
+            for name in e.fields:
+                assert np.allclose(e.fields[name], f.fields[name], rtol=1e-6, atol=1e-7), (party, e)
 
 
 def test_the_stack_names_a_dead_process_and_stops_orphaned_descendants(tmp_path, procs):

@@ -7,13 +7,16 @@ Its inputs come from the SuperLink's environment (set by ``launcher``, never sen
 ``PRIVZV_FLOWER_OUT`` (the run folder), ``PRIVZV_FLOWER_STATUS`` (a JSON file it writes when
 done: the summary and the wire bytes, or the ``error`` (bad input) or ``failed`` (runtime)), ``PRIVZV_FLOWER_KEYS`` (a 0600 file of the
 devices' reply keys, :func:`reply_keys`), optional ``PRIVZV_FLOWER_SECRET_SEED_FILE`` (the path of a 0600 file with the secret seed),
-``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``. The
+``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``,
+``PRIVZV_FLOWER_RESUME`` (``1``: continue the run in the run folder from its last checkpoint). The
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
 folder: transcript, data slice, the file ``noise-key`` with its private noise key and the
 file ``reply-key`` with the key it signs its replies with; in Flower's simulation, which has no
-such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``). ``query.hello`` carries the run's config
+such node config, ``$PRIVZV_FLOWER_DEVICES/device<m>``), and ``state``, its own state folder
+(default ``<folder>/state``), where ``query.checkpoint`` saves its state and from which
+``query.restore`` continues it (``devicestate``). ``query.hello`` carries the run's config
 as the server resolved it (the tuned C and rates of ``privzv.training.defaults`` need every
 device's model size) and sigma. In the executor the device (``device.DeviceParty``) lives in the
 executor's memory between messages; in Flower's simulation in ``context.state`` (:func:`handle`).
@@ -34,9 +37,17 @@ from flwr.serverapp import Grid, ServerApp
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import codec, waits
+from privzv.training.engines.flower import codec, devicestate, waits
 from privzv.training.engines.flower.device import DeviceParty
-from privzv.training.engines.flower.server import ABORT, CARRIED, DELIVER, FlowerEngine, GridTransport
+from privzv.training.engines.flower.server import (
+    ABORT,
+    CARRIED,
+    DELIVER,
+    RESTORE,
+    SAVE,
+    FlowerEngine,
+    GridTransport,
+)
 from privzv.training.messages import device_name
 
 server_app = ServerApp()
@@ -80,6 +91,7 @@ def main(grid: Grid, context: Context) -> None:
         summary = run.train(
             public_config(context),
             Path(env["PRIVZV_FLOWER_OUT"]),
+            resume=env.get(RESUME_ENV) == "1",
             secret_seed=None if secret is None else int(Path(secret).read_text()),
             overwrite=env.get("PRIVZV_FLOWER_OVERWRITE") == "1",
             checkpoint_every=None if every is None else int(every),
@@ -99,6 +111,7 @@ def main(grid: Grid, context: Context) -> None:
 
 # --------------------------------------------------------------------------------- device side
 DEVICES_ENV = "PRIVZV_FLOWER_DEVICES"  # simulation: the folder of the devices' folders
+RESUME_ENV = "PRIVZV_FLOWER_RESUME"  # the ServerApp's: "1" continues the run folder's run
 NOISE_KEY = "noise-key"  # in the device's folder, mode 0600: never on a command line (ps shows those)
 REPLY_KEY = "reply-key"  # in the device's folder, mode 0600: the key its replies are signed with
 
@@ -147,6 +160,11 @@ def device_folder(node: dict, m: int) -> Path:
     return Path(os.environ[DEVICES_ENV]) / device_name(m)
 
 
+def state_folder(node: dict, m: int) -> Path:
+    """Device m's own state folder: node config ``state``, else ``state`` in its folder."""
+    return Path(str(node["state"])) if "state" in node else device_folder(node, m) / "state"
+
+
 def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: dict | None) -> DeviceParty:
     """Device m's party for a message: with ``live``, the one ``query.hello`` made and kept there;
     else rebuilt from ``state`` (the run's config and sigma, sent with hello, and its saved state)."""
@@ -166,7 +184,7 @@ def _party(kind: str, content: RecordDict, node: dict, state: RecordDict, live: 
         record = state["config"]
     config = TrainConfig.from_dict(json.loads(str(record["json"]))).validate()
     folder = device_folder(node, m)
-    party = DeviceParty(config, m, noise_key(folder), float(record["sigma"]), folder)
+    party = DeviceParty(config, m, noise_key(folder), float(record["sigma"]), folder, state_folder(node, m))
     if live is not None:
         live[m] = party
     elif "device" in state:
@@ -193,6 +211,13 @@ def handle(
     elif kind == "query.send":
         ids = torch.from_numpy(content["batch"]["ids"].numpy().copy())
         reply = codec.encode(party.send(int(content["round"]["round"]), ids))
+    elif kind == SAVE:
+        tags = content["checkpoint"]
+        party.checkpoint(devicestate.check_tag(str(tags["tag"])), devicestate.check_tag(str(tags["keep"])))
+        reply = RecordDict({})
+    elif kind == RESTORE:
+        party.resume(devicestate.check_tag(str(content["checkpoint"]["tag"])))
+        reply = RecordDict({})
     else:
         _end_round(party, kind, content)
         reply = RecordDict({})
@@ -209,7 +234,7 @@ def _end_round(party: DeviceParty, kind: str, content: RecordDict) -> None:
     if kind not in (DELIVER, ABORT):
         raise PrivzvError(
             f"flower: message kind {kind!r}: a device answers query.hello, query.send, "
-            f"query.embed, {DELIVER}, {ABORT}"
+            f"query.embed, {SAVE}, {RESTORE}, {DELIVER}, {ABORT}"
         )
     with torch.enable_grad():
         if kind == DELIVER:
@@ -230,7 +255,7 @@ def _answer(msg: Message, context: Context) -> Message:
     return answer(msg, context)
 
 
-for _kind in ("hello", "send", "embed"):
+for _kind in ("hello", "send", "embed", "checkpoint", "restore"):
     client_app.query(_kind)(_answer)
 for _kind in ("receive", "abort"):
     client_app.train(_kind)(_answer)

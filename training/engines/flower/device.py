@@ -10,7 +10,9 @@ refusal) it recomputes its uplink from that state (``method.device_send``, deter
 the state, as Flower's vertical-FL example recomputes its forward) and then runs
 ``method.device_receive`` (or ``method.device_abort``). The features are loaded inside the app
 from the device's partition id (:func:`own_data`): the columns of device m, train and test, and
-nothing else is kept; labels are never loaded into the party.
+nothing else is kept; labels are never loaded into the party. At each of the server's
+checkpoints the device saves its state in its own state folder (:meth:`DeviceParty.checkpoint`),
+from which a resumed run continues it (:meth:`DeviceParty.resume`; ``devicestate``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from pathlib import Path
 
 import torch
 
+from privzv.errors import PrivzvError
 from privzv.training import data, methods, models, noise, seeds
 from privzv.training.config import TrainConfig
+from privzv.training.engines.flower import devicestate
 from privzv.training.engines.inprocess import end_round
 from privzv.training.messages import Message, device_name
 from privzv.training.parties import Device, EmbeddingTable, Server
@@ -79,12 +83,19 @@ class DeviceParty:
 
     ``sigma`` is the run's release sigma (public, it is in config.json), given by the server.
     ``folder``: the device's own folder (its transcript, its data slice); None: no transcript.
+    ``state``: its own state folder, where it saves its checkpoints (``devicestate``).
     """
 
     def __init__(
-        self, config: TrainConfig, m: int, noise_key: bytes, sigma: float, folder: Path | None = None
+        self,
+        config: TrainConfig,
+        m: int,
+        noise_key: bytes,
+        sigma: float,
+        folder: Path | None = None,
+        state: Path | None = None,
     ):
-        self.config, self.m = config, m
+        self.config, self.m, self.state = config, m, state
         self.data, model = own_data(config, m, None if folder is None else folder / "own-data.pt")
         self.device = Device(
             m, model, self.data.x_train, seed=config.seed, noise=private_noise(config, noise_key)
@@ -95,6 +106,7 @@ class DeviceParty:
         self.folder = folder if config.transcripts else None
         self.recorder = self._recorder()
         self.transcript_sizes: dict | None = None  # the transcript files' sizes after the last message
+        self.mirrored = [0, 0]  # the transcript bytes copied to the state folder at the last save
         self.device.note = self._note
 
     def _recorder(self) -> Recorder:
@@ -130,6 +142,7 @@ class DeviceParty:
                 "method": self.method.extra_state(),
                 "pending": self.pending,
                 "transcript": self.transcript_sizes,
+                "mirrored": self.mirrored,
             },
             buf,
         )
@@ -151,8 +164,8 @@ class DeviceParty:
         entries written and synced to its folder, the files kept open for the next."""
         if self.folder is None:
             return
-        if self.transcript_sizes is None:
-            self.recorder.stream_to(self.folder)
+        if not self.recorder.streaming:
+            self.recorder.stream_to(self.folder, sizes=self.transcript_sizes)
         self.transcript_sizes = self.recorder.sync()
 
     def restore(self, blob: bytes) -> None:
@@ -163,6 +176,63 @@ class DeviceParty:
         self.method.load_extra_state(state["method"])
         self.pending = state["pending"]
         self.transcript_sizes = state["transcript"]
+        self.mirrored = state["mirrored"]
+
+    # checkpoints --------------------------------------------------------------------------------
+    def checkpoint(self, tag: str, keep: str) -> None:
+        """Save this device's state as the server's checkpoint ``tag`` in its own state folder,
+        keeping the state of checkpoint ``keep`` (``devicestate``); no round of it may be open."""
+        if self.pending is not None:
+            raise RuntimeError(f"device {self.m}: checkpoint {tag} with round {self.pending['round']} open")
+        self.flush()
+        devicestate.make_folder(self.state)
+        party = device_name(self.m)
+        sizes = None if self.folder is None else self.transcript_sizes[party]["public"]
+        if sizes is not None:
+            devicestate.mirror(self.folder, self.state, party, self.mirrored, sizes)
+        devicestate.write(
+            self.state,
+            tag,
+            {
+                "device": self.m,
+                "tag": tag,
+                "config": self.config.to_dict(),
+                "model": self.device.model.state_dict(),
+                "step": self.device.step,
+                "noise": self.device.noise.state_dict(),
+                "method": self.method.extra_state(),
+                "transcript": self.transcript_sizes,
+            },
+            keep,
+        )
+        self.mirrored = sizes or [0, 0]
+
+    def resume(self, tag: str) -> None:
+        """Continue from this device's own state of the server's checkpoint ``tag`` (``FRESH``: as
+        ``query.hello`` built it); its states of later checkpoints are dropped."""
+        if tag != devicestate.FRESH:
+            saved = devicestate.read(self.state, tag)
+            if (saved.get("device"), saved.get("tag"), saved.get("config")) != (
+                self.m,
+                tag,
+                self.config.to_dict(),
+            ):
+                raise PrivzvError(
+                    f"flower: {str(devicestate.path(self.state, tag))!r}: not device {self.m}'s state "
+                    f"of checkpoint {tag} in this run's config"
+                )
+            self.device.model.load_state_dict(saved["model"])
+            self.device.step = saved["step"]
+            self.device.noise.load_state_dict(saved["noise"])
+            self.method.load_extra_state(saved["method"])
+            if self.folder is not None:
+                sizes = saved["transcript"][device_name(self.m)]["public"]
+                self.recorder.close()
+                devicestate.copy_back(self.state, self.folder, device_name(self.m), sizes)
+                self.recorder = self._recorder()
+                self.transcript_sizes, self.mirrored = saved["transcript"], sizes
+        if self.state.is_dir():
+            devicestate.drop_all_but(self.state, {tag})
 
     # the three halves -------------------------------------------------------------------------
     def send(self, round_: int, ids: torch.Tensor) -> Message:

@@ -21,8 +21,8 @@ only privzv's app: a task of another app gets an error reply, never its code.
 
 The device lives in this process (:data:`PARTIES`, made by ``query.hello``): its data slice,
 model, private generator and method state are never rebuilt per message and never leave the
-process; the task's ``context.state``, which the SuperNode serves to whoever pulls the task,
-stays empty. Each reply is signed with the device's key (``apps.answer``).
+process but into the device's own state folder at a checkpoint (``devicestate``); the task's
+``context.state``, which the SuperNode serves to whoever pulls the task, stays empty. Each reply is signed with the device's key (``apps.answer``).
 """
 
 from __future__ import annotations

@@ -20,12 +20,18 @@
    local user can read in ``ps``); except in mode ``simulation`` (virtual SuperNodes): device
    m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
    Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
-   folder=<its folder>``, and its long-lived ClientApp ``executor``; then ``flwr run`` of the
+   folder=<its folder> state=<out/private/device<m>/flower>`` (its own state folder, which
+   outlives the work folder: :func:`state_folder`), and its long-lived ClientApp ``executor``;
+   then ``flwr run`` of the
    app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
    ``privzv-config``);
 5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
    ServerApp included, ends the wait at once), copies the devices' transcripts into
    ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
+
+``run(None, out, resume=True)`` continues the Flower run in ``out`` from its last checkpoint
+(:func:`resumed` checks the folder first) on a new work folder and new credentials; each device
+continues from its own saved state (``server.FlowerEngine.load_state_dict``).
 
 A runtime failure (a process died, a timeout, a refused reply) raises ``cliutil.Failed`` (exit
 1), bad input ``PrivzvError`` (exit 2), both one line naming a copy of the logs; SIGTERM and
@@ -58,6 +64,7 @@ from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import control, credentials, guard, serverexec
 from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
+from privzv.training.run_folder import PRIVATE, RunFolder
 
 APP = "privzv.training.engines.flower.apps"
 CONTROL = (
@@ -260,10 +267,11 @@ def _shims(folder: Path) -> Path:
 
 
 def run(
-    config: TrainConfig,
+    config: TrainConfig | None,
     out: Path,
     *,
-    secret_seed: int,
+    secret_seed: int | None = None,
+    resume: bool = False,
     overwrite: bool = False,
     checkpoint_every: int | None = None,
     timeout: float = 600.0,
@@ -277,9 +285,20 @@ def run(
     ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
     the device's long-lived ClientApp ``executor``; ``"simulation"``:
     Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
-    virtual SuperNodes whose ClientApps run in Ray workers shared by all devices."""
+    virtual SuperNodes whose ClientApps run in Ray workers shared by all devices.
+    ``resume``: continue the Flower run in ``out`` from its last checkpoint (``config`` None or
+    the run's own; its secret seed is the run's), on fresh credentials; each device continues
+    from its own state, which it saved in its own state folder ``out/private/device<m>/flower``
+    (node config ``state``, handed to device m alone; ``devicestate``)."""
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
+    if resume and mode == "simulation":
+        raise PrivzvError(
+            "--engine flower-sim: --resume continues in-process and --engine flower runs only (the "
+            "simulation's devices keep their state in its temporary work folder)"
+        )
+    if resume:
+        config, secret_seed = resumed(Path(out), config)
     if config.threat != "device":
         raise PrivzvError(
             f"--threat {config.threat}: not with --engine flower (the sizes of its "
@@ -314,7 +333,9 @@ def run(
     stack = Stack(work, logs)
     try:
         with _signals_stop():
-            return _run(stack, config, out, secret_seed, overwrite, checkpoint_every, timeout, mode, net)
+            return _run(
+                stack, config, out, secret_seed, resume, overwrite, checkpoint_every, timeout, mode, net
+            )
     except (Failed, PrivzvError) as exc:  # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
         shutil.copytree(logs, kept, dirs_exist_ok=True)
@@ -347,6 +368,7 @@ def _run(
     config,
     out: Path,
     secret: int,
+    resume: bool,
     overwrite: bool,
     every,
     timeout: float,
@@ -377,7 +399,8 @@ def _run(
         "PRIVZV_FLOWER_OVERWRITE": "1" if overwrite else "0",
         "PRIVZV_FLOWER_TIMEOUT": str(timeout),
         "PRIVZV_FLOWER_KEYS": str(work / "reply-keys"),
-        **secret_environment(work, secret, mode),
+        # a resumed run's server reads the secret seed from its own run folder
+        **({apps.RESUME_ENV: "1"} if resume else secret_environment(work, secret, mode)),
     }
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
@@ -441,7 +464,7 @@ def _run(
                 deadline,
                 timeout,
             )
-            _start_device(stack, m, port, creds, base, net)
+            _start_device(stack, m, port, creds, base, net, state_folder(out, m))
     app = app_folder(work / "app", config)
     _flwr(
         stack,
@@ -516,13 +539,43 @@ def secret_environment(work: Path, secret: int, mode: str) -> dict:
     return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
 
 
+def state_folder(out: Path, m: int) -> Path:
+    """Device m's own state folder for the run in ``out`` (its saved states outlive the run's work
+    folder, for ``--resume``)."""
+    return out / PRIVATE / device_name(m) / "flower"
+
+
+def resumed(out: Path, given: TrainConfig | None) -> tuple[TrainConfig, int]:
+    """The config (``given`` must be the run's) and secret seed of the Flower run in ``out``,
+    checked before anything starts: one line (exit 2) for a folder that cannot resume here."""
+    from privzv.training import run as runs
+
+    with RunFolder.open(out) as folder:
+        saved = folder.read_config()
+        runs.check_engine(folder.path, saved, runs.FLOWER)
+        folder.check_not_diverged("--resume")
+        config = runs.resumed_config(TrainConfig.from_dict(saved["config"]).validate(), given, False)
+        folder.load_checkpoint()  # the manifest that secrets.json is checked against
+        return config, folder.read_secrets()["secret_seed"]
+
+
 def _start_device(
-    stack: Stack, m: int, port: int, creds: credentials.Credentials, env: dict, net: Network = LOCAL
+    stack: Stack,
+    m: int,
+    port: int,
+    creds: credentials.Credentials,
+    env: dict,
+    net: Network = LOCAL,
+    state: Path | None = None,
 ) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
-    on TLS with SuperExec authentication; node config: its partition id and folder,
-    ``--isolation process``) and its long-lived ClientApp executor on that Runtime API."""
+    on TLS with SuperExec authentication; node config: its partition id, folder and state folder
+    (``state``; default: in its folder), ``--isolation process``) and its long-lived ClientApp
+    executor on that Runtime API."""
     folder = stack.work / device_name(m)
+    node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
+    if state is not None:
+        node_config += f" state={json.dumps(str(state))}"
     runtime = free_port()
     node = creds.supernodes[m]
     stack.start(
@@ -546,7 +599,7 @@ def _start_device(
             "--port",
             str(runtime),
             "--node-config",
-            f"partition-id={m} folder={json.dumps(str(folder))}",
+            node_config,
         ],
         env,
     )

@@ -8,6 +8,8 @@ calls into messages to the device's SuperNode (``apps.handle`` answers them ther
     abort(m)          "train.abort"    nothing, carried likewise
     embeddings(...)   "query.embed"    a row range of the test split  -> reply: h_m of those rows
     (setup)           "query.hello"    the run's resolved public config and sigma -> reply: the partition id
+    state_dict()      "query.checkpoint"  a tag: the device saves its state in its own folder
+    load_state_dict() "query.restore"  the tag: the device continues from its own saved state
     close()           "train.receive" / "train.abort" on their own: what no message carried yet
 
 Every reply is accepted only from the node the message went to and only with a valid signature
@@ -24,6 +26,7 @@ message kind, ``"query.send"``, ``"query.send reply"``, ...), beside eq. (23)'s 
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import types
 
@@ -33,7 +36,7 @@ from flwr.app import Message as FlowerMessage
 
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
-from privzv.training.engines.flower import codec
+from privzv.training.engines.flower import codec, devicestate
 
 FIRST_POLL, POLL_SECONDS = 0.002, 0.1  # look for replies after 2 ms, doubling to 0.1 s
 
@@ -117,6 +120,8 @@ class FlowerEngine:
         self.method = None
         self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
         self.kinds: dict[str, str] = {}  # message id -> its kind, until its reply is counted
+        self.tag = devicestate.FRESH  # the checkpoint whose state every device saved or resumed
+        self.moved = False  # whether a round started since
 
     def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
         """Push ``content`` (kind ``kind``) to device m, with the downlink or refusal it carries."""
@@ -196,6 +201,7 @@ class FlowerEngine:
             {"round": ConfigRecord({"round": round_}), "batch": ArrayRecord({"ids": Array(ids.numpy())})}
         )
         self.asked[m] = (round_, self._push(m, "query.send", content))
+        self.moved = True
 
     def send(self, m: int, round_: int, ids: torch.Tensor):
         if m in self.ready:
@@ -234,11 +240,39 @@ class FlowerEngine:
         return []
 
     def state_dict(self) -> list[dict]:
-        """Nothing: the devices' state stays on the devices (a Flower run is not resumable)."""
-        return []
+        """Per device, the step the server counts and the tag of the checkpoint whose state the
+        device saved in its own state folder: a new tag once any round started since the last
+        save (``query.checkpoint``, carrying the device's last downlink or refusal), all devices
+        acknowledged before the server writes its checkpoint; the devices' state never comes here.
+        The scheduler starts no round beyond a checkpoint's (``Scheduler.run``)."""
+        if self.asked or self.ready:
+            raise RuntimeError(f"flower: a checkpoint with rounds in flight on devices {sorted(self.asked)}")
+        if self.moved:
+            tag = secrets.token_hex(8)
+            ids = [
+                self._push(m, SAVE, RecordDict({"checkpoint": ConfigRecord({"tag": tag, "keep": self.tag})}))
+                for m in range(self.count)
+            ]
+            self._wait(ids, "the devices' checkpoints", list(range(self.count)))
+            self.tag, self.moved = tag, False
+        return [{"tag": self.tag, "step": clock.step} for clock in self.clocks]
 
     def load_state_dict(self, states) -> None:
-        raise PrivzvError("--resume: a run of the Flower engine cannot be resumed")
+        """Every device continues from its own state of the checkpoint's tag (``query.restore``)."""
+        if (
+            len(states) != self.count
+            or not all(isinstance(s, dict) and isinstance(s.get("tag"), str) for s in states)
+            or len({s["tag"] for s in states}) != 1
+        ):
+            raise PrivzvError("--resume: the checkpoint holds no Flower device tags (not a Flower run)")
+        for clock, state in zip(self.clocks, states):
+            clock.step = int(state["step"])
+        self.tag = states[0]["tag"]
+        ids = [
+            self._push(m, RESTORE, RecordDict({"checkpoint": ConfigRecord({"tag": self.tag})}))
+            for m in range(self.count)
+        ]
+        self._wait(ids, "the devices' restore", list(range(self.count)))
 
     def close(self) -> None:
         """Every downlink or refusal not yet carried, sent on its own (``train.receive`` /
@@ -254,5 +288,6 @@ class FlowerEngine:
 
 
 DELIVER, ABORT = "train.receive", "train.abort"  # what a message may carry before its own request
+SAVE, RESTORE = "query.checkpoint", "query.restore"  # a device saves / continues its own state
 CARRIED = "carried"  # the record naming it
 _COUNTED = {DELIVER: "down", ABORT: "control"}  # the wire count each goes to
