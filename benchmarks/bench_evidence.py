@@ -458,18 +458,19 @@ def plot_sizes(summary: dict, folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.0, 4.2))
+    fig, ax = plt.subplots(figsize=(10.0, 4.4))
     for name, by in summary["by_records"].items():
         xs = sorted(by)
         mean, lo, hi = ([by[x][k] for x in xs] for k in ("mean", "min", "max"))
         err = [[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]]
         ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=VARIANTS[name].label + ", mean, min-max")
     ax.set_xscale("log")
-    ax.set_xlabel("MNIST-1D records generated (80% train), embeddings 2, 4 devices, B 500, 10 epochs")
+    ax.set_xlabel("MNIST-1D records (80% train); embeddings 2, 4 devices, B 500, 10 epochs")
     ax.set_ylabel("test accuracy")
     ax.set_title(
-        f"accuracy vs D at epsilon {summary['epsilon']:g}, delta {summary['delta']:g}, "
-        f"threat {summary['threat']}, seeds {', '.join(map(str, SEEDS))}"
+        f"epsilon {summary['epsilon']:g}, delta {summary['delta']:g}, threat {summary['threat']}, "
+        f"seeds {', '.join(map(str, SEEDS))}",
+        fontsize=10,
     )
     return repro.save(fig, ax, folder / "accuracy_vs_records_evidence")
 
