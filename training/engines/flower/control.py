@@ -8,7 +8,8 @@ that answers a request under ``/v1/control/`` only when it carries the header :d
 the run's control secret (raw bytes in the 0600 file named by ``$PRIVZV_FLOWER_CONTROL``, as hex;
 compared in constant time), else 401. ``python -m privzv.training.engines.flower.control flwr
 ARGS``: Flower's ``flwr ARGS`` whose Control API client sends that header (over TLS). The
-Fleet and Runtime APIs are untouched (node and SuperExec authentication guard them).
+Fleet and Runtime APIs keep their authentication (node and SuperExec authentication guard them);
+their pulls are long polls (``waits.SUPERLINK``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def superlink() -> None:
     from flwr.superlink.cli.flower_superlink import flower_superlink
     from starlette.middleware import Middleware
 
+    from privzv.training.engines.flower import waits
+
+    waits.long_polls(waits.SUPERLINK)
     secret, middleware = _secret(), link._get_middleware  # pylint: disable=protected-access
     link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *middleware()]
     sys.argv[0] = "flower-superlink"
