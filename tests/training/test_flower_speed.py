@@ -11,12 +11,13 @@ import threading
 import time
 import types
 
+import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
 
-from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects  # noqa: E402
 
@@ -200,3 +201,31 @@ def test_a_reply_that_is_not_packed_stops_the_run_in_one_line(task):
     mid = transport.push(5, "query.send", RecordDict({}))
     with pytest.raises(Failed, match="not a packed record dict.*the reply to round 1 refused"):
         transport.wait([mid], "round 1")
+
+
+def test_a_device_writes_its_transcript_before_its_reply_and_fsyncs_it_after(tmp_path, monkeypatch):
+    """``apps.handle`` in the executor: the message's entries are in the device's files when the
+    reply leaves (a killed device process loses none of them), their fsync comes after the reply
+    (``DeviceParty.flush``, which ``executor.run_task`` calls once the reply is pushed)."""
+    import json
+    import os
+
+    from privzv.training import seeds, transcript
+    from privzv.training.config import TrainConfig
+    from privzv.training.engines.flower import apps
+    from privzv.training.messages import device_name
+
+    (tmp_path / apps.NOISE_KEY).write_text(seeds.key(7, "device", 0).hex())
+    node, live = {"partition-id": 0, "folder": str(tmp_path)}, {}
+    config = TrainConfig(dataset="digits", devices=2)
+    hello = RecordDict({"config": ConfigRecord({"json": json.dumps(config.to_dict()), "sigma": 1.5})})
+    apps.handle("query.hello", hello, node, RecordDict(), live)
+    synced = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    ask = RecordDict({"round": ConfigRecord({"round": 0}), "batch": ArrayRecord({"ids": Array(np.arange(4))})})
+    apps.handle("query.send", ask, node, RecordDict(), live)
+    assert synced == []
+    kinds = [e.kind for e in transcript.read_folder(tmp_path, device_name(0)).entries]
+    assert "batch" in kinds and len(kinds) >= 2  # the batch and the uplink, on disk already
+    live[0].flush()
+    assert len(synced) == 2  # the data and the index file

@@ -199,7 +199,7 @@ def handle(
     if live is None:
         state["device"] = ConfigRecord({"blob": party.save()})
     else:
-        party.flush()
+        party.flush(durable=False)  # fsynced once the reply is out (the executor's ``run_task``)
     return reply
 
 

@@ -132,6 +132,8 @@ def run_task(client) -> None:
             push_task_output(client, context, status, details)
         finally:
             heartbeat.stop()
+            for party in PARTIES.values():  # the transcript's fsync, off the round's path
+                party.flush()
 
 
 def answer(message, context, fab_id: str):

@@ -114,10 +114,11 @@ SUPERLINK = [
         ["push_messages", "push_object"],
     ),
     (
-        "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's
-        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
+        "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's, its SuperExec's
+        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet), ("acquire_task", _no_task)],
         ["push_messages", "push_object"],
     ),
+    ("flwr.superlink.servicer.control.control_handlers", [], ["start_run"]),  # a ServerApp task made
 ]
 SUPERNODE = [
     (
