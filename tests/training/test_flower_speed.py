@@ -229,3 +229,44 @@ def test_a_device_writes_its_transcript_before_its_reply_and_fsyncs_it_after(tmp
     assert "batch" in kinds and len(kinds) >= 2  # the batch and the uplink, on disk already
     live[0].flush()
     assert len(synced) == 2  # the data and the index file
+
+
+def test_the_superlinks_one_api_middleware_runs_for_that_apis_paths_only():
+    """``control.scoped``: a layer of :func:`control._scopes` sees its API's requests (node
+    authentication every Fleet request) and no other; the rest of Flower's list is unchanged."""
+    import asyncio
+
+    import flwr.superlink.main as link
+    from flwr.superlink.routers.fleet.node_auth import NodeAuthMiddleware
+    from starlette.middleware import Middleware
+
+    from privzv.training.engines.flower import control
+
+    seen = []
+
+    class Layer:
+        def __init__(self, app, name):
+            self.app, self.name = app, name
+
+        async def __call__(self, scope, receive, send):
+            seen.append((self.name, scope.get("path")))
+            await self.app(scope, receive, send)
+
+    async def app(scope, receive, send):
+        seen.append(("app", scope.get("path")))
+
+    layer = control.Scoped(app, "/v1/fleet/", Middleware(Layer, name="fleet"))
+    for scope in ({"type": "http", "path": "/v1/fleet/pull-messages"}, {"type": "http", "path": "/v1/runtime/pull-messages"}, {"type": "lifespan"}):
+        asyncio.run(layer(scope, None, None))
+    assert seen == [
+        ("fleet", "/v1/fleet/pull-messages"),
+        ("app", "/v1/fleet/pull-messages"),
+        ("app", "/v1/runtime/pull-messages"),
+        ("fleet", None),
+        ("app", None),
+    ]
+    flowers = link._get_middleware()
+    ours = control.scoped(flowers)
+    assert [m.kwargs.get("layer", m).cls for m in ours] == [m.cls for m in flowers]  # same layers, same order
+    (auth,) = [m for m in ours if m.kwargs.get("layer", m).cls is NodeAuthMiddleware]
+    assert auth.cls is control.Scoped and auth.kwargs["prefix"] == "/v1/fleet/"
