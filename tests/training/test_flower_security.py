@@ -325,7 +325,9 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         assert set(context.state.keys()) == set()
         push_message(
             task,
-            FlowerMessage(codec.pack(RecordDict({"node": ConfigRecord({"partition-id": 0})})), reply_to=message),
+            FlowerMessage(
+                codec.pack(RecordDict({"node": ConfigRecord({"partition-id": 0})})), reply_to=message
+            ),
             context,
         )
         push_task_output(task, context, SubStatus.COMPLETED, "")

@@ -170,7 +170,9 @@ def test_a_packed_message_is_three_objects_and_unpacks_to_the_same_records(task)
         RecordDict({}),
         RecordDict({codec.PACKED: ConfigRecord({"objects": [b"not an object"]})}),
         RecordDict({codec.PACKED: ConfigRecord({"objects": []})}),
-        RecordDict({codec.PACKED: ConfigRecord({"objects": codec.pack(_uplink())[codec.PACKED]["objects"][:1]})}),
+        RecordDict(
+            {codec.PACKED: ConfigRecord({"objects": codec.pack(_uplink())[codec.PACKED]["objects"][:1]})}
+        ),
     ],
     ids=["no record", "not an object", "no object", "a record dict without its records"],
 )
@@ -222,7 +224,9 @@ def test_a_device_writes_its_transcript_before_its_reply_and_fsyncs_it_after(tmp
     apps.handle("query.hello", hello, node, RecordDict(), live)
     synced = []
     monkeypatch.setattr(os, "fsync", synced.append)
-    ask = RecordDict({"round": ConfigRecord({"round": 0}), "batch": ArrayRecord({"ids": Array(np.arange(4))})})
+    ask = RecordDict(
+        {"round": ConfigRecord({"round": 0}), "batch": ArrayRecord({"ids": Array(np.arange(4))})}
+    )
     apps.handle("query.send", ask, node, RecordDict(), live)
     assert synced == []
     kinds = [e.kind for e in transcript.read_folder(tmp_path, device_name(0)).entries]
@@ -256,7 +260,11 @@ def test_the_superlinks_one_api_middleware_runs_for_that_apis_paths_only():
         seen.append(("app", scope.get("path")))
 
     layer = control.Scoped(app, "/v1/fleet/", Middleware(Layer, name="fleet"))
-    for scope in ({"type": "http", "path": "/v1/fleet/pull-messages"}, {"type": "http", "path": "/v1/runtime/pull-messages"}, {"type": "lifespan"}):
+    for scope in (
+        {"type": "http", "path": "/v1/fleet/pull-messages"},
+        {"type": "http", "path": "/v1/runtime/pull-messages"},
+        {"type": "lifespan"},
+    ):
         asyncio.run(layer(scope, None, None))
     assert seen == [
         ("fleet", "/v1/fleet/pull-messages"),

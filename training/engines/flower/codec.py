@@ -79,7 +79,9 @@ def unpack(content: RecordDict) -> RecordDict:
             validate_object_content(blob)
         unpacked = inflate_object_from_contents(get_object_id(blobs[0]), {get_object_id(b): b for b in blobs})
     except Exception as exc:  # noqa: BLE001 - whatever a malformed content raises in Flower's parsers
-        raise PrivzvError(f"flower: a message whose content is not a packed record dict ({type(exc).__name__})") from None
+        raise PrivzvError(
+            f"flower: a message whose content is not a packed record dict ({type(exc).__name__})"
+        ) from None
     if not isinstance(unpacked, RecordDict):
         raise PrivzvError(f"flower: a packed {type(unpacked).__name__}, not a record dict")
     return unpacked

@@ -12,8 +12,8 @@ Fleet and Runtime APIs keep their authentication (node and SuperExec authenticat
 their pulls are long polls (``waits.SUPERLINK``).
 
 Flower's SuperLink runs every request through nine middleware layers, most of them Starlette
-``BaseHTTPMiddleware`` (a task and a stream each), though six act on one API only and pass the
-others on untouched: each of those (:data:`SCOPES`) runs here only for its API's paths
+``BaseHTTPMiddleware`` (a task and a stream each), though seven act on one API only and pass the
+others on untouched: each of those (:func:`_scopes`) runs here only for its API's paths
 (:class:`Scoped`), the same layers in the same order for those paths.
 """
 
@@ -92,7 +92,10 @@ def scoped(layers: list) -> list:
     from starlette.middleware import Middleware
 
     scopes = _scopes()
-    return [Middleware(Scoped, prefix=scopes[layer.cls], layer=layer) if layer.cls in scopes else layer for layer in layers]
+    return [
+        Middleware(Scoped, prefix=scopes[layer.cls], layer=layer) if layer.cls in scopes else layer
+        for layer in layers
+    ]
 
 
 class _Header:
