@@ -8,8 +8,8 @@ method on the other side receives exactly what was sent.
 :func:`pack` / :func:`unpack`: what a Flower message carries is that content packed into one
 record (:data:`PACKED`). Flower 1.41 pushes and pulls every object of a message's tree (message,
 record dict, each record, each array and each of its chunks) with an HTTP request of its own, on
-each of a message's four legs (ServerApp, SuperLink, SuperNode, executor): a DPZV uplink was 11
-objects, a packed message is 3.
+each of a message's three legs (between ServerApp, SuperLink, SuperNode and executor): a DPZV
+uplink was 11 objects, a packed message is 3.
 
 :func:`wire_bytes` is what Flower (1.41) pushes for a record dict or message: every object of its
 tree deflated, headers included; eq. (23) counts only the tensors' bytes (``Message.nbytes``).
