@@ -132,11 +132,13 @@ class _Sink:
             self.hashes = [file_sha256(Path(fh.name)) for fh in (self.index, self.data)]
         return [h.hexdigest() for h in self.hashes]
 
-    def sync(self) -> list[int]:
-        """Flush and fsync (values first, then the index); returns [index bytes, data bytes]."""
+    def sync(self, durable: bool = True) -> list[int]:
+        """Flush and fsync (values first, then the index); returns [index bytes, data bytes].
+        ``durable=False``: flushed to the OS only (nothing lost if the process dies, not fsynced)."""
         for fh in (self.data, self.index):
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         return [self.index.tell(), self.data.tell()]
 
     def close(self) -> None:
@@ -209,14 +211,15 @@ class Recorder:
             for e in held:
                 self._add(party, e)
 
-    def sync(self) -> dict:
-        """Flush and fsync the files; per party, ``entries`` and the ``public`` / ``private``
-        [index, data] sizes (None: no private file) to continue them from with :meth:`stream_to`."""
+    def sync(self, durable: bool = True) -> dict:
+        """Flush and fsync the files (``durable=False``: flush only); per party, ``entries`` and
+        the ``public`` / ``private`` [index, data] sizes (None: no private file) to continue them
+        from with :meth:`stream_to`."""
         return {
             party: {
                 "entries": self.counts[party],
-                "public": sinks[0].sync(),
-                "private": sinks[1].sync() if sinks[1] is not None else None,
+                "public": sinks[0].sync(durable),
+                "private": sinks[1].sync(durable) if sinks[1] is not None else None,
             }
             for party, sinks in self._sinks.items()
         }

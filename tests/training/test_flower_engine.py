@@ -27,7 +27,7 @@ from privzv.cliutil import Failed  # noqa: E402
 from privzv.errors import PrivzvError  # noqa: E402
 from privzv.training import data, run, run_folder, seeds, transcript  # noqa: E402
 from privzv.training.config import TrainConfig  # noqa: E402
-from privzv.training.engines.flower import apps, codec, waits  # noqa: E402
+from privzv.training.engines.flower import apps, codec  # noqa: E402
 from privzv.training.engines.flower.device import OwnData, own_data  # noqa: E402
 from privzv.training.engines.flower.server import FlowerEngine  # noqa: E402
 from privzv.training.messages import Message  # noqa: E402
@@ -585,19 +585,6 @@ def test_resume_refuses_another_engine_or_a_changed_field_in_one_line(flower_run
     assert main(["--resume", str(tmp_path / "inprocess"), "--engine", "flower"]) == 2
     err = capsys.readouterr().err
     assert "a run of the in-process engine; resume it without --engine" in err and err.count("\n") == 1
-
-
-def test_the_supernodes_waits_start_short_and_double_while_nothing_changes(monkeypatch):
-    """``waits.poll``: the SuperNode's 3 s idle wait and 0.5 s reply wait become 2 ms waits that
-    double up to the cap while the same wait repeats, and start short again after the other one."""
-    slept = []
-    monkeypatch.setattr(time, "sleep", slept.append)
-    module = types.ModuleType("supernode")
-    waits.poll(module, 0.05)
-    for s in (3, 3, 3, 3, 3, 3, 3, 0.5, 0.5, 3, 0.001):
-        module.time.sleep(s)
-    assert slept == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.002, 0.004, 0.002, 0.001]
-    assert module.time.monotonic is time.monotonic  # the rest of ``time`` as before
 
 
 def test_the_guard_says_whether_a_look_found_a_new_process(tmp_path):

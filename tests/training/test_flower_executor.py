@@ -38,7 +38,7 @@ def task(monkeypatch, tmp_path):
     )
 
     def message(kind: str, content: RecordDict) -> Message:
-        msg = Message(content, dst_node_id=9, message_type=kind)
+        msg = Message(codec.pack(content), dst_node_id=9, message_type=kind)
         msg.metadata.__dict__["_message_id"] = msg.object_id
         return msg
 
@@ -57,8 +57,9 @@ def test_executor_keeps_the_device_in_its_process_and_signs_its_replies(task):
     hello = message("query.hello", _hello())
     reply, status, details = executor.answer(hello, context, executor.APP_ID)
     assert status == SubStatus.COMPLETED and details == "" and not reply.has_error()
-    assert reply.content["node"]["partition-id"] == 0
-    assert codec.verify(KEY, hello.metadata.message_id, reply.content)
+    content = codec.unpack(reply.content)
+    assert content["node"]["partition-id"] == 0
+    assert codec.verify(KEY, hello.metadata.message_id, content)
     assert len(context.state.keys()) == 0
     assert executor.PARTIES[0].method.sigma == 1.5 and executor.PARTIES[0].m == 0
 

@@ -318,14 +318,16 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         from flwr.app import Message as FlowerMessage
         from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-        from privzv.training.engines.flower import executor
+        from privzv.training.engines.flower import codec, executor
 
         task = _runtime_client(node0, ca, RuntimeTokenHttpInterceptor(token))
         message, context, _ = executor.pull_task_input(task)
         assert set(context.state.keys()) == set()
         push_message(
             task,
-            FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": 0})}), reply_to=message),
+            FlowerMessage(
+                codec.pack(RecordDict({"node": ConfigRecord({"partition-id": 0})})), reply_to=message
+            ),
             context,
         )
         push_task_output(task, context, SubStatus.COMPLETED, "")

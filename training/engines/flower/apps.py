@@ -224,7 +224,7 @@ def handle(
     if live is None:
         state["device"] = ConfigRecord({"blob": party.save()})
     else:
-        party.flush()
+        party.flush(durable=False)  # fsynced once the reply is out (the executor's ``run_task``)
     return reply
 
 
@@ -244,11 +244,12 @@ def _end_round(party: DeviceParty, kind: str, content: RecordDict) -> None:
 
 
 def answer(msg: Message, context: Context, live: dict | None = None) -> Message:
-    """The signed reply of device ``partition-id`` to ``msg`` (:func:`handle`, ``codec.sign``)."""
+    """The signed reply of device ``partition-id`` to ``msg`` (:func:`handle`, ``codec.sign``),
+    its content packed as the message's was (``codec.pack``)."""
     node = dict(context.node_config)
-    content = handle(msg.metadata.message_type, msg.content, node, context.state, live)
+    content = handle(msg.metadata.message_type, codec.unpack(msg.content), node, context.state, live)
     key = reply_key(device_folder(node, int(node["partition-id"])))
-    return Message(codec.sign(key, msg.metadata.message_id, content), reply_to=msg)
+    return Message(codec.pack(codec.sign(key, msg.metadata.message_id, content)), reply_to=msg)
 
 
 def _answer(msg: Message, context: Context) -> Message:

@@ -8,7 +8,13 @@ that answers a request under ``/v1/control/`` only when it carries the header :d
 the run's control secret (raw bytes in the 0600 file named by ``$PRIVZV_FLOWER_CONTROL``, as hex;
 compared in constant time), else 401. ``python -m privzv.training.engines.flower.control flwr
 ARGS``: Flower's ``flwr ARGS`` whose Control API client sends that header (over TLS). The
-Fleet and Runtime APIs are untouched (node and SuperExec authentication guard them).
+Fleet and Runtime APIs keep their authentication (node and SuperExec authentication guard them);
+their pulls are long polls (``waits.SUPERLINK``).
+
+Flower's SuperLink runs every request through nine middleware layers, most of them Starlette
+``BaseHTTPMiddleware`` (a task and a stream each), though seven act on one API only and pass the
+others on untouched: each of those (:func:`_scopes`) runs here only for its API's paths
+(:class:`Scoped`), the same layers in the same order for those paths.
 """
 
 from __future__ import annotations
@@ -46,6 +52,52 @@ class ControlGate:
         await self.app(scope, receive, send)
 
 
+class Scoped:
+    """ASGI middleware: ``layer`` (a Starlette ``Middleware``) for the HTTP paths under ``prefix``;
+    any other request goes straight on to ``app``."""
+
+    def __init__(self, app, prefix: str, layer):
+        cls, args, kwargs = layer
+        self.app, self.prefix, self.layer = app, prefix, cls(app, *args, **kwargs)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+        else:
+            await self.layer(scope, receive, send)
+
+
+def _scopes() -> dict:
+    """Flower 1.41's SuperLink middleware that act on one API's paths only, with that prefix (each
+    checks it itself: ``_is_control_path``, ``startswith("/v1/fleet/")``, the Runtime API's
+    ``AcquireTask`` / ``PullTaskInput`` answers)."""
+    from flwr.supercore.routers.runtime.tracing import RuntimeTracingMiddleware
+    from flwr.superlink.routers.control import middlewares as control
+    from flwr.superlink.routers.fleet.middlewares import FleetEventLogMiddleware
+    from flwr.superlink.routers.fleet.node_auth import NodeAuthMiddleware
+
+    return {
+        control.ControlSensitiveResponseMiddleware: PREFIX,
+        control.ControlAuthenticationMiddleware: PREFIX,
+        control.ControlLicenseMiddleware: PREFIX,
+        control.ControlEventLogMiddleware: PREFIX,
+        NodeAuthMiddleware: "/v1/fleet/",
+        FleetEventLogMiddleware: "/v1/fleet/",
+        RuntimeTracingMiddleware: "/v1/runtime/",
+    }
+
+
+def scoped(layers: list) -> list:
+    """``layers`` (Starlette ``Middleware``), each in :func:`_scopes` run for its API's paths only."""
+    from starlette.middleware import Middleware
+
+    scopes = _scopes()
+    return [
+        Middleware(Scoped, prefix=scopes[layer.cls], layer=layer) if layer.cls in scopes else layer
+        for layer in layers
+    ]
+
+
 class _Header:
     """Client interceptor: the control secret on every Control API request."""
 
@@ -62,8 +114,11 @@ def superlink() -> None:
     from flwr.superlink.cli.flower_superlink import flower_superlink
     from starlette.middleware import Middleware
 
+    from privzv.training.engines.flower import waits
+
+    waits.long_polls(waits.SUPERLINK)
     secret, middleware = _secret(), link._get_middleware  # pylint: disable=protected-access
-    link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *middleware()]
+    link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *scoped(middleware())]
     sys.argv[0] = "flower-superlink"
     flower_superlink()
 

@@ -159,14 +159,15 @@ class DeviceParty:
         self.recorder.close()
         self.recorder = self._recorder()
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = True) -> None:
         """After each message of a long-lived party (the executor's): this message's transcript
-        entries written and synced to its folder, the files kept open for the next."""
+        entries written and synced to its folder, the files kept open for the next.
+        ``durable=False``: written (a killed process loses none), not yet fsynced."""
         if self.folder is None:
             return
         if not self.recorder.streaming:
             self.recorder.stream_to(self.folder, sizes=self.transcript_sizes)
-        self.transcript_sizes = self.recorder.sync()
+        self.transcript_sizes = self.recorder.sync(durable)
 
     def restore(self, blob: bytes) -> None:
         state = torch.load(io.BytesIO(blob), weights_only=False)

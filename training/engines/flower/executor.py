@@ -53,8 +53,8 @@ from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
 from privzv.training.engines.flower import apps, waits
 
-POLL = 0.05  # seconds between AcquireTask calls when the SuperNode has had no task for a while
-FIRST_POLL = 0.002  # ... and right after a task, doubling up to POLL
+FIRST_BEAT = 10.0  # seconds into a task before its first heartbeat (Flower's come every 17.5-22.5 s)
+POLL = 0.05  # the longest pause between AcquireTask calls that the SuperNode does not hold
 APP_ID = "privzv/privzv-run"  # the FAB id of ``launcher.app_folder``'s app
 PARTIES: dict = {}  # partition id -> the device's DeviceParty, alive between its messages
 
@@ -75,16 +75,16 @@ def serve(address: str, certificates: str, secret: bytes, poll: float = POLL) ->
     client = _client(
         address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token
     )
-    pause = FIRST_POLL
+    backoff = waits.Backoff(poll)
     while True:
+        asked = time.monotonic()
         res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if res.HasField("task") and res.token:
             token.token = res.token
             run_task(client)
-            pause = FIRST_POLL  # a device's next task tends to follow soon
+            backoff.reset()  # a device's next task tends to follow soon
         else:
-            time.sleep(pause)
-            pause = min(2 * pause, poll)
+            backoff.after(time.monotonic() - asked)
 
 
 class TaskToken(RuntimeTokenHttpInterceptor):
@@ -103,10 +103,20 @@ class TaskToken(RuntimeTokenHttpInterceptor):
         self._token = value
 
 
+class LateHeartbeat(HeartbeatSender):
+    """Flower's task heartbeat, its first one sent after :data:`FIRST_BEAT` s, not at the start:
+    a claimed task lives ``HEARTBEAT_DEFAULT_INTERVAL`` (30 s) without one (Flower's
+    ``claim_task``), and a device's task takes milliseconds, so most need no heartbeat request."""
+
+    def _run(self) -> None:
+        if not self._stop_event.wait(FIRST_BEAT):
+            super()._run()
+
+
 def run_task(client) -> None:
     """The ClientApp task whose token ``client`` sends: as ``flwr.supernode.runtime.run_clientapp``
     without its exit."""
-    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    heartbeat = LateHeartbeat(make_task_heartbeat_fn_http(client))
     heartbeat.start()
     context = reply = None
     status, details = SubStatus.FAILED, "the ClientApp task failed"
@@ -122,6 +132,8 @@ def run_task(client) -> None:
             push_task_output(client, context, status, details)
         finally:
             heartbeat.stop()
+            for party in PARTIES.values():  # the transcript's fsync, off the round's path
+                party.flush()
 
 
 def answer(message, context, fab_id: str):

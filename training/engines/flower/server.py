@@ -36,9 +36,9 @@ from flwr.app import Message as FlowerMessage
 
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
-from privzv.training.engines.flower import codec, devicestate
+from privzv.training.engines.flower import codec, devicestate, waits
 
-FIRST_POLL, POLL_SECONDS = 0.002, 0.1  # look for replies after 2 ms, doubling to 0.1 s
+POLL_SECONDS = 0.1  # the longest pause between looks for replies that the SuperLink does not hold
 
 
 class GridTransport:
@@ -63,7 +63,8 @@ class GridTransport:
         return nodes
 
     def push(self, node: int, kind: str, content: RecordDict) -> str:
-        (mid,) = self.grid.push_messages([FlowerMessage(content, dst_node_id=node, message_type=kind)])
+        packed = codec.pack(content)
+        (mid,) = self.grid.push_messages([FlowerMessage(packed, dst_node_id=node, message_type=kind)])
         self.sent[mid] = node
         return mid
 
@@ -71,8 +72,9 @@ class GridTransport:
         """The replies' contents to message ``ids``, by id (PrivzvError on an error or timeout)."""
         replies: dict[str, RecordDict] = {}
         deadline = time.monotonic() + self.timeout
-        pause = FIRST_POLL
+        backoff = waits.Backoff(POLL_SECONDS)
         while len(replies) < len(ids):
+            asked = time.monotonic()
             for reply in self.grid.pull_messages([i for i in ids if i not in replies]):
                 mid = reply.metadata.reply_to_message_id
                 if mid not in ids or reply.metadata.src_node_id != self.sent.get(mid):
@@ -82,13 +84,15 @@ class GridTransport:
                     )
                 if reply.has_error():
                     raise Failed(f"flower: {what} failed on a device: {reply.error.reason}")
-                replies[mid] = reply.content
+                try:
+                    replies[mid] = codec.unpack(reply.content)
+                except PrivzvError as exc:
+                    raise Failed(f"{exc}: the reply to {what} refused") from None
                 del self.sent[mid]
             if len(replies) < len(ids):
                 if time.monotonic() > deadline:
                     raise Failed(f"flower: no reply to {what} within {self.timeout:g} s")
-                time.sleep(pause)
-                pause = min(2 * pause, POLL_SECONDS)
+                backoff.after(time.monotonic() - asked)
         return replies
 
 
@@ -158,9 +162,9 @@ class FlowerEngine:
         return replies
 
     def _count(self, key: str, content: RecordDict, kind: str, minus: RecordDict | None = None) -> None:
-        """Count ``content``'s serialised bytes (less those of ``minus``'s records, counted apart)
-        under ``key`` (up, down, control) and its kind."""
-        size = codec.wire_bytes(content) - (0 if minus is None else codec.wire_bytes(minus))
+        """Count ``content``'s serialised bytes as sent (``codec.pack``; less those of ``minus``'s
+        records, counted apart) under ``key`` (up, down, control) and its kind."""
+        size = codec.wire_bytes(codec.pack(content)) - (0 if minus is None else codec.wire_bytes(minus))
         self.wire[key] += size
         self.wire["messages"] += 1
         per = self.wire["kinds"].setdefault(kind, {"messages": 0, "bytes": 0})

@@ -1,43 +1,153 @@
-"""Flower 1.41's fixed waits in a message's path, shortened for privzv's one-message-at-a-time
+"""Flower 1.41's waits in a message's path, made event-driven for privzv's one-message-at-a-time
 protocol (the server sends a device one message and waits for its reply, so each wait is paid on
 every message, not once per batch of messages as in Flower's horizontal rounds):
 
+* Polls answered at once with nothing: the SuperNode asks the SuperLink for a message, the
+  executor asks the SuperNode for a task, the ServerApp asks for a reply, and each asks again
+  after a sleep. :func:`hold` makes such a pull in privzv's SuperLink (``control.py``) and
+  SuperNode (``supernode.py``) a long poll: a pull that finds nothing is held in the server until
+  something is pushed there (:data:`CHANGES`, counted by :func:`after`) or :data:`HOLD` s pass,
+  and is then answered as Flower answers it; an object of a message that is not stored yet (a
+  message becomes visible before all of its objects are) is held likewise. A message is passed
+  on when it is pushed, with one request, not a poll every few ms (:data:`SUPERLINK`,
+  :data:`SUPERNODE`: what is held and what counts as a push, per server).
 * ``flwr.supernode.start_client_internal``: the SuperNode sleeps 3 s when the SuperLink has no
-  message for it and 0.5 s between looks for the ClientApp's reply (``time.sleep``); :func:`poll`
-  makes each a short wait that doubles while nothing changes, up to ``seconds``.
-* ``pull_objects``: an object of a message that is not stored yet (a message becomes visible
-  before all of its objects are) is retried after 1 s, doubling to 10 s
-  (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``): the SuperNode pulling
-  a message from the SuperLink, the ServerApp pulling a reply, a ClientApp pulling its task.
-  :func:`quick_pulls` makes a module's ``pull_objects`` retry after :data:`PULL_BACKOFF` s,
-  doubling to :data:`PULL_BACKOFF_CAP` s.
+  message for it and 0.5 s between looks for the ClientApp's reply and its objects
+  (``time.sleep``); :func:`poll` makes each a wait for the executor's next push, at most
+  ``seconds``.
+* ``pull_objects``: an object not stored yet is retried after 1 s, doubling to 10 s
+  (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``); :func:`quick_pulls`
+  makes a module's ``pull_objects`` retry after :data:`PULL_BACKOFF` s, doubling to
+  :data:`PULL_BACKOFF_CAP` s (a pull that reaches a holding server rarely needs it).
+* privzv's own polls (the executor's tasks, the ServerApp's replies): :class:`Backoff`.
 
-Nothing else changes: the same messages, tries and time limits as Flower's own.
+Nothing else changes: the same messages, answers, authentication and time limits as Flower's own.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import threading
 import time
 import types
 
 PULL_BACKOFF = 0.01
-FIRST_POLL = 0.002  # the SuperNode's first wait after a change: a device's next message tends to follow
+FIRST_POLL = 0.002  # a poll's first wait: a device's next message tends to follow
 PULL_BACKOFF_CAP = 1.0
+HOLD = 1.0  # seconds a server holds a pull that finds nothing (Flower's HTTP clients wait 30 s)
 
 
-def poll(module: types.ModuleType, seconds: float, first: float = FIRST_POLL) -> None:
-    """``module``'s ``time.sleep(s)`` sleeps ``first`` s, doubling on each call in a row up to
-    ``seconds`` (never more than ``s``); a call with another ``s`` (the SuperNode's other wait)
-    starts again at ``first``. Its other uses of ``time`` as before."""
+class Changes:
+    """A count of the pushes a server took, which held pulls wait on."""
+
+    def __init__(self):
+        self.count = 0
+        self._changed = threading.Condition()
+
+    def bump(self) -> None:
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    def wait(self, seen: int, seconds: float) -> int:
+        """Wait until the count is not ``seen`` (at once if it is not already), at most ``seconds``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.count != seen, timeout=max(seconds, 0.0))
+            return self.count
+
+
+CHANGES = Changes()  # this process's
+
+
+def after(module: types.ModuleType, name: str) -> None:
+    """``module.name`` counts a change (:data:`CHANGES`) after each call."""
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def counted(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            CHANGES.bump()
+
+    setattr(module, name, counted)
+
+
+def hold(module: types.ModuleType, name: str, empty, seconds: float = HOLD) -> None:
+    """``module.name`` called again after each change while ``empty(answer)``, for at most
+    ``seconds``; then its last answer. A call whose answer is empty changes nothing in Flower's
+    handlers, so repeating it is as if the client had asked later."""
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def held(*args, **kwargs):
+        deadline = time.monotonic() + seconds
+        while True:
+            seen = CHANGES.count  # before the call: a push during it ends the wait at once
+            answer = original(*args, **kwargs)
+            left = deadline - time.monotonic()
+            if left <= 0 or not empty(answer):
+                return answer
+            CHANGES.wait(seen, left)
+
+    setattr(module, name, held)
+
+
+def _no_messages(answer) -> bool:
+    return not answer.messages_list
+
+
+def _not_stored_yet(answer) -> bool:
+    return answer.object_found and not answer.object_available
+
+
+def _no_task(answer) -> bool:
+    return not answer.HasField("task")
+
+
+# (module, [handlers held: (name, empty)], [handlers that push]) of each server's
+SUPERLINK = [
+    (
+        "flwr.superlink.servicer.fleet.fleet_handlers",  # the SuperNodes'
+        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
+        ["push_messages", "push_object"],
+    ),
+    (
+        "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's, its SuperExec's
+        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet), ("acquire_task", _no_task)],
+        ["push_messages", "push_object"],
+    ),
+    ("flwr.superlink.servicer.control.control_handlers", [], ["start_run"]),  # a ServerApp task made
+]
+SUPERNODE = [
+    (
+        "flwr.supernode.servicer.runtime.runtime_handlers",  # the executor's
+        [("acquire_task", _no_task), ("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
+        ["push_messages", "push_object", "push_task_output"],
+    ),
+]
+
+
+def long_polls(table: list) -> None:
+    """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`, :data:`SUPERNODE`)."""
+    for path, held, pushes in table:
+        module = importlib.import_module(path)
+        for name, empty in held:
+            hold(module, name, empty)
+        for name in pushes:
+            after(module, name)
+
+
+def poll(module: types.ModuleType, seconds: float) -> None:
+    """``module``'s ``time.sleep(s)`` waits for a change (:data:`CHANGES`: the executor's next
+    push) at most ``min(s, seconds)``; its other uses of ``time`` as before."""
     fast = types.ModuleType("time")
     fast.__dict__.update(time.__dict__)
-    last = {"asked": None, "pause": first}
+    last = {"seen": CHANGES.count}
 
     def sleep(s: float) -> None:
-        pause = min(2 * last["pause"], seconds) if last["asked"] == s else first
-        last.update(asked=s, pause=pause)
-        time.sleep(min(s, pause))
+        last["seen"] = CHANGES.wait(last["seen"], min(s, seconds))
 
     fast.sleep = sleep
     module.time = fast
@@ -50,3 +160,22 @@ def quick_pulls(module: types.ModuleType) -> None:
     module.pull_objects = functools.partial(
         inflatable_utils.pull_objects, initial_backoff=PULL_BACKOFF, backoff_cap=PULL_BACKOFF_CAP
     )
+
+
+class Backoff:
+    """The pause before a client's next poll: none after a call the server held (a long poll
+    has waited already), else :data:`FIRST_POLL` s, doubling up to ``cap`` while nothing comes."""
+
+    def __init__(self, cap: float):
+        self.cap, self.pause = cap, FIRST_POLL
+
+    def reset(self) -> None:
+        self.pause = FIRST_POLL
+
+    def after(self, call_seconds: float) -> None:
+        """Pause after a poll that found nothing and took ``call_seconds``."""
+        if call_seconds >= HOLD / 2:
+            self.reset()
+            return
+        time.sleep(self.pause)
+        self.pause = min(2 * self.pause, self.cap)
