@@ -256,3 +256,5 @@ def test_the_default_rate_moves_the_weights_by_noise_step_per_step(
     step.step(None, None)
     moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
     assert moved == pytest.approx(noise_step, rel=0.05)
+    # the rate the run reports (Method.default_rate) is the rate the head steps with
+    assert sched.method.default_rate("lr_server")[0] == step.optimizer.param_groups[0]["lr"]

@@ -177,21 +177,27 @@ def on_table(release: Release | None, config, records: int) -> Release | None:
     )
 
 
-def default_lr(dp: HeadUpdate | None, plain: float, size: int, step: float | None = None) -> float:
+def noise_step(module: nn.Module) -> float:
+    """The sampled DP head's noise step for the head ``module``: its own ``noise_step``
+    (``models.ConcatServer``; None or absent: NOISE_STEP)."""
+    return getattr(module, "noise_step", None) or NOISE_STEP
+
+
+def default_lr(dp: HeadUpdate | None, plain: float, size: int, step: float = NOISE_STEP) -> float:
     """The first-order head's rate: ``plain`` without DP; ``step`` / (sigma_h sqrt(size)) on a
-    sample of the table (``size``: the head's trainable parameter count; ``step``: the head's
-    own noise step, ``models.ConcatServer.noise_step``, None: NOISE_STEP); else min(MAX_LR, 1/z_h)."""
+    sample of the table (``size``: the head's trainable parameter count; ``step``: its
+    :func:`noise_step`); else min(MAX_LR, 1/z_h)."""
     if dp is None:
         return plain
     if dp.sampled:
-        return (step or NOISE_STEP) / (dp.sigma * math.sqrt(size))
+        return step / (dp.sigma * math.sqrt(size))
     return min(MAX_LR, dp.sensitivity / dp.sigma)
 
 
 def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> FirstOrderHead:
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     size = sum(p.numel() for p in server.head.parameters() if p.requires_grad)
-    step = getattr(server.head, "noise_step", None)
+    step = noise_step(server.head)
     rate = default_lr(dp, plain_lr, size, step) if config.lr_server is None else float(config.lr_server)
     if dp is not None and dp.sampled:
         return SampledHead(server.head, rate, config.momentum, dp, server.noise.stream("head"), server=server)
