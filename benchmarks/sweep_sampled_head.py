@@ -10,11 +10,15 @@ on the head). Sample and noise come from torch's generator seeded 0, not the ser
 streams (the same distributions), so a line is about 5x cheaper than ``privzv train``. Settings:
 ``SETTINGS`` (mnist1d: 100,000 records, B 500, 20 epochs; digits: B 32, 10 epochs).
 
-    python benchmarks/sweep_sampled_head.py SETTING EPSILON '[{"clip": 1.0, "lr": 0.1, "mom": 0.9}, ...]'
+    python benchmarks/sweep_sampled_head.py SETTING EPSILON '[{"clip": 1.0, "lr": 0.1, "mom": 0.9}, ...]' [KIND]
 
-One JSON line per setting: the overrides, z_h, T, (round, test accuracy, test loss) at four points
-and the weights' norms at the end. ``noise_step`` is lr sigma_h sqrt(P), the norm by which a
-step's noise moves the head (``methods.head.NOISE_STEP`` is the default's).
+KIND: the head's ``--server-kind`` (default mlp; mlp-gain: its input times ``models.HEAD_GAIN``).
+A dict may give ``noise_step`` instead of ``lr`` (lr = noise_step / (sigma_h sqrt(P))), and
+``"plain": true`` for the no-noise head (the sample's mean loss, no clip, no noise: what the run
+with ``--epsilon inf`` does on its round's batch). One JSON line per setting: the overrides, z_h,
+T, (round, test accuracy, test loss) at four points and the weights' norms at the end.
+``noise_step`` is lr sigma_h sqrt(P), the norm by which a step's noise moves the head
+(``methods.head.NOISE_STEP`` is the default's).
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ SETTINGS = {
 }
 
 
-def replay(setting: str, epsilon: float, settings: list[dict]):
-    """Yield one result per dict of ``settings`` ({clip, lr, mom}), each from the same start."""
+def replay(setting: str, epsilon: float, settings: list[dict], kind: str = "mlp"):
+    """Yield one result per dict of ``settings`` ({clip, lr or noise_step, mom, plain}), each from
+    the same start, with the head ``kind``."""
     from privzv.training import data, methods, privacy, run
     from privzv.training.config import TrainConfig
     from privzv.training.methods.head import linear_clipped_sum
 
     s = SETTINGS[setting]
     config = TrainConfig(
-        **s, devices=4, epsilon=epsilon, freeze="devices", transcripts=False, seed=SEED
+        **s, devices=4, epsilon=epsilon, freeze="devices", transcripts=False, seed=SEED, server_kind=kind
     ).validate()
     ds = data.load(s["dataset"], 4, records=s.get("records"))
     d, b = len(ds.y_train), s["batch_size"]
@@ -57,22 +62,25 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
     size = sum(p.numel() for p in params)
     for v in settings:
         module.load_state_dict(start)
-        opt = torch.optim.SGD(params, lr=v["lr"], momentum=v["mom"])
+        plain = v.get("plain", False)
+        sigma = 0.0 if plain else z_h * 2 * v["clip"] / b
+        lr = v["lr"] if "lr" in v else v["noise_step"] / (sigma * math.sqrt(size))
+        opt = torch.optim.SGD(params, lr=lr, momentum=v["mom"])
         gen = torch.Generator().manual_seed(0)
-        sigma = z_h * 2 * v["clip"] / b
         curve = []
         for r in range(1, rounds + 1):
             ids = torch.nonzero(torch.rand(d, generator=gen) < b / d).reshape(-1)
-            flat = (
-                linear_clipped_sum(
-                    module, [x[ids] for x in train], ds.y_train[ids], v["clip"], torch.ones(len(ids))
-                )
-                / b
-            )
-            flat = flat + sigma * torch.randn(flat.shape, generator=gen)
-            for p, g in zip(params, flat.split([p.numel() for p in params])):
-                p.grad = g.view_as(p)
-            opt.step()
+            rows = [x[ids] for x in train]
+            if plain:
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(module(rows), ds.y_train[ids]).backward()
+                opt.step()
+            else:
+                flat = linear_clipped_sum(module, rows, ds.y_train[ids], v["clip"], torch.ones(len(ids))) / b
+                flat = flat + sigma * torch.randn(flat.shape, generator=gen)
+                for p, g in zip(params, flat.split([p.numel() for p in params])):
+                    p.grad = g.view_as(p)
+                opt.step()
             if r % (rounds // 4) == 0:
                 with torch.no_grad():
                     logits = module(test)
@@ -88,9 +96,11 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
             "epsilon": epsilon,
             "seed": SEED,
             **v,
+            "kind": kind,
+            "lr": lr,
             "z_h": z_h,
             "T": rounds,
-            "noise_step": v["lr"] * sigma * math.sqrt(size),
+            "noise_step": lr * sigma * math.sqrt(size),
             "curve": curve,
             "weight_norms": [round(float(p.detach().norm()), 2) for p in params],
         }
@@ -98,7 +108,7 @@ def replay(setting: str, epsilon: float, settings: list[dict]):
 
 def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
-    for line in replay(argv[0], float(argv[1]), json.loads(argv[2])):
+    for line in replay(argv[0], float(argv[1]), json.loads(argv[2]), *argv[3:4]):
         print(json.dumps(line), flush=True)
     return 0
 

@@ -220,7 +220,7 @@ class TrainConfig:
     )
     server_kind: str = field(
         "mlp",
-        "server head: mlp, or sum (needs --embed-dim = classes)",
+        "server head: mlp, mlp-gain (mlp on its input times 10), or sum (needs --embed-dim = classes)",
         choices=_registry("privzv.training.models", "SERVER_KINDS"),
     )
     activation: list[float] | None = field(

@@ -77,6 +77,29 @@ def test_mlp_server_is_two_linear_layers_with_relu_on_the_concatenation():
     assert not torch.allclose(server(h), server(h[::-1]))
 
 
+def test_the_gain_head_is_the_mlp_head_on_its_input_times_the_public_gain():
+    plain, gained = models.server_model(3, 5, 10), models.server_model(3, 5, 10, kind="mlp-gain")
+    gained.load_state_dict(plain.state_dict())  # same parameters: the gain is no weight
+    h = [torch.randn(4, 5) for _ in range(3)]
+    assert torch.allclose(gained(h), plain([models.HEAD_GAIN * x for x in h]), atol=1e-6)
+    assert not torch.allclose(gained(h), plain(h))
+
+
+@pytest.mark.parametrize("kind", models.SERVER_KINDS)
+def test_a_records_logits_depend_on_its_own_embeddings_alone(kind):
+    """Every head's input transform is a function of one record (the gain is a public constant):
+    record 0's logits do not move when the other records' embeddings change, nor when it is alone.
+    A normalisation over records (the batch's or the table's statistics) would move them, and put
+    every record into each record's clipped gradient (the head's per-example sensitivity)."""
+    torch.manual_seed(0)
+    server = models.server_model(3, 10, 10, kind=kind)
+    h = [torch.randn(6, 10) for _ in range(3)]
+    others = [torch.cat((x[:1], 100 * torch.randn(5, 10) + 7)) for x in h]
+    alone = server([x[:1] for x in h])[0]
+    for batch in (h, others):
+        assert torch.allclose(server(batch)[0], alone, rtol=1e-5, atol=1e-6)
+
+
 def test_sum_server_sums_device_outputs():
     server = models.server_model(3, 10, 10, kind="sum")
     h = [torch.randn(4, 10) for _ in range(3)]
@@ -88,7 +111,7 @@ def test_sum_server_sums_device_outputs():
     "args, match",
     [
         ((3, 5, 10, "sum"), "embed_dim == num_classes"),
-        ((3, 5, 10, "attention"), "allowed are mlp, sum"),
+        ((3, 5, 10, "attention"), "allowed are mlp, mlp-gain, sum"),
         ((0, 5, 10, "mlp"), "devices 0"),
         ((3, 0, 10, "mlp"), "embed_dim 0"),
     ],

@@ -11,7 +11,7 @@ import torch
 
 from privzv.errors import PrivzvError
 from privzv.release import HeadUpdate
-from privzv.training import methods, privacy, run
+from privzv.training import methods, models, privacy, run
 from privzv.training.methods import head
 from privzv.training.noise import SeededNoise
 from privzv.training.parties import EmbeddingTable, Server
@@ -233,12 +233,18 @@ def test_the_sample_and_the_noise_come_from_their_own_server_streams():
     assert torch.equal(step.sample(), first)
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 20.0])
-def test_the_default_rate_moves_the_weights_by_noise_step_per_step(tiny_config, tiny_dataset, epsilon):
-    """The sampled head's default rate makes a step's noise move the head by about
-    ``head.NOISE_STEP`` (a norm), whatever epsilon: on an empty table (nobody eligible) a step is
-    the noise alone, rate x sigma_h x ||N(0, I_P)||, and ||N(0, I_P)|| is sqrt(P) within 5 %."""
-    config = tiny_config(epsilon=epsilon, embed_dim=16)
+@pytest.mark.parametrize(
+    "epsilon, kind, noise_step",
+    [(1.0, "mlp", head.NOISE_STEP), (20.0, "mlp", head.NOISE_STEP), (1.0, "mlp-gain", models.GAIN_NOISE_STEP)],
+)
+def test_the_default_rate_moves_the_weights_by_noise_step_per_step(
+    tiny_config, tiny_dataset, epsilon, kind, noise_step
+):
+    """The sampled head's default rate makes a step's noise move the head by about its noise step
+    (a norm; ``head.NOISE_STEP``, or the head's own), whatever epsilon: on an empty table (nobody
+    eligible) a step is the noise alone, rate x sigma_h x ||N(0, I_P)||, and ||N(0, I_P)|| is
+    sqrt(P) within 5 %."""
+    config = tiny_config(epsilon=epsilon, embed_dim=16, server_kind=kind)
     dataset = tiny_dataset()
     p = privacy.plan(config, methods.get("dpzv"), len(dataset.y_train), rounds=24)
     sched = run.build(config, dataset, release=p.release, secret_seed=5)
@@ -249,4 +255,6 @@ def test_the_default_rate_moves_the_weights_by_noise_step_per_step(tiny_config, 
     before = torch.cat([q.detach().reshape(-1) for q in step.params])
     step.step(None, None)
     moved = (torch.cat([q.detach().reshape(-1) for q in step.params]) - before).norm()
-    assert moved == pytest.approx(head.NOISE_STEP, rel=0.05)
+    assert moved == pytest.approx(noise_step, rel=0.05)
+    # the rate the run reports (Method.default_rate) is the rate the head steps with
+    assert sched.method.default_rate("lr_server")[0] == step.optimizer.param_groups[0]["lr"]

@@ -113,7 +113,7 @@ class Method(abc.ABC):
             return self.LR_SERVER, own
         size = sum(p.numel() for p in self.head.params)  # the built head step's trainable parameters
         return head.default_lr(
-            self.head_dp, self.LR_SERVER, size
+            self.head_dp, self.LR_SERVER, size, head.noise_step(self.head.module)
         ), "the DP head's default (methods.head.default_lr)"
 
     @classmethod

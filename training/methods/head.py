@@ -57,8 +57,9 @@ from privzv.training import zo
 # chosen by the measurement in docs/results.md ("The head on a secret sample of the table")
 TABLE_SHARE = 0.99
 MAX_LR = 0.1  # default rate of a DP head on the round's batch: min(MAX_LR, 1 / z_h) (issue 7's prototype)
-# default rate of a sampled head: NOISE_STEP / (sigma_h sqrt(P)), P its trainable parameters: a
-# step's noise moves the weights by about NOISE_STEP whatever z_h, C_h, B and P (1/z_h let the
+# default rate of a sampled head: NOISE_STEP / (sigma_h sqrt(P)), P its trainable parameters (a
+# head may declare its own noise step: models.GAIN_NOISE_STEP): a step's noise moves the weights
+# by about NOISE_STEP whatever z_h, C_h, B and P (1/z_h let the
 # noise dominate: digits' head reached test losses of 168); chosen on seed 100 (docs/results.md,
 # "The head on a secret sample of the table"; a cap on the rate lost accuracy at epsilon 5 and 20)
 NOISE_STEP = 0.1
@@ -176,21 +177,28 @@ def on_table(release: Release | None, config, records: int) -> Release | None:
     )
 
 
-def default_lr(dp: HeadUpdate | None, plain: float, size: int) -> float:
-    """The first-order head's rate: ``plain`` without DP; NOISE_STEP / (sigma_h sqrt(size)) on a
-    sample of the table (``size``: the head's trainable parameter count); else
-    min(MAX_LR, 1/z_h)."""
+def noise_step(module: nn.Module) -> float:
+    """The sampled DP head's noise step for the head ``module``: its own ``noise_step``
+    (``models.ConcatServer``; None or absent: NOISE_STEP)."""
+    return getattr(module, "noise_step", None) or NOISE_STEP
+
+
+def default_lr(dp: HeadUpdate | None, plain: float, size: int, step: float = NOISE_STEP) -> float:
+    """The first-order head's rate: ``plain`` without DP; ``step`` / (sigma_h sqrt(size)) on a
+    sample of the table (``size``: the head's trainable parameter count; ``step``: its
+    :func:`noise_step`); else min(MAX_LR, 1/z_h)."""
     if dp is None:
         return plain
     if dp.sampled:
-        return NOISE_STEP / (dp.sigma * math.sqrt(size))
+        return step / (dp.sigma * math.sqrt(size))
     return min(MAX_LR, dp.sensitivity / dp.sigma)
 
 
 def first_order(config, server, dp: HeadUpdate | None, plain_lr: float) -> FirstOrderHead:
     """The first-order head step of a method: rate ``--lr-server``, else :func:`default_lr`."""
     size = sum(p.numel() for p in server.head.parameters() if p.requires_grad)
-    rate = default_lr(dp, plain_lr, size) if config.lr_server is None else float(config.lr_server)
+    step = noise_step(server.head)
+    rate = default_lr(dp, plain_lr, size, step) if config.lr_server is None else float(config.lr_server)
     if dp is not None and dp.sampled:
         return SampledHead(server.head, rate, config.momentum, dp, server.noise.stream("head"), server=server)
     per_epoch = -(-len(server.labels) // config.batch_size)
