@@ -14,7 +14,10 @@ the CPU seconds (largest, median and 99th percentile, and how many took over 2 s
 - T = 1 with sampling, add-remove: the exact hockey-stick divergence of the pair (50-digit
   closed form, :func:`exact_sampled_delta`) at the answer must be at most delta.
 
-    python benchmarks/fuzz_accounting.py [--n 300] [--seed 0]
+    python benchmarks/fuzz_accounting.py [--n 300] [--seed 0] [--rows 30,65,148]
+
+``--rows``: only those draws (0-based; the others are drawn and skipped, so a row is the same
+setting as in the full run), each row's CPU seconds listed (``cpu_by_row``).
 """
 
 from __future__ import annotations
@@ -116,12 +119,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", type=lambda text: {int(i) for i in text.split(",")}, default=None)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
-    for _ in range(args.n):
+    for i in range(args.n):
         case = draw(rng)
-        rows.append({**case, **check(case)})
+        if args.rows is None or i in args.rows:
+            rows.append({"row": i, **case, **check(case)})
     answered = [r for r in rows if r["outcome"] == "answered"]
     checked = [r for r in answered if "one_sided" in r]
     print(
@@ -154,6 +159,7 @@ def main() -> None:
                 "one_sided_checked": len(checked),
                 "one_sided_failures": [r for r in checked if not r["one_sided"]],
                 "max_cpu_seconds": max(r["cpu"] for r in rows),
+                **({"cpu_by_row": {r["row"]: r["cpu"] for r in rows}} if args.rows else {}),
                 "cpu_seconds": {
                     name: float(np.percentile([r["cpu"] for r in rows], p))
                     for name, p in (("median", 50), ("p99", 99), ("max", 100))
@@ -163,6 +169,7 @@ def main() -> None:
                         {
                             k: r[k]
                             for k in (
+                                "row",
                                 "epsilon",
                                 "delta",
                                 "steps",
