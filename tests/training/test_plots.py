@@ -21,7 +21,14 @@ def test_accuracy_axis_is_full_scale_with_chance_marked(tmp_path, monkeypatch, e
         for r, a in ((1, 0.07), (2, 0.105), (3, 0.09))
     ]  # chance-level wobble
     config = types.SimpleNamespace(
-        method="dpzv", dataset="digits", devices=4, epsilon=epsilon, delta=1e-5, threat="device", sigma=None, freeze=None
+        method="dpzv",
+        dataset="digits",
+        devices=4,
+        epsilon=epsilon,
+        delta=1e-5,
+        threat="device",
+        sigma=None,
+        freeze=None,
     )
     plots.write(tmp_path, rows, config, chance=plots.chance([0, 1, 1, 2]))
     monkeypatch.undo()

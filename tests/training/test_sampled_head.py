@@ -235,7 +235,11 @@ def test_the_sample_and_the_noise_come_from_their_own_server_streams():
 
 @pytest.mark.parametrize(
     "epsilon, kind, noise_step",
-    [(1.0, "mlp", head.NOISE_STEP), (20.0, "mlp", head.NOISE_STEP), (1.0, "mlp-gain", models.GAIN_NOISE_STEP)],
+    [
+        (1.0, "mlp", head.NOISE_STEP),
+        (20.0, "mlp", head.NOISE_STEP),
+        (1.0, "mlp-gain", models.GAIN_NOISE_STEP),
+    ],
 )
 def test_the_default_rate_moves_the_weights_by_noise_step_per_step(
     tiny_config, tiny_dataset, epsilon, kind, noise_step
