@@ -119,7 +119,6 @@ class FlowerEngine:
         self.nodes: list[int] = []
         self.carried: dict[int, tuple[str, RecordDict]] = {}  # device -> its undelivered (kind, records)
         self.asked: dict[int, tuple[int, str]] = {}  # device -> (round, message id) of its open request
-        self.ready: dict[int, object] = {}  # device -> its uplink collected before the round was served
         self.failed = False  # a reply was missing or refused
         self.method = None
         self.wire = {"up": 0, "down": 0, "control": 0, "messages": 0, "kinds": {}}
@@ -208,8 +207,6 @@ class FlowerEngine:
         self.moved = True
 
     def send(self, m: int, round_: int, ids: torch.Tensor):
-        if m in self.ready:
-            return self.ready.pop(m)
         if m not in self.asked:
             self.start(m, round_, ids)
         return self._collect(m)
@@ -227,10 +224,10 @@ class FlowerEngine:
         self.carried[m] = (ABORT, RecordDict({}))
 
     def embeddings(self, x_test, rows: slice) -> list[torch.Tensor]:
-        """Every device's test embeddings, each message carrying the device's last downlink (a
-        device's round started ahead is collected first: it keeps its state from before it)."""
-        for m in list(self.asked):
-            self.ready[m] = self._collect(m)
+        """Every device's test embeddings, each message carrying the device's last downlink. The
+        scheduler starts no round beyond an evaluation's (``Scheduler.run``)."""
+        if self.asked:
+            raise RuntimeError(f"flower: an evaluation with rounds in flight on devices {sorted(self.asked)}")
         ids = [
             self._push(
                 m, "query.embed", RecordDict({"rows": ConfigRecord({"start": rows.start, "stop": rows.stop})})
@@ -249,7 +246,7 @@ class FlowerEngine:
         save (``query.checkpoint``, carrying the device's last downlink or refusal), all devices
         acknowledged before the server writes its checkpoint; the devices' state never comes here.
         The scheduler starts no round beyond a checkpoint's (``Scheduler.run``)."""
-        if self.asked or self.ready:
+        if self.asked:
             raise RuntimeError(f"flower: a checkpoint with rounds in flight on devices {sorted(self.asked)}")
         if self.moved:
             tag = secrets.token_hex(8)
