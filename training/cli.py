@@ -3,7 +3,7 @@
 Precedence: built-in defaults < ``--config FILE`` (JSON object of ``TrainConfig`` fields) <
 explicit flags. ``--resume DIR`` continues the run in DIR from its last checkpoint with its saved
 config (only ``--extend --epochs E``, ``--device``, ``--checkpoint-every`` and ``--json`` may be given
-with it; a Flower run resumes with ``--engine flower``, and ``--flower-timeout``).
+with it; a Flower run resumes with ``--engine flower``, and ``--flower-timeout``, ``--party-users``).
 Bad input: one stderr line, exit 2.
 """
 
@@ -60,6 +60,14 @@ def build_parser() -> cliutil.Parser:
         type=n("--flower-timeout", low=0, low_open=True),
         default=600.0,
         help="seconds the whole --engine flower(-sim) run may take (default 600)",
+    )
+    p.add_argument(
+        "--party-users",
+        metavar="off|auto|UID_BASE",
+        default="off",
+        help="--engine flower run as root: each device's processes under an OS user of its own "
+        "(auto: fresh ids per run; UID_BASE: the run's gid, device m uid and gid UID_BASE+1+m), "
+        "so no device reads the server's files or environment (default off; docs/training.md)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     return p
@@ -130,6 +138,8 @@ def _main(argv: Sequence[str]) -> int:
     from privzv.training import run
 
     args = build_parser().parse_args(list(argv))
+    if args.party_users != "off" and args.engine != "flower":
+        raise PrivzvError(f"--party-users {args.party_users}: only with --engine flower")
     bar = lambda **kw: cliutil.progress(desc="rounds", quiet=args.json, **kw)  # noqa: E731
     every = args.checkpoint_every
     if args.resume:
@@ -200,6 +210,7 @@ def _flower(args, config: TrainConfig | None, out: Path, resume: bool = False) -
         checkpoint_every=args.checkpoint_every,
         timeout=args.flower_timeout,
         mode="simulation" if args.engine == "flower-sim" else "deployment",
+        party_users=args.party_users,
     )
     return {**result["summary"], "engine": args.engine, "wire_bytes": result["wire"]}
 

@@ -8,7 +8,8 @@ Its inputs come from the SuperLink's environment (set by ``launcher``, never sen
 done: the summary and the wire bytes, or the ``error`` (bad input) or ``failed`` (runtime)), ``PRIVZV_FLOWER_KEYS`` (a 0600 file of the
 devices' reply keys, :func:`reply_keys`), optional ``PRIVZV_FLOWER_SECRET_SEED_FILE`` (the path of a 0600 file with the secret seed),
 ``PRIVZV_FLOWER_OVERWRITE``, ``PRIVZV_FLOWER_CHECKPOINT_EVERY``, ``PRIVZV_FLOWER_TIMEOUT``,
-``PRIVZV_FLOWER_RESUME`` (``1``: continue the run in the run folder from its last checkpoint). The
+``PRIVZV_FLOWER_RESUME`` (``1``: continue the run in the run folder from its last checkpoint),
+``PRIVZV_FLOWER_USERS`` (party users' base id: it readies the devices' state folders, ``users``). The
 public config is the run config ``privzv-config`` (JSON of ``TrainConfig``).
 
 ``client_app``: the ClientApp of device ``partition-id`` (node config; also ``folder``, its own
@@ -37,7 +38,7 @@ from flwr.serverapp import Grid, ServerApp
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import codec, devicestate, waits
+from privzv.training.engines.flower import codec, devicestate, users, waits
 from privzv.training.engines.flower.device import DeviceParty
 from privzv.training.engines.flower.server import (
     ABORT,
@@ -49,6 +50,7 @@ from privzv.training.engines.flower.server import (
     GridTransport,
 )
 from privzv.training.messages import device_name
+from privzv.training.run_folder import atomic_write
 
 server_app = ServerApp()
 client_app = ClientApp()
@@ -78,6 +80,12 @@ def main(grid: Grid, context: Context) -> None:
 
     def engine(config):
         transport = GridTransport(grid, float(env.get("PRIVZV_FLOWER_TIMEOUT", "120")))
+        if users.ENV in env:  # each device's state folder in the run folder, its own
+            out = Path(env["PRIVZV_FLOWER_OUT"])
+            states = [devicestate.in_run(out, m) for m in range(config.devices)]
+            transport = users.Preparing(
+                transport, users.Users(int(env[users.ENV])), out, states, (SAVE, RESTORE)
+            )
         engines.append(FlowerEngine(transport, config, reply_keys(Path(env["PRIVZV_FLOWER_KEYS"]))))
         return engines[-1]
 
@@ -104,9 +112,7 @@ def main(grid: Grid, context: Context) -> None:
         result = {"failed": str(exc)}
     except Exception:  # reported to the launcher, which raises it where the user sees it
         result = {"error": "ServerApp failed:\n" + traceback.format_exc()}
-    tmp = status.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(status)
+    atomic_write(status, lambda fh: fh.write(json.dumps(result).encode()), private=True)
 
 
 # --------------------------------------------------------------------------------- device side

@@ -3,7 +3,8 @@
 :func:`make` writes into a run's 0700 work folder, every private part in a 0600 file (a path on a
 command line, never the secret):
 
-* ``tls/ca.pem``: a CA made for this run (ECDSA P-256, its key used once and never written);
+* ``tls/ca.pem``: a CA made for this run (ECDSA P-256, its key used once and never written),
+  and a copy in each device's folder (:data:`CA`: a device needs nothing outside its folder);
 * ``tls/superlink.pem``, ``tls/superlink-key.pem``: the SuperLink's server certificate (Fleet,
   Control and Runtime APIs), signed by that CA, valid for its address only (an IP SAN); and in
   device m's own folder ``supernode.pem``, ``supernode-key.pem`` for its SuperNode's Runtime API;
@@ -31,6 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+CA = "ca.pem"  # the run's CA certificate, in ``tls/`` and in each device's folder
 VALID = datetime.timedelta(days=2)  # a run's certificates expire soon after any run could end
 
 
@@ -127,10 +129,10 @@ def make(work: Path, device_folders: list[Path], hosts: list[str] = ("127.0.0.1"
     tls.mkdir(mode=0o700)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = f"privzv run CA {secrets.token_hex(4)}"
-    (tls / "ca.pem").write_bytes(
-        _pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, [], ca=True))
-    )
+    ca = _pem(_certificate(ca_name, ca_key.public_key(), ca_name, ca_key, [], ca=True))
     keys, public = [], []
+    for folder in [tls, *device_folders]:
+        (folder / CA).write_bytes(ca)
     for m, folder in enumerate(device_folders):
         node = ec.generate_private_key(ec.SECP384R1())
         keys.append(
@@ -148,7 +150,7 @@ def make(work: Path, device_folders: list[Path], hosts: list[str] = ("127.0.0.1"
             node.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
         )
     return Credentials(
-        tls / "ca.pem",
+        tls / CA,
         _server(tls, "superlink", list(hosts), ca_key, ca_name),
         [_server(folder, "supernode", ["127.0.0.1"], ca_key, ca_name) for folder in device_folders],
         keys,

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from privzv.errors import PrivzvError
-from privzv.training.run_folder import atomic_write
+from privzv.training.messages import device_name
+from privzv.training.run_folder import PRIVATE, atomic_write
 from privzv.training.transcript import DATA, INDEX
 
 TAG = re.compile(r"[0-9a-f]{16}")  # ``secrets.token_hex(8)``: a file name part, never a path
@@ -36,6 +37,12 @@ def check_tag(tag: str) -> str:
     if tag != FRESH and not TAG.fullmatch(tag):
         raise PrivzvError(f"flower: checkpoint tag {tag[:40]!r}: 16 lowercase hex digits")
     return tag
+
+
+def in_run(out: Path, m: int) -> Path:
+    """Device m's state folder in the run folder ``out``, as the local launcher gives it (it
+    outlives the run's work folder, for ``--resume``)."""
+    return out / PRIVATE / device_name(m) / "flower"
 
 
 def path(folder: Path, tag: str) -> Path:

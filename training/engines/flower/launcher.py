@@ -21,10 +21,11 @@
    m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
    Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
    folder=<its folder> state=<out/private/device<m>/flower>`` (its own state folder, which
-   outlives the work folder: :func:`state_folder`), and its long-lived ClientApp ``executor``;
+   outlives the work folder: ``devicestate.in_run``), and its long-lived ClientApp ``executor``;
    then ``flwr run`` of the
    app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
-   ``privzv-config``);
+   ``privzv-config``); with party users (``users``, root only) each device's processes run under
+   an OS user of their own, which owns its folder and its state folder and nothing else;
 5. waits for the ServerApp's status file (bounded by ``timeout``; a process that exits, the
    ServerApp included, ends the wait at once), copies the devices' transcripts into
    ``out/transcripts/``, and has the guard stop everything (SIGTERM, then SIGKILL).
@@ -61,10 +62,10 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import control, credentials, guard, serverexec
+from privzv.training.engines.flower import control, credentials, devicestate, guard, serverexec, users
 from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
-from privzv.training.run_folder import PRIVATE, RunFolder
+from privzv.training.run_folder import RunFolder
 
 APP = "privzv.training.engines.flower.apps"
 CONTROL = (
@@ -85,7 +86,7 @@ def free_port() -> int:
 
 def app_folder(folder: Path, config: TrainConfig) -> Path:
     """A Flower app whose components are privzv's apps and whose run config is ``config``."""
-    folder.mkdir(parents=True)
+    folder.mkdir(mode=0o700, parents=True)
     (folder / "pyproject.toml").write_text(f"""[build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
@@ -277,6 +278,7 @@ def run(
     timeout: float = 600.0,
     mode: str = "deployment",
     net: Network = LOCAL,
+    party_users: str = "off",
 ) -> dict:
     """Train ``config`` on a local Flower run into run folder ``out``; returns
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
@@ -289,7 +291,9 @@ def run(
     ``resume``: continue the Flower run in ``out`` from its last checkpoint (``config`` None or
     the run's own; its secret seed is the run's), on fresh credentials; each device continues
     from its own state, which it saved in its own state folder ``out/private/device<m>/flower``
-    (node config ``state``, handed to device m alone; ``devicestate``)."""
+    (node config ``state``, handed to device m alone; ``devicestate``).
+    ``party_users``: ``off``, ``auto`` or ``UID_BASE`` (``users.resolve``): run each device's
+    processes under an OS user of its own (root only; not in mode ``simulation``)."""
     if mode not in MODES:
         raise PrivzvError(f"flower: mode {mode!r}: one of {', '.join(MODES)}")
     if resume and mode == "simulation":
@@ -319,6 +323,12 @@ def run(
         raise PrivzvError(
             "--engine flower-sim: needs Ray, Flower's simulation backend: pip install 'privzv[flower-sim]'"
         )
+    owners = users.resolve(party_users, config.devices)
+    if owners and mode == "simulation":
+        raise PrivzvError(
+            f"--party-users {party_users}: not with --engine flower-sim (its Ray workers run "
+            "every device in the SuperLink's process tree)"
+        )
     if config.secure_noise and methods.get(config.method).RELEASED_BY == "device":
         raise PrivzvError(
             f"--secure-noise: not with --engine flower for {config.method} (a device "
@@ -327,14 +337,14 @@ def run(
     out = Path(out).resolve()
     remove_stale(Path(tempfile.gettempdir()))
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))  # mode 0700
-    (work / "launcher.pid").write_text(str(os.getpid()))
+    credentials.private_file(work / "launcher.pid", str(os.getpid()).encode())
     logs = work / "logs"
-    logs.mkdir()
+    logs.mkdir(mode=0o700)
     stack = Stack(work, logs)
     try:
         with _signals_stop():
             return _run(
-                stack, config, out, secret_seed, resume, overwrite, checkpoint_every, timeout, mode, net
+                stack, config, out, secret_seed, resume, overwrite, checkpoint_every, timeout, mode, net, owners
             )
     except (Failed, PrivzvError) as exc:  # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
@@ -342,6 +352,8 @@ def run(
         raise (Failed if isinstance(exc, Failed) else PrivzvError)(f"{exc} (logs in {kept})") from None
     finally:
         stack.stop()
+        if owners:  # the devices' processes are gone: their state folders are root's again
+            owners.take_back(out, [devicestate.in_run(out, m) for m in range(config.devices)])
 
 
 @contextlib.contextmanager
@@ -374,6 +386,7 @@ def _run(
     timeout: float,
     mode: str,
     net: Network,
+    owners: users.Users,
 ) -> dict:
     from privzv.training.engines.flower import apps  # needs flwr (checked by run)
 
@@ -384,6 +397,7 @@ def _run(
     for folder in folders:
         folder.mkdir(mode=0o700)
     creds = credentials.make(work, folders, net.link_hosts())
+    states = [devicestate.in_run(out, m) for m in range(config.devices)]
     base = {
         **os.environ,
         "FLWR_HOME": str(work / "home"),
@@ -404,11 +418,18 @@ def _run(
     }
     if every is not None:
         server_env["PRIVZV_FLOWER_CHECKPOINT_EVERY"] = str(every)
+    if owners:  # the ServerApp readies each device's state folder in the run folder for it
+        server_env[users.ENV] = str(owners.base)
     keys = [secrets.token_bytes(32) for _ in range(config.devices)]  # per run, per device
     credentials.private_file(work / "reply-keys", "\n".join(key.hex() for key in keys).encode())
     for m, folder in enumerate(folders):
         credentials.private_file(folder / apps.NOISE_KEY, seeds.key(secret, "device", m).hex().encode())
         credentials.private_file(folder / apps.REPLY_KEY, keys[m].hex().encode())
+    if owners:  # device m reaches its own folder only: the work folder is searchable, not listable
+        owners.share(work)
+        for m, folder in enumerate(folders):
+            owners.own(folder, m)
+            owners.check_reach(m, _needs(config, folder, out))
     link = [
         *net.server,
         sys.executable,
@@ -447,7 +468,7 @@ def _run(
             server_env,
         )
     home = work / "home"
-    home.mkdir()
+    home.mkdir(mode=0o700)
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
         f'address = "127.0.0.1:{port}"\nroot-certificates = "{creds.ca}"\n'
@@ -464,7 +485,7 @@ def _run(
                 deadline,
                 timeout,
             )
-            _start_device(stack, m, port, creds, base, net, state_folder(out, m))
+            _start_device(stack, m, port, creds, device_env(base, folders[m], owners), net, states[m], owners)
     app = app_folder(work / "app", config)
     _flwr(
         stack,
@@ -499,8 +520,8 @@ def _run(
         raise (PrivzvError if "error" in result else Failed)(error.strip().splitlines()[-1])
     if config.transcripts:
         for m in range(config.devices):
-            for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):
-                shutil.copy2(path, out / "transcripts" / path.name)
+            for path in (work / device_name(m)).glob(f"{device_name(m)}.*"):  # public: umask's mode
+                shutil.copyfile(path, out / "transcripts" / path.name)
     return result
 
 
@@ -529,6 +550,32 @@ def _flwr(
         time.sleep(0.5)
 
 
+def device_env(base: dict, folder: Path, owners: users.Users) -> dict:
+    """Device processes' environment: the launcher's without the Control API secret's path;
+    with party users, its home, Flower's home and temporary files in its own folder."""
+    env = {k: v for k, v in base.items() if k != control.ENV}
+    if owners:
+        env.update(HOME=str(folder), FLWR_HOME=str(folder / "home"), TMPDIR=str(folder))
+    return env
+
+
+def _needs(config: TrainConfig, folder: Path, out: Path) -> list[tuple[str, Path]]:
+    """What a device's user must reach (``users.Users.check_reach``): its folder, the folder the
+    run folder is in (its state folder is made below it), this Python and privzv, and the
+    dataset's files the config names."""
+    import privzv
+
+    above = next(p for p in out.parents if p.exists())
+    data = [getattr(config, name) for name in ("data_dir", "data_file", "test_file", "model_weights")]
+    return [
+        ("rx", folder),
+        ("x", above),
+        ("x", Path(sys.executable)),
+        ("rx", Path(privzv.__file__).parent),
+        *(("r", Path(p).resolve()) for p in data if p),
+    ]
+
+
 def secret_environment(work: Path, secret: int, mode: str) -> dict:
     """The ServerApp's secret input: the path of a 0600 file with the root secret seed (never the
     seed itself: an environment is readable in /proc), except in mode ``simulation``, where the
@@ -537,12 +584,6 @@ def secret_environment(work: Path, secret: int, mode: str) -> dict:
     if mode == "simulation":
         return {}
     return {SECRET_FILE: str(credentials.private_file(work / "secret-seed", str(secret).encode()))}
-
-
-def state_folder(out: Path, m: int) -> Path:
-    """Device m's own state folder for the run in ``out`` (its saved states outlive the run's work
-    folder, for ``--resume``)."""
-    return out / PRIVATE / device_name(m) / "flower"
 
 
 def resumed(out: Path, given: TrainConfig | None) -> tuple[TrainConfig, int]:
@@ -567,31 +608,35 @@ def _start_device(
     env: dict,
     net: Network = LOCAL,
     state: Path | None = None,
+    owners: users.Users = users.Users(),
 ) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
     on TLS with SuperExec authentication; node config: its partition id, folder and state folder
     (``state``; default: in its folder), ``--isolation process``) and its long-lived ClientApp
-    executor on that Runtime API."""
+    executor on that Runtime API, both as device m's user (``owners``) and verifying the run's CA
+    from the copy in its folder."""
     folder = stack.work / device_name(m)
     node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
     if state is not None:
         node_config += f" state={json.dumps(str(state))}"
     runtime = free_port()
     node = creds.supernodes[m]
+    ca = folder / credentials.CA
     stack.start(
         device_name(m),
         [
             *net.device(m),
+            *owners.prefix(m),
             sys.executable,
             "-m",
             "privzv.training.engines.flower.supernode",
             "--superlink",
             f"{net.link(m)}:{port}",
             "--root-certificates",
-            str(creds.ca),
+            str(ca),
             "--auth-supernode-private-key",
             str(creds.node_keys[m]),
-            *node.flags(creds.ca),
+            *node.flags(ca),
             "--isolation",
             "process",
             "--host",
@@ -607,11 +652,12 @@ def _start_device(
         f"{device_name(m)}-executor",
         [
             *net.device(m),
+            *owners.prefix(m),
             sys.executable,
             "-m",
             "privzv.training.engines.flower.executor",
             "--root-certificates",
-            str(creds.ca),
+            str(ca),
             "--superexec-auth-secret-file",
             str(node.secret),
             "--runtime-api-address",
