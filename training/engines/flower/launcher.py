@@ -608,7 +608,7 @@ def _start_device(
     env: dict,
     net: Network = LOCAL,
     state: Path | None = None,
-    owners: users.Users = users.Users(),
+    owners: users.Users = users.OFF,
 ) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
     on TLS with SuperExec authentication; node config: its partition id, folder and state folder
