@@ -24,9 +24,12 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower engine needs the optional package flwr (privzv[flower])")
 if os.geteuid() != 0:
-    pytest.skip("party users: the launcher starts processes as other users, which needs root", allow_module_level=True)
+    pytest.skip(
+        "party users: the launcher starts processes as other users, which needs root", allow_module_level=True
+    )
 
 from privzv.errors import PrivzvError  # noqa: E402
+from privzv.training import run_folder  # noqa: E402
 from privzv.training.cli import main  # noqa: E402
 from privzv.training.engines.flower import users  # noqa: E402
 
@@ -53,7 +56,7 @@ def _reachable_python(hidden: Path) -> list[str]:
         pytest.skip(f"this Python is below folders other users cannot search: {sorted(map(str, sealed))}")
     (top,) = sealed
     kids = sorted({p.resolve().relative_to(top).parts[0] for p in needed if top in p.resolve().parents})
-    script = ['set -e', f'mount --bind "{top}" "{hidden}"', f'mount -t tmpfs -o mode=0711 privzv "{top}"']
+    script = ["set -e", f'mount --bind "{top}" "{hidden}"', f'mount -t tmpfs -o mode=0711 privzv "{top}"']
     for kid in kids:
         script += [f'mkdir "{top}/{kid}"', f'mount --bind "{hidden}/{kid}" "{top}/{kid}"']
     script.append('exec "$@"')
@@ -87,7 +90,11 @@ def _train(place: Path, args: list[str]) -> subprocess.Popen:
 def _ids(pid: int) -> tuple[int, int, list[int]]:
     """(uid, gid, supplementary groups) of process ``pid``."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return int(fields["Uid"].split()[0]), int(fields["Gid"].split()[0]), [int(g) for g in fields["Groups"].split()]
+    return (
+        int(fields["Uid"].split()[0]),
+        int(fields["Gid"].split()[0]),
+        [int(g) for g in fields["Groups"].split()],
+    )
 
 
 def _readable(ids: tuple[int, int, int] | None, paths: list[Path]) -> set[Path]:
@@ -126,7 +133,9 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
     server = None
     try:
         states = [out / "private" / f"device{m}" / "flower" for m in range(2)]
-        procs.until(lambda: all(list(s.glob("state-*.pt")) for s in states), 300, "both devices' saved states")
+        procs.until(
+            lambda: all(list(s.glob("state-*.pt")) for s in states), 300, "both devices' saved states"
+        )
         server = _pid(procs, tmp, "flwr-serverapp")
         os.kill(server, signal.SIGSTOP)
         (work,) = tmp.glob("privzv-flower-*")
@@ -149,16 +158,33 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
         denied = [
             *(p for p in _files(work) if work / "device0" not in p.parents),
             *(p for p in _files(out / "private") if states[0] not in p.parents),
-            *(Path(f"/proc/{parties[name]}/environ") for name in ("superlink", "serverapp", "node1", "executor1")),
+            *(
+                Path(f"/proc/{parties[name]}/environ")
+                for name in ("superlink", "serverapp", "node1", "executor1")
+            ),
         ]
         names = {p.name for p in denied}
-        assert {"node-key", "supernode.secret", "reply-key", "noise-key", "secret-seed", "reply-keys",
-                "control.secret", "superlink.secret", "secrets.json", "ledger.journal"} <= names, names
+        assert {
+            "node-key",
+            "supernode.secret",
+            "reply-key",
+            "noise-key",
+            "secret-seed",
+            "reply-keys",
+            "control.secret",
+            "superlink.secret",
+            "secrets.json",
+            "ledger.journal",
+        } <= names, names
         assert any(p.suffix == ".token" for p in denied) and any(p.parent.name == "logs" for p in denied)
         assert any(states[1] in p.parents and p.name.startswith("state-") for p in denied)
         assert _readable(device0, denied) == set()
         assert _readable(None, denied) == set(denied)  # the probe is sound: root reads every one
-        own = [work / "device0" / "node-key", *states[0].glob("state-*.pt"), Path(f"/proc/{parties['executor0']}/environ")]
+        own = [
+            work / "device0" / "node-key",
+            *states[0].glob("state-*.pt"),
+            Path(f"/proc/{parties['executor0']}/environ"),
+        ]
         assert _readable(device0, own) == set(own)
         os.kill(server, signal.SIGCONT)
         stdout, err = proc.communicate(timeout=300)
@@ -176,7 +202,11 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
     assert main([*args, "--out", str(place / "inprocess")]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert (got["rounds"], got["epsilon_spent"], got["bytes_up"], got["bytes_down"]) == (
-        ref["rounds"], ref["epsilon_spent"], ref["bytes_up"], ref["bytes_down"])
+        ref["rounds"],
+        ref["epsilon_spent"],
+        ref["bytes_up"],
+        ref["bytes_down"],
+    )
     for ours, theirs in zip(got["curve"], ref["curve"], strict=True):
         assert ours == pytest.approx(theirs, rel=1e-6)
     # after the run: no process, no work folder; the state folders root's again, private/ 0700
@@ -189,22 +219,33 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
 
 @pytest.mark.slow
 def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(place, procs, capsys):
-    """Device 0's executor killed mid-run: one line, exit 1, the devices' saved states root's
-    again; ``--resume --party-users auto`` (fresh ids, which the ServerApp hands the state
-    folders to before the restore) finishes as the in-process run."""
+    """Device 0's executor killed mid-run (after a checkpoint with its saved state): one line,
+    exit 1, the devices' saved states root's again; ``--resume --party-users auto`` (fresh ids,
+    which the ServerApp hands the state folders to before the restore) finishes as the
+    in-process run."""
     tmp, out = place / "tmp", place / "run"
     args = [*ARGS, "--epochs", str(14 / 90), "--checkpoint-every", "2"]
     proc = _train(place, [*args, "--engine", "flower", "--party-users", "auto", "--out", str(out)])
     try:
         state = out / "private" / "device0" / "flower"
-        procs.until(lambda: len(list(state.glob("state-*.pt"))) >= 2, 300, "device 0's second saved state")
+
+        def committed():  # a checkpoint of the server's names a state device 0 saved
+            try:
+                tag = run_folder.party_state(out, "device0")["devices"][0]["tag"]
+            except Exception:  # no checkpoint yet, or one being written
+                return None
+            return tag and (state / f"state-{tag}.pt").is_file()
+
+        procs.until(committed, 300, "a committed checkpoint with device 0's saved state")
         executor = _pid(procs, tmp, "flower.executor", "device0")
         first = _ids(executor)[0]
         os.kill(executor, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, err
+    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, (
+        err
+    )
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
     assert {p.stat().st_uid for p in state.iterdir()} == {0} and first != 0
     resumed = _train(place, ["--resume", str(out), "--engine", "flower", "--party-users", "auto", "--json"])
@@ -212,7 +253,11 @@ def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(
     assert resumed.returncode == 0, err
     assert main([*args, "--json", "--out", str(place / "inprocess")]) == 0
     got, ref = json.loads(stdout), json.loads(capsys.readouterr().out)
-    assert (got["rounds"], got["epsilon_spent"], got["bytes_up"]) == (ref["rounds"], ref["epsilon_spent"], ref["bytes_up"])
+    assert (got["rounds"], got["epsilon_spent"], got["bytes_up"]) == (
+        ref["rounds"],
+        ref["epsilon_spent"],
+        ref["bytes_up"],
+    )
     for ours, theirs in zip(got["curve"], ref["curve"], strict=True):
         assert ours == pytest.approx(theirs, rel=1e-6)
     assert {p.stat().st_uid for p in state.iterdir()} == {0}
@@ -222,7 +267,10 @@ def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(
 def test_drop_runs_a_command_as_the_device_with_umask_077(tmp_path):
     owners = users.Users(users.AUTO_RANGE[0])
     done = subprocess.run(
-        [*owners.prefix(1), "/bin/sh", "-c", "id -u; id -g; id -G; umask"], capture_output=True, text=True, timeout=60
+        [*owners.prefix(1), "/bin/sh", "-c", "id -u; id -g; id -G; umask"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     uid = owners.uid(1)
     assert done.stdout.split() == [str(uid), str(uid), str(uid), str(owners.base), "0077"], done.stderr

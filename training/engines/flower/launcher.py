@@ -17,7 +17,7 @@
 4. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
    never the root) in the 0600 file ``noise-key``, its per-run reply key in ``reply-key``, its
    node key and its SuperNode's TLS key and SuperExec secret (not on a command line, which every
-   local user can read in ``ps``); except in mode ``simulation`` (virtual SuperNodes): device
+   local user can read in ``ps``), and a copy of the run's CA certificate; except in mode ``simulation`` (virtual SuperNodes): device
    m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
    Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
    folder=<its folder> state=<out/private/device<m>/flower>`` (its own state folder, which
@@ -344,7 +344,17 @@ def run(
     try:
         with _signals_stop():
             return _run(
-                stack, config, out, secret_seed, resume, overwrite, checkpoint_every, timeout, mode, net, owners
+                stack,
+                config,
+                out,
+                secret_seed,
+                resume,
+                overwrite,
+                checkpoint_every,
+                timeout,
+                mode,
+                net,
+                owners,
             )
     except (Failed, PrivzvError) as exc:  # the logs outlive the work folder, the secrets do not
         kept = Path(tempfile.mkdtemp(prefix="privzv-logs-flower-"))
