@@ -46,7 +46,7 @@ DROP = (
     "os.setgroups([G]);os.setgid(g);os.setuid(u);os.umask(0o077)\n"
     "assert (os.getuid(),os.geteuid(),os.getgid(),os.getegid())==(u,u,g,g)\n"
     "try:os.execv(sys.argv[4],sys.argv[4:])\n"
-    "except OSError as e:print(sys.argv[4]);sys.exit(126)\n"
+    "except OSError:print(sys.argv[4]);sys.exit(126)\n"
 )
 # Run as a device's user: the first path (``r:``, ``x:``, ``rx:`` PATH) it cannot use, exit 1.
 CHECK = (
