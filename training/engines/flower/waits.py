@@ -2,24 +2,21 @@
 protocol (the server sends a device one message and waits for its reply, so each wait is paid on
 every message, not once per batch of messages as in Flower's horizontal rounds):
 
-* Polls answered at once with nothing: the SuperNode asks the SuperLink for a message, the
-  executor asks the SuperNode for a task, the ServerApp asks for a reply, and each asks again
-  after a sleep. :func:`hold` makes such a pull in privzv's SuperLink (``control.py``) and
-  SuperNode (``supernode.py``) a long poll: a pull that finds nothing is held in the server until
-  something is pushed there (:data:`CHANGES`, counted by :func:`after`) or :data:`HOLD` s pass,
-  and is then answered as Flower answers it; an object of a message that is not stored yet (a
-  message becomes visible before all of its objects are) is held likewise. A message is passed
-  on when it is pushed, with one request, not a poll every few ms (:data:`SUPERLINK`,
-  :data:`SUPERNODE`: what is held and what counts as a push, per server).
+* Polls answered at once with nothing: a SuperNode asks the SuperLink for a message, the
+  ServerApp asks for a reply, and each asks again after a sleep. :func:`hold` makes such a pull
+  in privzv's SuperLink (``control.py``) a long poll: a pull that finds nothing is held in the
+  server until something is pushed there (:data:`CHANGES`, counted by :func:`after`) or
+  :data:`HOLD` s pass, and is then answered as Flower answers it; an object of a message that is
+  not stored yet (a message becomes visible before all of its objects are) is held likewise. A
+  message is passed on when it is pushed, with one request, not a poll every few ms
+  (:data:`SUPERLINK`: what is held and what counts as a push).
 * ``flwr.supernode.start_client_internal``: the SuperNode sleeps 3 s when the SuperLink has no
-  message for it and 0.5 s between looks for the ClientApp's reply and its objects
-  (``time.sleep``); :func:`poll` makes each a wait for the executor's next push, at most
-  ``seconds``.
+  message for it (``time.sleep``); :func:`poll` caps its sleeps at ``seconds``.
 * ``pull_objects``: an object not stored yet is retried after 1 s, doubling to 10 s
   (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``); :func:`quick_pulls`
   makes a module's ``pull_objects`` retry after :data:`PULL_BACKOFF` s, doubling to
   :data:`PULL_BACKOFF_CAP` s (a pull that reaches a holding server rarely needs it).
-* privzv's own polls (the executor's tasks, the ServerApp's replies): :class:`Backoff`.
+* privzv's own poll (the ServerApp's replies): :class:`Backoff`.
 
 Nothing else changes: the same messages, answers, authentication and time limits as Flower's own.
 """
@@ -120,17 +117,10 @@ SUPERLINK = [
     ),
     ("flwr.superlink.servicer.control.control_handlers", [], ["start_run"]),  # a ServerApp task made
 ]
-SUPERNODE = [
-    (
-        "flwr.supernode.servicer.runtime.runtime_handlers",  # the executor's
-        [("acquire_task", _no_task), ("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
-        ["push_messages", "push_object", "push_task_output"],
-    ),
-]
 
 
 def long_polls(table: list) -> None:
-    """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`, :data:`SUPERNODE`)."""
+    """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`)."""
     for path, held, pushes in table:
         module = importlib.import_module(path)
         for name, empty in held:
@@ -140,16 +130,10 @@ def long_polls(table: list) -> None:
 
 
 def poll(module: types.ModuleType, seconds: float) -> None:
-    """``module``'s ``time.sleep(s)`` waits for a change (:data:`CHANGES`: the executor's next
-    push) at most ``min(s, seconds)``; its other uses of ``time`` as before."""
+    """``module``'s ``time.sleep(s)`` sleeps ``min(s, seconds)``; its other uses of ``time`` as before."""
     fast = types.ModuleType("time")
     fast.__dict__.update(time.__dict__)
-    last = {"seen": CHANGES.count}
-
-    def sleep(s: float) -> None:
-        last["seen"] = CHANGES.wait(last["seen"], min(s, seconds))
-
-    fast.sleep = sleep
+    fast.sleep = lambda s: time.sleep(min(s, seconds))
     module.time = fast
 
 
