@@ -49,6 +49,7 @@ class Store:
         self.pulls = 0
 
     def module(self) -> types.ModuleType:
+        self.changes = waits.Changes()
         module = types.ModuleType("handlers")
         module.pull = self.pull
         module.push = self.items.append
@@ -69,8 +70,8 @@ def _in_thread(call) -> tuple[threading.Thread, list]:
 def test_a_held_pull_is_answered_when_a_push_comes_not_when_the_hold_ends():
     store = Store()
     module = store.module()
-    waits.hold(module, "pull", lambda answer: not answer, seconds=600)
-    waits.after(module, "push")
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=600)
+    waits.after(module, "push", store.changes)
     thread, out = _in_thread(module.pull)
     deadline = time.monotonic() + BOUND
     while store.pulls < 1:  # the pull found nothing and waits
@@ -86,7 +87,7 @@ def test_a_push_during_the_pull_itself_is_not_missed():
     """A push between the handler's look and the wait (another thread's) ends the wait at once."""
     store = Store()
     module = store.module()
-    waits.after(module, "push")
+    waits.after(module, "push", store.changes)
     first = store.pull
 
     def racing() -> list[str]:
@@ -96,7 +97,7 @@ def test_a_push_during_the_pull_itself_is_not_missed():
         return answer
 
     module.pull = racing
-    waits.hold(module, "pull", lambda answer: not answer, seconds=600)
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=600)
     thread, out = _in_thread(module.pull)
     thread.join(BOUND)
     assert not thread.is_alive() and out == [["message"]] and store.pulls == 2
@@ -105,7 +106,7 @@ def test_a_push_during_the_pull_itself_is_not_missed():
 def test_a_pull_that_finds_nothing_is_answered_as_flower_answers_it_after_the_hold():
     store = Store()
     module = store.module()
-    waits.hold(module, "pull", lambda answer: not answer, seconds=0.05)
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=0.05)
     assert module.pull() == [] and store.pulls == 2  # looked again at the end of the hold
 
 
@@ -130,13 +131,36 @@ def test_a_client_pauses_only_after_a_call_the_server_did_not_hold(monkeypatch):
 
 
 def test_the_servers_hold_flowers_pulls_and_count_its_pushes():
-    """Every handler named in ``waits.SUPERLINK`` is Flower's (1.41)."""
+    """Every handler named in ``waits.SUPERLINK`` is Flower's (1.41), and every held pull waits on
+    a kind of push that some handler counts (none waits out its hold for nothing)."""
     import importlib
 
+    counted = set()
     for path, held, pushes in waits.SUPERLINK:
         module = importlib.import_module(path)
-        for name in [name for name, _ in held] + pushes:
+        for name in [name for name, *_ in held + pushes]:
             assert callable(getattr(module, name)), (path, name)
+        counted |= {id(changes) for _, changes in pushes}
+    assert {id(changes) for _, held, _ in waits.SUPERLINK for *_, changes in held} <= counted
+
+
+def test_a_held_pull_wakes_only_for_the_pushes_that_may_answer_it():
+    """In the SuperLink a held pull for messages wakes for pushed messages only (not for each of
+    their objects), a pull for an object for pushed objects, the SuperExec's wait for a task for
+    a started run only: a push no longer reruns every held request."""
+    wakes: dict[tuple[str, str], set[str]] = {}
+    for path, held, _ in waits.SUPERLINK:
+        for name, _, changes in held:
+            wakes[(path.rsplit(".", 1)[1], name)] = {
+                push for _, _, counted in waits.SUPERLINK for push, c in counted if c is changes
+            }
+    assert wakes == {
+        ("fleet_handlers", "pull_messages"): {"push_messages"},
+        ("fleet_handlers", "pull_object"): {"push_object"},
+        ("runtime_handlers", "pull_messages"): {"push_messages"},
+        ("runtime_handlers", "pull_object"): {"push_object"},
+        ("runtime_handlers", "acquire_task"): {"start_run"},
+    }
 
 
 def _uplink() -> RecordDict:

@@ -5,7 +5,8 @@ every message, not once per batch of messages as in Flower's horizontal rounds):
 * Polls answered at once with nothing: a SuperNode asks the SuperLink for a message, the
   ServerApp asks for a reply, and each asks again after a sleep. :func:`hold` makes such a pull
   in privzv's SuperLink (``control.py``) a long poll: a pull that finds nothing is held in the
-  server until something is pushed there (:data:`CHANGES`, counted by :func:`after`) or
+  server until something that may answer it is pushed there (:class:`Changes`: messages,
+  objects, tasks, each counted by :func:`after`) or
   :data:`HOLD` s pass, and is then answered as Flower answers it; an object of a message that is
   not stored yet (a message becomes visible before all of its objects are) is held likewise. A
   message is passed on when it is pushed, with one request, not a poll every few ms
@@ -36,7 +37,7 @@ HOLD = 1.0  # seconds a server holds a pull that finds nothing (Flower's HTTP cl
 
 
 class Changes:
-    """A count of the pushes a server took, which held pulls wait on."""
+    """A count of one kind of push a server took, which the pulls that it can answer wait on."""
 
     def __init__(self):
         self.count = 0
@@ -54,11 +55,12 @@ class Changes:
             return self.count
 
 
-CHANGES = Changes()  # this process's
+# this process's, one per kind of push: a held pull wakes only for a push that may answer it
+MESSAGES, OBJECTS, TASKS = Changes(), Changes(), Changes()
 
 
-def after(module: types.ModuleType, name: str) -> None:
-    """``module.name`` counts a change (:data:`CHANGES`) after each call."""
+def after(module: types.ModuleType, name: str, changes: Changes) -> None:
+    """``module.name`` counts a change in ``changes`` after each call."""
     original = getattr(module, name)
 
     @functools.wraps(original)
@@ -66,13 +68,13 @@ def after(module: types.ModuleType, name: str) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            CHANGES.bump()
+            changes.bump()
 
     setattr(module, name, counted)
 
 
-def hold(module: types.ModuleType, name: str, empty, seconds: float = HOLD) -> None:
-    """``module.name`` called again after each change while ``empty(answer)``, for at most
+def hold(module: types.ModuleType, name: str, empty, changes: Changes, seconds: float = HOLD) -> None:
+    """``module.name`` called again after each change in ``changes`` while ``empty(answer)``, for at most
     ``seconds``; then its last answer. A call whose answer is empty changes nothing in Flower's
     handlers, so repeating it is as if the client had asked later."""
     original = getattr(module, name)
@@ -81,12 +83,12 @@ def hold(module: types.ModuleType, name: str, empty, seconds: float = HOLD) -> N
     def held(*args, **kwargs):
         deadline = time.monotonic() + seconds
         while True:
-            seen = CHANGES.count  # before the call: a push during it ends the wait at once
+            seen = changes.count  # before the call: a push during it ends the wait at once
             answer = original(*args, **kwargs)
             left = deadline - time.monotonic()
             if left <= 0 or not empty(answer):
                 return answer
-            CHANGES.wait(seen, left)
+            changes.wait(seen, left)
 
     setattr(module, name, held)
 
@@ -103,19 +105,24 @@ def _no_task(answer) -> bool:
     return not answer.HasField("task")
 
 
-# (module, [handlers held: (name, empty)], [handlers that push]) of each server's
+# (module, [handlers held: (name, empty, the pushes that wake it)], [handlers that push: (name,
+# the pushes they count)]) of the SuperLink
 SUPERLINK = [
     (
         "flwr.superlink.servicer.fleet.fleet_handlers",  # the SuperNodes'
-        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
-        ["push_messages", "push_object"],
+        [("pull_messages", _no_messages, MESSAGES), ("pull_object", _not_stored_yet, OBJECTS)],
+        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
     ),
     (
         "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's, its SuperExec's
-        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet), ("acquire_task", _no_task)],
-        ["push_messages", "push_object"],
+        [
+            ("pull_messages", _no_messages, MESSAGES),
+            ("pull_object", _not_stored_yet, OBJECTS),
+            ("acquire_task", _no_task, TASKS),
+        ],
+        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
     ),
-    ("flwr.superlink.servicer.control.control_handlers", [], ["start_run"]),  # a ServerApp task made
+    ("flwr.superlink.servicer.control.control_handlers", [], [("start_run", TASKS)]),  # a ServerApp task
 ]
 
 
@@ -123,10 +130,10 @@ def long_polls(table: list) -> None:
     """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`)."""
     for path, held, pushes in table:
         module = importlib.import_module(path)
-        for name, empty in held:
-            hold(module, name, empty)
-        for name in pushes:
-            after(module, name)
+        for name, empty, changes in held:
+            hold(module, name, empty, changes)
+        for name, changes in pushes:
+            after(module, name, changes)
 
 
 def poll(module: types.ModuleType, seconds: float) -> None:
