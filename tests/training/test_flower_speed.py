@@ -369,3 +369,54 @@ def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_pat
     monkeypatch.setattr(executor.PARTIES[0], "flush", lambda: steps.append("synced"))
     node._push_messages(state=state)
     assert steps == ["stored", "pushed", "synced"]
+
+
+def test_the_hop_profile_reads_flowers_log_lines(tmp_path):
+    """``benchmarks/flower_hops.py``: the four hops of a round and the SuperLink's requests in it,
+    from the timestamps of Flower's DEBUG lines (coloured as Flower writes them)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_hops.py"
+    spec = importlib.util.spec_from_file_location("flower_hops", path)
+    hops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hops)
+
+    def line(ms: int, text: str) -> str:
+        return f"\x1b[94mDEBUG 2026-11-27 11:41:{ms // 1000:02d},{ms % 1000:03d}\x1b[0m:     {text}"
+
+    def access(ms: int) -> str:
+        return f'2026-11-27T11:41:{ms // 1000:02d}.{ms % 1000:03d}Z DEBUG [uvicorn.access] - "POST /v1/x HTTP/1.1" 200'
+
+    (tmp_path / "device0.log").write_text(
+        "\n".join(
+            line(ms, text)
+            for start in (1000, 2000)
+            for ms, text in (
+                (start + 20, "Receiving: query.send message (ID: a)"),
+                (start + 100, "Received successfully"),
+                (start + 140, "Sending: query.send message (ID: b)"),
+            )
+        )
+    )
+    (tmp_path / "superlink.log").write_text(
+        "\n".join(
+            [line(500, "Runtime.PushMessages"), access(600)]  # hello: not a round
+            + [
+                text
+                for start in (1000, 2000)
+                for text in (
+                    line(start, "Runtime.PushMessages"),
+                    access(start + 1),
+                    access(start + 50),
+                    line(start + 300, "Runtime.ConfirmMessageReceived"),
+                )
+            ]
+            + [line(2500, "Runtime.PushMessages")]  # the server hops: 700 and 200 ms
+        )
+    )
+    assert hops.hops(tmp_path) == {
+        "rounds": 2,
+        "ms": {"push_to_node": 100.0, "device": 40.0, "node_to_server": 160.0, "server": 450.0},
+        "requests_per_round": 2.0,
+    }
