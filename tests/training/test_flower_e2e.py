@@ -1,5 +1,5 @@
 """``privzv train --engine flower`` with real processes on 127.0.0.1 (a SuperLink, one SuperNode
-and one ClientApp executor per device, the ServerApp), against the in-process run (``--engine
+per device running its ClientApp, the ServerApp), against the in-process run (``--engine
 flower-sim`` refuses private runs: test_flower_engine)."""
 
 from __future__ import annotations

@@ -392,10 +392,11 @@ def test_launcher_refuses_an_unknown_mode_and_the_simulation_without_ray(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_path):
-    """SuperNode m with --isolation process and an executor on SuperNode m's own Runtime API port;
-    every connection on TLS with the run's CA, the node authenticated by its own key, the
-    executor by the SuperNode's SuperExec secret; never --insecure."""
+def test_each_device_gets_one_supernode_that_runs_its_clientapp(tmp_path):
+    """Device m: one process, its SuperNode with --isolation process (no SuperExec started), which
+    answers the device's tasks itself (``executor.in_node``); its Runtime API still served with
+    the SuperNode's SuperExec secret; every connection on TLS with the run's CA, the node
+    authenticated by its own key; never --insecure."""
     from privzv.training.engines.flower import credentials, launcher
 
     folders = [tmp_path / "device0", tmp_path / "device1"]
@@ -405,20 +406,16 @@ def test_each_device_gets_its_supernode_and_an_executor_on_that_supernode(tmp_pa
     started = []
     stack = types.SimpleNamespace(work=tmp_path, start=lambda name, args, env: started.append((name, args)))
     launcher._start_device(stack, 1, 9000, creds, {})
-    (name, node), (exe_name, executor) = started
-    assert name == "device1" and node[node.index("--superlink") + 1] == "127.0.0.1:9000"
+    ((name, node),) = started
+    assert name == "device1" and node[node.index("-m") + 1] == "privzv.training.engines.flower.supernode"
+    assert node[node.index("--superlink") + 1] == "127.0.0.1:9000"
     assert node[node.index("--isolation") + 1] == "process"
     assert f"folder={json.dumps(str(tmp_path / 'device1'))}" in node[node.index("--node-config") + 1]
     assert node[node.index("--root-certificates") + 1] == str(creds.ca)
     assert node[node.index("--auth-supernode-private-key") + 1] == str(folders[1] / "node-key")
     assert node[node.index("--ssl-certfile") + 1] == str(folders[1] / "supernode.pem")
-    secret = str(folders[1] / "supernode.secret")
-    assert node[node.index("--superexec-auth-secret-file") + 1] == secret
-    port = node[node.index("--port") + 1]
-    assert exe_name == "device1-executor"
-    assert executor[executor.index("--runtime-api-address") + 1] == f"127.0.0.1:{port}"
-    assert executor[executor.index("--superexec-auth-secret-file") + 1] == secret
-    assert "--insecure" not in node + executor
+    assert node[node.index("--superexec-auth-secret-file") + 1] == str(folders[1] / "supernode.secret")
+    assert "--insecure" not in node
 
 
 class Killed(Loopback):

@@ -61,7 +61,7 @@ def test_a_timeout_is_one_line_exit_1_and_leaves_nothing(tmp, tmp_path, capsys, 
     "sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 128 + signal.SIGTERM)]
 )
 def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code, procs):
-    """SIGKILL of the launcher: its guard stops the SuperLink, SuperNodes and executors and removes
+    """SIGKILL of the launcher: its guard stops the SuperLink and the SuperNodes and removes
     the 0700 work folder with the devices' noise keys; SIGTERM: the launcher does it, exit 143."""
     launcher = subprocess.Popen(
         [
@@ -85,8 +85,8 @@ def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code, procs
         )
         assert (work.stat().st_mode & 0o777) == 0o700 and (work / "device0").stat().st_mode & 0o077 == 0
         procs.until(
-            lambda: len(procs.inside(work)) >= 5, 30, "the run's processes"
-        )  # SuperLink, 2 x (node, executor)
+            lambda: len(procs.inside(work)) >= 4, 30, "the run's processes"
+        )  # SuperLink, SuperExec, 2 SuperNodes
     finally:
         launcher.send_signal(sig)
         launcher.wait(20)
@@ -177,7 +177,7 @@ def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tm
             found = [
                 (pid, w)
                 for pid in procs.inside(tmp)
-                if "executor" in procs.cmdline(pid) and "device0" in procs.cmdline(pid)
+                if "flower.supernode" in procs.cmdline(pid) and "device0" in procs.cmdline(pid)
                 for w in tmp.glob("privzv-flower-*/device0/device0.jsonl")
                 if w.stat().st_size > 2000
             ]
@@ -190,7 +190,7 @@ def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tm
     finally:
         proc.kill()
     assert time.monotonic() - killed < 30  # --flower-timeout is 300
-    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, (
+    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, (
         err
     )
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")

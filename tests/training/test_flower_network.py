@@ -1,5 +1,5 @@
 """Several hosts (issue 23 item 3), made on this machine: the SuperLink (with the ServerApp) and each
-device's SuperNode and executor in network namespaces of their own, made by the test and joined by
+device's SuperNode (which runs its ClientApp) in network namespaces of their own, made by the test and joined by
 veth pairs carrying link-local 169.254.x.y addresses the test assigns; TLS and node
 authentication as always. The run equals the in-process run. No namespace has a route to any
 address but its own link-local /30s and loopback, so nothing leaves the namespaces the test made.

@@ -1,8 +1,10 @@
-"""What makes a Flower round fast (issue 23 item 1), without processes: a pull that finds
-nothing is held in the server until something is pushed (``waits.hold``, ``waits.after``), the
-SuperNode's waits end at the executor's push (``waits.poll``), privzv's own polls do not sleep
-after a held call (``waits.Backoff``), and a message's content travels as one packed record
-(``codec.pack``): 3 Flower objects a message, each pushed and pulled with a request of its own.
+"""What makes a Flower round fast (issue 23 item 1), without processes: a SuperNode answers its
+device's task in the step that stored it, in its own process, through its Runtime API's handlers
+called directly (``executor.in_node``), a pull that finds nothing is held in the server until
+something is pushed (``waits.hold``, ``waits.after``), the SuperNode's sleeps are capped
+(``waits.poll``), privzv's own polls do not sleep after a held call (``waits.Backoff``), and a
+message's content travels as one packed record (``codec.pack``): 3 Flower objects a message,
+each pushed and pulled with a request of its own.
 The real-process runs are ``test_flower_e2e.py`` and ``benchmarks/bench_engines.py``."""
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Store:
         self.pulls = 0
 
     def module(self) -> types.ModuleType:
+        self.changes = waits.Changes()
         module = types.ModuleType("handlers")
         module.pull = self.pull
         module.push = self.items.append
@@ -67,8 +70,8 @@ def _in_thread(call) -> tuple[threading.Thread, list]:
 def test_a_held_pull_is_answered_when_a_push_comes_not_when_the_hold_ends():
     store = Store()
     module = store.module()
-    waits.hold(module, "pull", lambda answer: not answer, seconds=600)
-    waits.after(module, "push")
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=600)
+    waits.after(module, "push", store.changes)
     thread, out = _in_thread(module.pull)
     deadline = time.monotonic() + BOUND
     while store.pulls < 1:  # the pull found nothing and waits
@@ -84,7 +87,7 @@ def test_a_push_during_the_pull_itself_is_not_missed():
     """A push between the handler's look and the wait (another thread's) ends the wait at once."""
     store = Store()
     module = store.module()
-    waits.after(module, "push")
+    waits.after(module, "push", store.changes)
     first = store.pull
 
     def racing() -> list[str]:
@@ -94,7 +97,7 @@ def test_a_push_during_the_pull_itself_is_not_missed():
         return answer
 
     module.pull = racing
-    waits.hold(module, "pull", lambda answer: not answer, seconds=600)
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=600)
     thread, out = _in_thread(module.pull)
     thread.join(BOUND)
     assert not thread.is_alive() and out == [["message"]] and store.pulls == 2
@@ -103,31 +106,19 @@ def test_a_push_during_the_pull_itself_is_not_missed():
 def test_a_pull_that_finds_nothing_is_answered_as_flower_answers_it_after_the_hold():
     store = Store()
     module = store.module()
-    waits.hold(module, "pull", lambda answer: not answer, seconds=0.05)
+    waits.hold(module, "pull", lambda answer: not answer, store.changes, seconds=0.05)
     assert module.pull() == [] and store.pulls == 2  # looked again at the end of the hold
 
 
-def test_the_supernodes_sleeps_end_at_the_executors_push():
-    """``waits.poll``: the SuperNode's 3 s and 0.5 s sleeps end when the executor pushes (a
-    counted change), also one that came before the sleep began; ``seconds`` bounds them."""
+def test_the_supernodes_sleeps_are_capped():
+    """``waits.poll``: the SuperNode's 3 s sleep after a pull that found nothing (its pull is held
+    at the SuperLink already) lasts at most ``seconds``; the rest of ``time`` as before."""
     node = types.ModuleType("supernode")
-    waits.poll(node, 600)
-    pushed = types.ModuleType("handlers")
-    pushed.push_messages = lambda: None
-    waits.after(pushed, "push_messages")
-    thread, out = _in_thread(lambda: node.time.sleep(3))
-    deadline = time.monotonic() + BOUND
-    while thread.is_alive():
-        assert time.monotonic() < deadline, "the sleep did not end at the push"
-        pushed.push_messages()
-        thread.join(0.05)
-    pushed.push_messages()  # before the next sleep: it ends at once
-    thread, out = _in_thread(lambda: node.time.sleep(3))
+    waits.poll(node, 0.01)
+    thread, _ = _in_thread(lambda: node.time.sleep(600))
     thread.join(BOUND)
     assert not thread.is_alive()
-    assert node.time.monotonic is time.monotonic  # the rest of ``time`` as before
-    waits.poll(node, 0.01)
-    node.time.sleep(600)  # bounded by ``seconds``: returns
+    assert node.time.monotonic is time.monotonic
 
 
 def test_a_client_pauses_only_after_a_call_the_server_did_not_hold(monkeypatch):
@@ -140,13 +131,36 @@ def test_a_client_pauses_only_after_a_call_the_server_did_not_hold(monkeypatch):
 
 
 def test_the_servers_hold_flowers_pulls_and_count_its_pushes():
-    """Every handler named in ``waits.SUPERLINK`` / ``waits.SUPERNODE`` is Flower's (1.41)."""
+    """Every handler named in ``waits.SUPERLINK`` is Flower's (1.41), and every held pull waits on
+    a kind of push that some handler counts (none waits out its hold for nothing)."""
     import importlib
 
-    for path, held, pushes in waits.SUPERLINK + waits.SUPERNODE:
+    counted = set()
+    for path, held, pushes in waits.SUPERLINK:
         module = importlib.import_module(path)
-        for name in [name for name, _ in held] + pushes:
+        for name in [name for name, *_ in held + pushes]:
             assert callable(getattr(module, name)), (path, name)
+        counted |= {id(changes) for _, changes in pushes}
+    assert {id(changes) for _, held, _ in waits.SUPERLINK for *_, changes in held} <= counted
+
+
+def test_a_held_pull_wakes_only_for_the_pushes_that_may_answer_it():
+    """In the SuperLink a held pull for messages wakes for pushed messages only (not for each of
+    their objects), a pull for an object for pushed objects, the SuperExec's wait for a task for
+    a started run only: a push no longer reruns every held request."""
+    wakes: dict[tuple[str, str], set[str]] = {}
+    for path, held, _ in waits.SUPERLINK:
+        for name, _, changes in held:
+            wakes[(path.rsplit(".", 1)[1], name)] = {
+                push for _, _, counted in waits.SUPERLINK for push, c in counted if c is changes
+            }
+    assert wakes == {
+        ("fleet_handlers", "pull_messages"): {"push_messages"},
+        ("fleet_handlers", "pull_object"): {"push_object"},
+        ("runtime_handlers", "pull_messages"): {"push_messages"},
+        ("runtime_handlers", "pull_object"): {"push_object"},
+        ("runtime_handlers", "acquire_task"): {"start_run"},
+    }
 
 
 def _uplink() -> RecordDict:
@@ -208,7 +222,7 @@ def test_a_reply_that_is_not_packed_stops_the_run_in_one_line(task):
 def test_a_device_writes_its_transcript_before_its_reply_and_fsyncs_it_after(tmp_path, monkeypatch):
     """``apps.handle`` in the executor: the message's entries are in the device's files when the
     reply leaves (a killed device process loses none of them), their fsync comes after the reply
-    (``DeviceParty.flush``, which ``executor.run_task`` calls once the reply is pushed)."""
+    (``DeviceParty.flush``, which the SuperNode calls once it pushed the reply: ``executor.in_node``)."""
     import json
     import os
 
@@ -278,3 +292,131 @@ def test_the_superlinks_one_api_middleware_runs_for_that_apis_paths_only():
     assert [m.kwargs.get("layer", m).cls for m in ours] == [m.cls for m in flowers]  # same layers, same order
     (auth,) = [m for m in ours if m.kwargs.get("layer", m).cls is NodeAuthMiddleware]
     assert auth.cls is control.Scoped and auth.kwargs["prefix"] == "/v1/fleet/"
+
+
+def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_path, monkeypatch):
+    """``executor.in_node``: once Flower's ``_pull_and_store_message`` has stored a message and
+    made its ClientApp task, the task is claimed and answered in that same call, through the
+    SuperNode's Runtime API handlers (no request, no other process): the signed reply waits in
+    the node's state for its next step (``_push_messages``), the task is finished, the device
+    lives on in this process; the devices' transcripts are synced only after that push."""
+    import hashlib
+    import json
+
+    from flwr.app import Context
+    from flwr.common.constant import Status, SubStatus
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.fab import Fab
+    from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
+    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+    from flwr.supercore.object_store import ObjectStoreFactory
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supernode import start_client_internal as flower_node
+    from flwr.supernode.nodestate import NodeStateFactory
+
+    from privzv.training import seeds
+    from privzv.training.config import TrainConfig
+    from privzv.training.engines.flower import apps, executor
+
+    key = b"\x07" * 32
+    (tmp_path / apps.NOISE_KEY).write_text(seeds.key(7, "device", 0).hex())
+    (tmp_path / apps.REPLY_KEY).write_text(key.hex())
+    monkeypatch.setattr(executor, "PARTIES", {})
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+    state = NodeStateFactory(ObjectStoreFactory()).state()
+    state.set_node_id(9)
+    run = Run.create_empty(1)
+    run.fab_id, run.fab_hash = executor.APP_ID, hashlib.sha256(b"").hexdigest()
+    config = TrainConfig(dataset="digits", devices=2)
+    hello = FlowerMessage(
+        codec.pack(
+            RecordDict({"config": ConfigRecord({"json": json.dumps(config.to_dict()), "sigma": 1.5})})
+        ),
+        dst_node_id=9,
+        message_type="query.hello",
+    )
+    steps = []
+
+    def pull_and_store(*, state, **_):  # what Flower's does once a message came (no network)
+        state.store_run(run)
+        state.store_fab(Fab(run.fab_hash, b"", {}))
+        node_config = {"partition-id": 0, "folder": str(tmp_path)}
+        state.set_run_series_context(run.series_id, Context(1, 9, node_config, RecordDict(), {}))
+        flower_node._insert_message(hello, state, state.object_store)
+        state.create_task(task_type=TaskType.CLIENT_APP, run_id=1, fab_hash=run.fab_hash)
+        steps.append("stored")
+        return 1
+
+    node = types.SimpleNamespace(
+        _pull_and_store_message=pull_and_store, _push_messages=lambda **_: steps.append("pushed")
+    )
+    executor.in_node(node)
+    assert node._pull_and_store_message(state=state) == 1
+    (reply,) = state.get_messages_legacy(is_reply=True)
+    assert reply.metadata.reply_to_message_id == hello.metadata.message_id and not reply.has_error()
+    store = state.object_store  # the reply's objects, as the SuperNode pushes them
+    tree = store.get_object_tree(reply.metadata.message_id)
+    objects = {t.object_id: store.get(t.object_id) for t in iterate_object_tree(tree)}
+    content = codec.unpack(inflate_object_from_contents(tree.object_id, objects).content)
+    assert codec.verify(key, hello.metadata.message_id, content) and content["node"]["partition-id"] == 0
+    (task,) = state.get_tasks()
+    assert (task.status.status, task.status.sub_status) == (Status.FINISHED, SubStatus.COMPLETED)
+    assert executor.PARTIES[0].m == 0 and executor.PARTIES[0].method.sigma == 1.5
+    with pytest.raises(RuntimeError, match="token"):  # a finished task's token opens nothing
+        executor.LocalRuntime(state, "no-such-token").PullTaskInput(None)
+    monkeypatch.setattr(executor.PARTIES[0], "flush", lambda: steps.append("synced"))
+    node._push_messages(state=state)
+    assert steps == ["stored", "pushed", "synced"]
+
+
+def test_the_hop_profile_reads_flowers_log_lines(tmp_path):
+    """``benchmarks/flower_hops.py``: the four hops of a round and the SuperLink's requests in it,
+    from the timestamps of Flower's DEBUG lines (coloured as Flower writes them)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "flower_hops.py"
+    spec = importlib.util.spec_from_file_location("flower_hops", path)
+    hops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hops)
+
+    def line(ms: int, text: str) -> str:
+        return f"\x1b[94mDEBUG 2026-11-27 11:41:{ms // 1000:02d},{ms % 1000:03d}\x1b[0m:     {text}"
+
+    def access(ms: int) -> str:
+        return f'2026-11-27T11:41:{ms // 1000:02d}.{ms % 1000:03d}Z DEBUG [uvicorn.access] - "POST /v1/x HTTP/1.1" 200'
+
+    (tmp_path / "device0.log").write_text(
+        "\n".join(
+            line(ms, text)
+            for start in (1000, 2000)
+            for ms, text in (
+                (start + 20, "Receiving: query.send message (ID: a)"),
+                (start + 100, "Received successfully"),
+                (start + 140, "Sending: query.send message (ID: b)"),
+            )
+        )
+    )
+    (tmp_path / "superlink.log").write_text(
+        "\n".join(
+            [line(500, "Runtime.PushMessages"), access(600)]  # hello: not a round
+            + [
+                text
+                for start in (1000, 2000)
+                for text in (
+                    line(start, "Runtime.PushMessages"),
+                    access(start + 1),
+                    access(start + 50),
+                    line(start + 300, "Runtime.ConfirmMessageReceived"),
+                )
+            ]
+            + [line(2500, "Runtime.PushMessages")]  # the server hops: 700 and 200 ms
+        )
+    )
+    assert hops.hops(tmp_path) == {
+        "rounds": 2,
+        "ms": {"push_to_node": 100.0, "device": 40.0, "node_to_server": 160.0, "server": 450.0},
+        "requests_per_round": 2.0,
+    }

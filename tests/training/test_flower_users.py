@@ -1,5 +1,5 @@
 """Per-party OS users (issue 23 item 2): run as root with ``--party-users``, each device's
-processes (its SuperNode and executor) run under a uid of their own, which can read its own
+process (its SuperNode, which runs its ClientApp) runs under a uid of their own, which can read its own
 folder and state folder and nothing of the server (its work files, the run folder's private
 part, the SuperLink's and ServerApp's environment) or of the other device; the run equals the
 in-process run, and resumes with fresh ids. Skipped where not root.
@@ -146,21 +146,20 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
                 "serverexec": ("flower.serverexec",),
                 "serverapp": ("flwr-serverapp",),
                 **{f"node{m}": ("flower.supernode", f"device{m}") for m in range(2)},
-                **{f"executor{m}": ("flower.executor", f"device{m}") for m in range(2)},
             }.items()
         }
         ids = {name: _ids(pid) for name, pid in parties.items()}
         for name in ("superlink", "serverexec", "serverapp"):
             assert ids[name][0] == 0, name
-        (uid0, gid0, groups0), (uid1, _, _) = ids["executor0"], ids["executor1"]
-        assert ids["node0"] == ids["executor0"] and 0 != uid0 != uid1 != 0 and groups0 == [groups0[0]]
+        (uid0, gid0, groups0), (uid1, _, _) = ids["node0"], ids["node1"]
+        assert 0 != uid0 != uid1 != 0 and groups0 == [groups0[0]]
         device0 = (uid0, gid0, groups0[0])
         denied = [
             *(p for p in _files(work) if work / "device0" not in p.parents),
             *(p for p in _files(out / "private") if states[0] not in p.parents),
             *(
                 Path(f"/proc/{parties[name]}/environ")
-                for name in ("superlink", "serverapp", "node1", "executor1")
+                for name in ("superlink", "serverapp", "node1")
             ),
         ]
         names = {p.name for p in denied}
@@ -183,7 +182,7 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
         own = [
             work / "device0" / "node-key",
             *states[0].glob("state-*.pt"),
-            Path(f"/proc/{parties['executor0']}/environ"),
+            Path(f"/proc/{parties['node0']}/environ"),
         ]
         assert _readable(device0, own) == set(own)
         os.kill(server, signal.SIGCONT)
@@ -219,7 +218,7 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
 
 @pytest.mark.slow
 def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(place, procs, capsys):
-    """Device 0's executor killed mid-run (after a checkpoint with its saved state): one line,
+    """Device 0's SuperNode killed mid-run (after a checkpoint with its saved state): one line,
     exit 1, the devices' saved states root's again; ``--resume --party-users auto`` (fresh ids,
     which the ServerApp hands the state folders to before the restore) finishes as the
     in-process run."""
@@ -237,13 +236,13 @@ def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(
             return tag and (state / f"state-{tag}.pt").is_file()
 
         procs.until(committed, 300, "a committed checkpoint with device 0's saved state")
-        executor = _pid(procs, tmp, "flower.executor", "device0")
-        first = _ids(executor)[0]
-        os.kill(executor, signal.SIGKILL)
+        node = _pid(procs, tmp, "flower.supernode", "device0")
+        first = _ids(node)[0]
+        os.kill(node, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 1 and "device0-executor exited with code -9" in err and err.count("\n") == 1, (
+    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, (
         err
     )
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")

@@ -1,36 +1,32 @@
-"""``python -m privzv.training.engines.flower.executor --runtime-api-address HOST:PORT
---root-certificates CA --superexec-auth-secret-file FILE``: one long-lived process that runs every
-ClientApp task of its SuperNode (``--isolation process``), over TLS (the SuperNode's Runtime API
-certificate, signed by ``CA``), signing its task requests with the SuperNode's SuperExec secret
-(Flower's SuperExec authentication: no process without that secret can take the device's tasks).
+"""Device m's ClientApp tasks, run inside its SuperNode's process (``supernode.py``): the SuperNode
+pulls a message from the SuperLink and stores it as a ClientApp task (Flower's own
+``_pull_and_store_message``), then :func:`in_node` claims that task and answers it at once, in the
+same thread, through the SuperNode's Runtime API handlers called in process (:class:`LocalRuntime`),
+before the SuperNode pushes the reply on. No process and no HTTPS request per task: a message
+costs the SuperNode's own requests to the SuperLink and the device's compute.
 
 Flower 1.41 has no warm ClientApp: its SuperExec launches one ``flwr-clientapp`` process per task
 (``flwr/supercore/superexec/executor/subprocess_executor.py``, ``SubprocessExecutor.launch``), and
 that process pulls one task, answers it and exits (``flwr/supernode/runtime/run_clientapp.py``:
 ``pull_task_input`` once, then ``flwr_exit``); its warm executor pools are for Kubernetes and
-agent/model/connector tasks only (``warm_executor_pool.WARM_EXECUTOR_TASK_TYPES``). Each message
-to a device thus cost a Python process with flwr and torch imports (2-3 CPU s).
-
-Started beside a SuperNode run with ``--isolation process`` (Flower's mode for a ClientApp
-executor that the operator starts), this process does what Flower's SuperExec and
-``flwr-clientapp`` do together, over the same Runtime API of the SuperNode, without a process per
-task: it acquires a ClientApp task (``AcquireTask``), pulls its message and context with the
-task's token (as Flower's ``pull_task_input``), runs privzv's ClientApp (``apps.client_app``) on
-them, and pushes the reply and the context back (``push_message``, ``push_task_output``). It runs
-only privzv's app: a task of another app gets an error reply, never its code.
+agent/model/connector tasks only (``warm_executor_pool.WARM_EXECUTOR_TASK_TYPES``). The SuperNode
+runs with ``--isolation process`` (Flower's mode for a ClientApp executor the operator provides),
+so it starts no SuperExec; its Runtime API stays served with SuperExec authentication (no process
+without the SuperNode's secret can take a task, and privzv's own take theirs as they are made).
 
 The device lives in this process (:data:`PARTIES`, made by ``query.hello``): its data slice,
 model, private generator and method state are never rebuilt per message and never leave the
 process but into the device's own state folder at a checkpoint (``devicestate``); the task's
-``context.state``, which the SuperNode serves to whoever pulls the task, stays empty. Each reply is signed with the device's key (``apps.answer``).
+``context.state``, which the SuperNode serves to whoever pulls the task, stays empty. Each reply
+is signed with the device's key (``apps.answer``). Only privzv's app runs: a task of another app
+gets an error reply, never its code.
 """
 
 from __future__ import annotations
 
-import argparse
-import time
+import functools
 import traceback
-from pathlib import Path
+import types
 
 from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode, SubStatus
@@ -44,63 +40,84 @@ from flwr.supercore.inflatable.inflatable_protobuf_utils import (
     make_pull_object_fn_protobuf,
 )
 from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
-from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-from flwr.supercore.interceptors.http.superexec_auth import SuperExecAuthHttpInterceptor
-from flwr.supercore.retry import make_simple_http_retry_invoker
-from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supercore.servicer.runtime import runtime_handlers as core_handlers
 from flwr.supercore.task_identity import TaskIdentity
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
+from flwr.supernode.servicer.runtime import runtime_handlers as node_handlers
 
 from privzv.training.engines.flower import apps, waits
 
 FIRST_BEAT = 10.0  # seconds into a task before its first heartbeat (Flower's come every 17.5-22.5 s)
-POLL = 0.05  # the longest pause between AcquireTask calls that the SuperNode does not hold
 APP_ID = "privzv/privzv-run"  # the FAB id of ``launcher.app_folder``'s app
 PARTIES: dict = {}  # partition id -> the device's DeviceParty, alive between its messages
 
-
-ACQUIRE = "/flwr.proto.Runtime/AcquireTask"  # the call Flower's SuperExec authentication protects
-
-
-def serve(address: str, certificates: str, secret: bytes, poll: float = POLL) -> None:
-    """Run the SuperNode's ClientApp tasks at Runtime API ``address`` (TLS, CA ``certificates``),
-    one after another, forever, each taken with SuperExec ``secret``."""
-    tasks = _client(
-        address,
-        certificates,
-        RuntimeVersionHttpInterceptor(component_name="SuperExec"),
-        SuperExecAuthHttpInterceptor(master_secret=secret, protected_methods=[ACQUIRE]),
-    )
-    token = TaskToken()
-    client = _client(
-        address, certificates, RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"), token
-    )
-    backoff = waits.Backoff(poll)
-    while True:
-        asked = time.monotonic()
-        res = tasks.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
-        if res.HasField("task") and res.token:
-            token.token = res.token
-            run_task(client)
-            backoff.reset()  # a device's next task tends to follow soon
-        else:
-            backoff.after(time.monotonic() - asked)
+# the Runtime API calls a task makes -> (the module, the handler) the SuperNode's HTTP API runs for
+# it (``flwr.supercore.routers.runtime.router``), looked up at each call
+HANDLERS = {
+    "PullTaskInput": (node_handlers, "pull_task_input"),
+    "PullMessages": (node_handlers, "pull_messages"),
+    "PullObject": (node_handlers, "pull_object"),
+    "ConfirmMessageReceived": (node_handlers, "confirm_message_received"),
+    "PushMessages": (node_handlers, "push_messages"),
+    "PushObject": (node_handlers, "push_object"),
+    "PushTaskOutput": (node_handlers, "push_task_output"),
+    "SendTaskHeartbeat": (core_handlers, "send_task_heartbeat"),
+}
 
 
-class TaskToken(RuntimeTokenHttpInterceptor):
-    """The token of the task being run, on every request of the executor's one task client (one
-    TLS connection for all tasks, not a client and a handshake per message)."""
+def in_node(module: types.ModuleType) -> None:
+    """``module._pull_and_store_message`` (``flwr.supernode.start_client_internal``'s) answers the
+    ClientApp task it made before it returns (:func:`run_pending`), so that the SuperNode's
+    ``_push_messages`` finds the reply at once; the devices' transcripts are fsynced after that
+    push (off the round's path)."""
+    pull, push = module._pull_and_store_message, module._push_messages
 
-    def __init__(self):
-        super().__init__("unset")
+    @functools.wraps(pull)
+    def pulled_and_answered(*args, **kwargs):
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            run_pending(kwargs["state"])
+        return run_id
 
-    @property
-    def token(self) -> str:
-        return self._token
+    @functools.wraps(push)
+    def pushed_and_synced(*args, **kwargs):
+        try:
+            return push(*args, **kwargs)
+        finally:
+            for party in PARTIES.values():
+                party.flush()
 
-    @token.setter
-    def token(self, value: str) -> None:
-        self._token = value
+    module._pull_and_store_message, module._push_messages = pulled_and_answered, pushed_and_synced
+
+
+def run_pending(state) -> None:
+    """Claim every pending ClientApp task of the SuperNode's ``state`` and run it (as Flower's
+    SuperExec takes one with ``AcquireTask``, here without a request)."""
+    request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
+    while (res := core_handlers.acquire_task(request, state)).HasField("task"):
+        run_task(LocalRuntime(state, res.token))
+
+
+class LocalRuntime:
+    """The SuperNode's Runtime API for the task of ``token``, called in its process: each call
+    (:data:`HANDLERS`) authenticates the token as the HTTP API does
+    (``flwr.supercore.dependencies.task.authenticate_task``) and runs the same handler."""
+
+    def __init__(self, state, token: str):
+        self.state, self.token = state, token
+
+    def __getattr__(self, call: str):
+        if call not in HANDLERS:
+            raise AttributeError(call)
+        module, name = HANDLERS[call]
+
+        def invoke(request):
+            task = self.state.get_task_by_token(self.token)
+            if task is None:
+                raise RuntimeError(f"Runtime API {call}: the task's token is not valid")
+            return getattr(module, name)(request, self.state, task)
+
+        return invoke
 
 
 class LateHeartbeat(HeartbeatSender):
@@ -132,8 +149,6 @@ def run_task(client) -> None:
             push_task_output(client, context, status, details)
         finally:
             heartbeat.stop()
-            for party in PARTIES.values():  # the transcript's fsync, off the round's path
-                party.flush()
 
 
 def answer(message, context, fab_id: str):
@@ -153,9 +168,7 @@ def answer(message, context, fab_id: str):
 
 def pull_task_input(client):
     """The task's message, context and run: ``flwr.supernode.runtime.run_clientapp.pull_task_input``
-    with ``waits``' short backoff. The SuperNode creates the task before it has pulled the
-    message's objects from the SuperLink; Flower's own pull then waits 1 s, which a process started
-    per task (seconds) never hits, but a waiting executor hits on every message."""
+    with ``waits``' short backoff (Flower's first wait for an object not stored yet is 1 s)."""
     res = client.PullTaskInput(PullTaskInputRequest())
     TaskIdentity.task_id, TaskIdentity.run_id = res.task_id, res.run.run_id
     TaskIdentity.node_id = res.context.node_id
@@ -175,34 +188,3 @@ def pull_task_input(client):
     )
     message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input
     return message, context, run
-
-
-def _client(address: str, certificates: str, *interceptors):
-    return RuntimeHttpClient.from_server_address(
-        server_address=address,
-        insecure=False,
-        root_certificates=certificates,
-        interceptors=list(interceptors),
-        retry_invoker=make_simple_http_retry_invoker(),
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, HOST:PORT")
-    ap.add_argument(
-        "--root-certificates", required=True, help="CA certificate (PEM) of the SuperNode's Runtime API"
-    )
-    ap.add_argument(
-        "--superexec-auth-secret-file",
-        required=True,
-        help="the SuperNode's SuperExec secret (raw bytes, as its --superexec-auth-secret-file)",
-    )
-    ap.add_argument("--poll", type=float, default=POLL, help=f"seconds between task polls (default {POLL})")
-    args = ap.parse_args(argv)
-    secret = Path(args.superexec_auth_secret_file).read_bytes()
-    serve(args.runtime_api_address, args.root_certificates, secret, args.poll)
-
-
-if __name__ == "__main__":
-    main()

@@ -19,10 +19,10 @@
    node key and its SuperNode's TLS key and SuperExec secret (not on a command line, which every
    local user can read in ``ps``), and a copy of the run's CA certificate; except in mode ``simulation`` (virtual SuperNodes): device
    m's node key registered (``flwr supernode register``), its SuperNode (``supernode``,
-   Flower's SuperNode with short waits, ``--isolation process``), node config ``partition-id=m
-   folder=<its folder> state=<out/private/device<m>/flower>`` (its own state folder, which
-   outlives the work folder: ``devicestate.in_run``), and its long-lived ClientApp ``executor``;
-   then ``flwr run`` of the
+   Flower's SuperNode with short waits, ``--isolation process``, the device's ClientApp tasks
+   answered in its process: ``executor``), node config ``partition-id=m folder=<its folder>
+   state=<out/private/device<m>/flower>`` (its own state folder, which outlives the work
+   folder: ``devicestate.in_run``); then ``flwr run`` of the
    app (``apps.server_app`` and ``apps.client_app``, the public config as the run config
    ``privzv-config``); with party users (``users``, root only) each device's processes run under
    an OS user of their own, which owns its folder and its state folder and nothing else;
@@ -284,8 +284,8 @@ def run(
     ``{"summary": ..., "wire": ...}`` (the ServerApp's summary and its message bytes).
 
     ``net``: where the processes live (``network.Network``; default: all on 127.0.0.1).
-    ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``) and beside it
-    the device's long-lived ClientApp ``executor``; ``"simulation"``:
+    ``mode``: ``"deployment"``: one SuperNode per device (``--isolation process``), which runs
+    the device's ClientApp in its own process (``executor``); ``"simulation"``:
     Flower's simulation runtime (``flower-superlink --simulation``, Ray; ``privzv[flower-sim]``),
     virtual SuperNodes whose ClientApps run in Ray workers shared by all devices.
     ``resume``: continue the Flower run in ``out`` from its last checkpoint (``config`` None or
@@ -622,9 +622,9 @@ def _start_device(
 ) -> None:
     """Device m's SuperNode (TLS to the SuperLink, authenticated by its node key; its Runtime API
     on TLS with SuperExec authentication; node config: its partition id, folder and state folder
-    (``state``; default: in its folder), ``--isolation process``) and its long-lived ClientApp
-    executor on that Runtime API, both as device m's user (``owners``) and verifying the run's CA
-    from the copy in its folder."""
+    (``state``; default: in its folder), ``--isolation process``), which answers the device's
+    ClientApp tasks in its own process (``executor.in_node``), as device m's user (``owners``) and
+    verifying the run's CA from the copy in its folder."""
     folder = stack.work / device_name(m)
     node_config = f"partition-id={m} folder={json.dumps(str(folder))}"
     if state is not None:
@@ -655,23 +655,6 @@ def _start_device(
             str(runtime),
             "--node-config",
             node_config,
-        ],
-        env,
-    )
-    stack.start(
-        f"{device_name(m)}-executor",
-        [
-            *net.device(m),
-            *owners.prefix(m),
-            sys.executable,
-            "-m",
-            "privzv.training.engines.flower.executor",
-            "--root-certificates",
-            str(ca),
-            "--superexec-auth-secret-file",
-            str(node.secret),
-            "--runtime-api-address",
-            f"127.0.0.1:{runtime}",
         ],
         env,
     )

@@ -1,7 +1,7 @@
 """Per-party OS users of a local Flower run (``privzv train --engine flower --party-users``).
 
-Run as root, the launcher can start each device's processes (its SuperNode and its ClientApp
-executor) under an OS user of its own, so that no device reads the server's files, another
+Run as root, the launcher can start each device's process (its SuperNode, which runs its ClientApp)
+under an OS user of its own, so that no device reads the server's files, another
 device's files or the environment of any process but its own (``/proc/PID/environ`` is its
 owner's). :func:`resolve` turns the option into :class:`Users`: ``off`` (every party runs as
 the launcher's user), ``auto`` (root: a fresh range of numeric ids nobody uses, per run; not

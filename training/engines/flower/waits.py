@@ -2,24 +2,22 @@
 protocol (the server sends a device one message and waits for its reply, so each wait is paid on
 every message, not once per batch of messages as in Flower's horizontal rounds):
 
-* Polls answered at once with nothing: the SuperNode asks the SuperLink for a message, the
-  executor asks the SuperNode for a task, the ServerApp asks for a reply, and each asks again
-  after a sleep. :func:`hold` makes such a pull in privzv's SuperLink (``control.py``) and
-  SuperNode (``supernode.py``) a long poll: a pull that finds nothing is held in the server until
-  something is pushed there (:data:`CHANGES`, counted by :func:`after`) or :data:`HOLD` s pass,
-  and is then answered as Flower answers it; an object of a message that is not stored yet (a
-  message becomes visible before all of its objects are) is held likewise. A message is passed
-  on when it is pushed, with one request, not a poll every few ms (:data:`SUPERLINK`,
-  :data:`SUPERNODE`: what is held and what counts as a push, per server).
+* Polls answered at once with nothing: a SuperNode asks the SuperLink for a message, the
+  ServerApp asks for a reply, and each asks again after a sleep. :func:`hold` makes such a pull
+  in privzv's SuperLink (``control.py``) a long poll: a pull that finds nothing is held in the
+  server until something that may answer it is pushed there (:class:`Changes`: messages,
+  objects, tasks, each counted by :func:`after`) or
+  :data:`HOLD` s pass, and is then answered as Flower answers it; an object of a message that is
+  not stored yet (a message becomes visible before all of its objects are) is held likewise. A
+  message is passed on when it is pushed, with one request, not a poll every few ms
+  (:data:`SUPERLINK`: what is held and what counts as a push).
 * ``flwr.supernode.start_client_internal``: the SuperNode sleeps 3 s when the SuperLink has no
-  message for it and 0.5 s between looks for the ClientApp's reply and its objects
-  (``time.sleep``); :func:`poll` makes each a wait for the executor's next push, at most
-  ``seconds``.
+  message for it (``time.sleep``); :func:`poll` caps its sleeps at ``seconds``.
 * ``pull_objects``: an object not stored yet is retried after 1 s, doubling to 10 s
   (``flwr.supercore.constant.PULL_INITIAL_BACKOFF``, ``PULL_BACKOFF_CAP``); :func:`quick_pulls`
   makes a module's ``pull_objects`` retry after :data:`PULL_BACKOFF` s, doubling to
   :data:`PULL_BACKOFF_CAP` s (a pull that reaches a holding server rarely needs it).
-* privzv's own polls (the executor's tasks, the ServerApp's replies): :class:`Backoff`.
+* privzv's own poll (the ServerApp's replies): :class:`Backoff`.
 
 Nothing else changes: the same messages, answers, authentication and time limits as Flower's own.
 """
@@ -39,7 +37,7 @@ HOLD = 1.0  # seconds a server holds a pull that finds nothing (Flower's HTTP cl
 
 
 class Changes:
-    """A count of the pushes a server took, which held pulls wait on."""
+    """A count of one kind of push a server took, which the pulls that it can answer wait on."""
 
     def __init__(self):
         self.count = 0
@@ -57,11 +55,12 @@ class Changes:
             return self.count
 
 
-CHANGES = Changes()  # this process's
+# this process's, one per kind of push: a held pull wakes only for a push that may answer it
+MESSAGES, OBJECTS, TASKS = Changes(), Changes(), Changes()
 
 
-def after(module: types.ModuleType, name: str) -> None:
-    """``module.name`` counts a change (:data:`CHANGES`) after each call."""
+def after(module: types.ModuleType, name: str, changes: Changes) -> None:
+    """``module.name`` counts a change in ``changes`` after each call."""
     original = getattr(module, name)
 
     @functools.wraps(original)
@@ -69,13 +68,13 @@ def after(module: types.ModuleType, name: str) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            CHANGES.bump()
+            changes.bump()
 
     setattr(module, name, counted)
 
 
-def hold(module: types.ModuleType, name: str, empty, seconds: float = HOLD) -> None:
-    """``module.name`` called again after each change while ``empty(answer)``, for at most
+def hold(module: types.ModuleType, name: str, empty, changes: Changes, seconds: float = HOLD) -> None:
+    """``module.name`` called again after each change in ``changes`` while ``empty(answer)``, for at most
     ``seconds``; then its last answer. A call whose answer is empty changes nothing in Flower's
     handlers, so repeating it is as if the client had asked later."""
     original = getattr(module, name)
@@ -84,12 +83,12 @@ def hold(module: types.ModuleType, name: str, empty, seconds: float = HOLD) -> N
     def held(*args, **kwargs):
         deadline = time.monotonic() + seconds
         while True:
-            seen = CHANGES.count  # before the call: a push during it ends the wait at once
+            seen = changes.count  # before the call: a push during it ends the wait at once
             answer = original(*args, **kwargs)
             left = deadline - time.monotonic()
             if left <= 0 or not empty(answer):
                 return answer
-            CHANGES.wait(seen, left)
+            changes.wait(seen, left)
 
     setattr(module, name, held)
 
@@ -106,50 +105,42 @@ def _no_task(answer) -> bool:
     return not answer.HasField("task")
 
 
-# (module, [handlers held: (name, empty)], [handlers that push]) of each server's
+# (module, [handlers held: (name, empty, the pushes that wake it)], [handlers that push: (name,
+# the pushes they count)]) of the SuperLink
 SUPERLINK = [
     (
         "flwr.superlink.servicer.fleet.fleet_handlers",  # the SuperNodes'
-        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
-        ["push_messages", "push_object"],
+        [("pull_messages", _no_messages, MESSAGES), ("pull_object", _not_stored_yet, OBJECTS)],
+        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
     ),
     (
         "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's, its SuperExec's
-        [("pull_messages", _no_messages), ("pull_object", _not_stored_yet), ("acquire_task", _no_task)],
-        ["push_messages", "push_object"],
+        [
+            ("pull_messages", _no_messages, MESSAGES),
+            ("pull_object", _not_stored_yet, OBJECTS),
+            ("acquire_task", _no_task, TASKS),
+        ],
+        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
     ),
-    ("flwr.superlink.servicer.control.control_handlers", [], ["start_run"]),  # a ServerApp task made
-]
-SUPERNODE = [
-    (
-        "flwr.supernode.servicer.runtime.runtime_handlers",  # the executor's
-        [("acquire_task", _no_task), ("pull_messages", _no_messages), ("pull_object", _not_stored_yet)],
-        ["push_messages", "push_object", "push_task_output"],
-    ),
+    ("flwr.superlink.servicer.control.control_handlers", [], [("start_run", TASKS)]),  # a ServerApp task
 ]
 
 
 def long_polls(table: list) -> None:
-    """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`, :data:`SUPERNODE`)."""
+    """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`)."""
     for path, held, pushes in table:
         module = importlib.import_module(path)
-        for name, empty in held:
-            hold(module, name, empty)
-        for name in pushes:
-            after(module, name)
+        for name, empty, changes in held:
+            hold(module, name, empty, changes)
+        for name, changes in pushes:
+            after(module, name, changes)
 
 
 def poll(module: types.ModuleType, seconds: float) -> None:
-    """``module``'s ``time.sleep(s)`` waits for a change (:data:`CHANGES`: the executor's next
-    push) at most ``min(s, seconds)``; its other uses of ``time`` as before."""
+    """``module``'s ``time.sleep(s)`` sleeps ``min(s, seconds)``; its other uses of ``time`` as before."""
     fast = types.ModuleType("time")
     fast.__dict__.update(time.__dict__)
-    last = {"seen": CHANGES.count}
-
-    def sleep(s: float) -> None:
-        last["seen"] = CHANGES.wait(last["seen"], min(s, seconds))
-
-    fast.sleep = sleep
+    fast.sleep = lambda s: time.sleep(min(s, seconds))
     module.time = fast
 
 
