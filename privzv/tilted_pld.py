@@ -227,6 +227,7 @@ def power(spectrum: np.ndarray, times: int) -> np.ndarray:
         times >>= 1
         if times:
             base = base * base
+    assert result is not None, "power of a spectrum: times must be at least 1"
     return result
 
 
