@@ -75,8 +75,7 @@ def cpu_timed(fn):
 
 
 def _clear_caches():
-    accountants._pld_epsilon.cache_clear()
-    accountants._rdp_epsilon.cache_clear()
+    accountants.clear_caches()
 
 
 # issue 9's tightness grid (--sweep-only): every delta x epsilon x T x neighbours x threat

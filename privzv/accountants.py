@@ -119,11 +119,23 @@ PLD_MAX_COMPOSED_POINTS = 4_000_000
 # PLD_MAX_COARSENING times the budget pld declines without building the full grid.
 PLD_PROBE_POINTS = 2_000
 PLD_PROBE_MARGIN = 4.0
+# An add direction is bounded on a grid of PLD_SKIP_POINTS points a release before it is built
+# on the fine one, where its probe's epsilon is within PLD_SKIP_RATIO times the remove
+# direction's (beyond that, that grid is as loose: at q = 1.4e-6, T = 6.3e6 the add direction's
+# 0.107 is 21.3 on its probe and 0.999 on 20,000 points, against the remove direction's 0.307).
+PLD_SKIP_POINTS = 20_000
+PLD_SKIP_RATIO = 10.0
 # pld's tightness and speed were measured down to this delta (benchmarks/bench_calibration.py
 # --sweep-only); below it pld does not answer and rdp (log-space, exact) does. (dp-accounting's
 # plain FFT composition was erratic below ~1e-13; the tilted one is not, but is not measured
 # there.)
 PLD_MIN_DELTA = 1e-12
+
+
+def clear_caches() -> None:
+    """Forget every remembered evaluation (benchmarks and tests measure cold calls)."""
+    for cached in (_pld_epsilon, _cheap_epsilon, _tilted_release, _rdp_epsilon):
+        cached.cache_clear()
 
 
 class CannotAnswer(Exception):
@@ -256,6 +268,7 @@ def pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float, disc
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
 
 
+@functools.lru_cache(maxsize=16)
 def _tilted_release(z, k, q, kind, delta, discretization):
     """(loss_shift, PMF tilted at delta's saddle point) of one release in direction ``kind``."""
     from privzv import gaussian_pmf, tilted_pld
@@ -274,6 +287,23 @@ def _tilted_release(z, k, q, kind, delta, discretization):
     return pmf.loss_shift, tilted_pld.tilt(*grid, pmf.infinity_mass, tilted_pld.saddle_tilt(*grid, k, delta))
 
 
+def probe_pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float) -> float:
+    """pld on the probes' grids (:func:`_cheap_epsilon`, at most PLD_PROBE_POINTS points a
+    release): an upper bound like every pld, cheap, and where few sampled releases compose
+    (where rdp is loosest) within about 1% of the fine pld; an estimate of the answer to choose
+    the fine discretisation from, and a cheap curve for calibration. CannotAnswer as
+    :func:`pld_epsilon`."""
+    if delta < PLD_MIN_DELTA or exposure.sampling_rate is None:
+        return pld_epsilon(z, exposure, neighbors, delta, PLD_MAX_DISCRETIZATION)  # declines or exact
+    k, q = exposure.compositions, exposure.sampling_rate
+    eps = max(
+        _cheap_epsilon(float(z), k, q, kind, float(delta), PLD_PROBE_POINTS) for kind in _directions(q, neighbors)
+    )
+    if not math.isfinite(eps):
+        raise CannotAnswer("pld on the probe's grid gave no finite epsilon")
+    return eps
+
+
 def _tail(delta: float) -> float:
     """The truncated mass each composition may send to infinity."""
     return min(1e-15, 1e-4 * delta) / 3.0
@@ -283,17 +313,20 @@ def _tail(delta: float) -> float:
 _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
 
 
+def _directions(q: float, neighbors: str) -> tuple[str, ...]:
+    return ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
+
+
 @functools.lru_cache(maxsize=4096)
 def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
-    """pld at grid step ``discretization``. With ``fit``, where the composition would need more
-    than PLD_COMPOSED_BUDGET points at that step (:func:`privzv.tilted_pld.composed_points`,
-    counted before any FFT), at the step that fits it (the range scaled to the budget, rounded
-    up to a power of 2 times the step, so that epsilon is smooth in z between those steps), up
-    to PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
-    the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
-    from privzv import tilted_pld
-
-    directions = ("remove",) if q == 1.0 and neighbors == "add-remove" else _DIRECTIONS[neighbors]
+    """pld at grid step ``discretization``: the largest over the pair's directions of
+    :func:`_direction_epsilon`. With ``fit``, every direction is sized on its probe before any is
+    composed (CannotAnswer where the composition would need more than PLD_PROBE_MARGIN x
+    PLD_MAX_COARSENING times PLD_COMPOSED_BUDGET points), and the add direction is not built on
+    the fine grid where a cheaper grid's epsilon of it (an upper bound of its true epsilon,
+    :func:`_bounded_by`) is at most the remove direction's answer: it cannot raise the maximum
+    (add is the smaller direction in the fuzz's slow corners, by 1.3 to 4.3 times)."""
+    directions = _directions(q, neighbors)
     guess = fit and max(_probed_ratio(z, k, q, kind, delta, discretization) for kind in directions)
     if guess > PLD_PROBE_MARGIN * PLD_MAX_COARSENING:  # every direction sized before any is composed
         raise CannotAnswer(
@@ -302,35 +335,72 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
         )
     eps = -math.inf
     for kind in directions:
-        shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
-        ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
-        if 1.0 < ratio <= PLD_MAX_COARSENING:
-            # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
-            coarser = 2.0 ** math.ceil(math.log2(ratio))
-            shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * coarser)
-            ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
-        if ratio > 2.0:
-            raise CannotAnswer(
-                f"the composed privacy-loss grid would need {ratio:.3g} times "
-                f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
-                f"{discretization:.3g}"
-            )
-        try:
-            composed = tilted_pld.self_compose(tilted, k, _tail(delta), PLD_MAX_COMPOSED_POINTS)
-        except tilted_pld.GridTooLarge as exc:
-            raise CannotAnswer(
-                f"the composed privacy-loss grid would need {exc} at discretisation {discretization:.3g}"
-            ) from None
-        eps = max(eps, tilted_pld.epsilon(composed, delta) + k * shift)
+        if not (fit and math.isfinite(eps) and _bounded_by(z, k, q, kind, delta, eps, discretization)):
+            eps = max(eps, _direction_epsilon(z, k, q, kind, delta, discretization, fit))
     if not math.isfinite(eps):
         raise CannotAnswer("the PLD gave no finite epsilon at this delta")
     return float(eps)
 
 
-def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
-    """The composition's points at ``discretization`` over PLD_COMPOSED_BUDGET, estimated from
-    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step)."""
-    from privzv import gaussian_pmf, tilted_pld
+def _bounded_by(z, k, q, kind, delta, eps, discretization) -> bool:
+    """True where direction ``kind``'s pld on its probe's grid, or (where that is within
+    PLD_SKIP_RATIO times ``eps`` and that grid is coarser than ``discretization``) on
+    PLD_SKIP_POINTS points a release, is at most ``eps``."""
+    probe = _cheap_epsilon(z, k, q, kind, delta, PLD_PROBE_POINTS)
+    return probe <= eps or (
+        probe <= PLD_SKIP_RATIO * eps
+        and _probe_step(z, k, q, kind, delta, 0.0, PLD_SKIP_POINTS) > discretization
+        and _cheap_epsilon(z, k, q, kind, delta, PLD_SKIP_POINTS) <= eps
+    )
+
+
+def _direction_epsilon(z, k, q, kind, delta, discretization, fit):
+    """One direction's pld at grid step ``discretization``. With ``fit``, where the composition
+    would need more than PLD_COMPOSED_BUDGET points at that step
+    (:func:`privzv.tilted_pld.composed_points`, counted before any FFT), at the step that fits
+    it (the range scaled to the budget, rounded up to a power of 2 times the step, so that
+    epsilon is smooth in z between those steps), up to PLD_MAX_COARSENING times coarser, and
+    CannotAnswer if even that grid needs more than twice the budget (without ``fit``, exactly at
+    the step asked: the convergence checks)."""
+    from privzv import tilted_pld
+
+    shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
+    ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+    if 1.0 < ratio <= PLD_MAX_COARSENING:
+        # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
+        coarser = 2.0 ** math.ceil(math.log2(ratio))
+        shift, tilted = _tilted_release(z, k, q, kind, delta, discretization * coarser)
+        ratio = tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+    if ratio > 2.0:
+        raise CannotAnswer(
+            f"the composed privacy-loss grid would need {ratio:.3g} times "
+            f"{PLD_COMPOSED_BUDGET:.3g} points at discretisation "
+            f"{discretization:.3g}"
+        )
+    try:
+        composed = tilted_pld.self_compose(tilted, k, _tail(delta), PLD_MAX_COMPOSED_POINTS)
+    except tilted_pld.GridTooLarge as exc:
+        raise CannotAnswer(
+            f"the composed privacy-loss grid would need {exc} at discretisation {discretization:.3g}"
+        ) from None
+    return tilted_pld.epsilon(composed, delta) + k * shift
+
+
+@functools.lru_cache(maxsize=4096)
+def _cheap_epsilon(z, k, q, kind, delta, points) -> float:
+    """One direction's pld on at most ``points`` points a release (step: its loss span /
+    points; for PLD_PROBE_POINTS the grid :func:`_probed_ratio` sizes the composition on), inf
+    where that cannot answer. An upper bound of the direction's true epsilon, like every pld."""
+    try:
+        step = _probe_step(z, k, q, kind, delta, 0.0, points)
+        return _direction_epsilon(z, k, q, kind, delta, step, True)
+    except (CannotAnswer, OverflowError, FloatingPointError, MemoryError, ValueError):
+        return math.inf
+
+
+def _probe_step(z, k, q, kind, delta, discretization, points=PLD_PROBE_POINTS) -> float:
+    """The probe's step at ``discretization``: at most ``points`` points over the loss span."""
+    from privzv import gaussian_pmf
 
     span = gaussian_pmf.loss_span(
         2.0 * z if kind == "replace" else z,
@@ -338,7 +408,15 @@ def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
         kind=kind,
         log_truncation=_log_truncation(delta, k),
     )
-    step = max(discretization, span / PLD_PROBE_POINTS)
+    return max(discretization, span / points)
+
+
+def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
+    """The composition's points at ``discretization`` over PLD_COMPOSED_BUDGET, estimated from
+    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step)."""
+    from privzv import tilted_pld
+
+    step = _probe_step(z, k, q, kind, delta, discretization)
     _, probe = _tilted_release(z, k, q, kind, delta, step)
     return tilted_pld.composed_points(probe, k, _tail(delta)) * (step / discretization) / PLD_COMPOSED_BUDGET
 

@@ -12,6 +12,7 @@ formula, not a bound, blind to the threat). The math is in :mod:`privzv.accounta
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 from privzv import accountants, mixture
@@ -120,17 +121,31 @@ def _estimate(z: float, exp: Exposure, neighbors: str, delta: float) -> float:
 
 
 def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float, coarseness: float) -> float:
-    """pld at ``coarseness`` times the discretisation that ``estimate`` of the answer calls for
-    (a function of z alone, so that calibrate, account and the ledger agree exactly); where the
-    estimate (rdp) was more than twice the answer, once more at the discretisation of the answer
-    itself, keeping the smaller (both are upper bounds). An rdp estimate 12x too large left
-    the step 12x too coarse: 0.12% looser than dp-accounting at q = 1.2e-4, T = 1071."""
+    """pld at ``coarseness`` times the discretisation that an estimate of the answer calls for
+    (a function of z alone, so that calibrate, account and the ledger agree exactly): pld on the
+    probes' grids (:func:`privzv.accountants.probe_pld_epsilon`) where it is below ``estimate``
+    (rdp; up to 3e3 times the answer in the fuzz's slow corners) and pld answers on the grid it
+    calls for, else ``estimate``; where that estimate was more than twice the answer, once more
+    at the discretisation of the answer itself, keeping the smaller (both are upper bounds). An
+    rdp estimate 12x too large left the step 12x too coarse: 0.12% looser than dp-accounting at
+    q = 1.2e-4, T = 1071."""
 
     def at(guess):
         disc = coarseness * accountants.pld_discretization(guess, exp.compositions, delta)
         return accountants.pld_epsilon(z, exp, neighbors, delta, disc)
 
-    first = at(estimate)
+    try:
+        probe = accountants.probe_pld_epsilon(z, exp, neighbors, delta)
+    except accountants.CannotAnswer:
+        probe = math.inf
+    first = None
+    if probe < estimate:
+        try:
+            first, estimate = at(probe), probe
+        except accountants.CannotAnswer:
+            pass
+    if first is None:
+        first = at(estimate)
     if coarseness == 1.0 and 0 < first < estimate / 2:  # not in calibration's coarse solve
         try:
             return min(first, at(first))

@@ -157,7 +157,7 @@ def test_a_rarely_sampled_record_is_accounted_on_bounded_grids_and_one_sided(mon
 
     monkeypatch.setattr(gaussian_pmf, "release_pmf", release_pmf)
     monkeypatch.setattr(tilted_pld, "self_compose_once", self_compose_once)
-    accountants._pld_epsilon.cache_clear()
+    accountants.clear_caches()
     case = dict(
         epsilon=0.06579917583934763,
         delta=1.0649081033230982e-10,

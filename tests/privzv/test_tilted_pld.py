@@ -174,7 +174,7 @@ def test_fft_power_round_off_bound_holds(n, times):
     p = x / x.sum()
     size = fft.next_fast_len(n * times, real=True)
     spectrum = fft.rfft(p, size)
-    powered_spectrum = spectrum**times
+    powered_spectrum = tilted_pld.power(spectrum, times)
     out = fft.irfft(powered_spectrum, size)
     exact = fft.irfft(fft.rfft(p.astype(np.longdouble), size) ** times, size)
     error = float(np.max(np.abs(out - exact)))
@@ -183,6 +183,26 @@ def test_fft_power_round_off_bound_holds(n, times):
     if times == 10_000:
         eps = float(np.finfo(float).eps)
         assert error > eps * math.log2(size) * float(np.linalg.norm(out))
+
+
+@pytest.mark.parametrize("times", [7, 1000, 2512, 99_999])
+def test_binary_power_round_off_is_within_its_bound(times):
+    """power() (binary exponentiation, which the composition's FFT power uses since issue 22
+    item 8) in float64 is within theta = (1 + sqrt(2) gamma_2)^(k-1) - 1 of the same power in
+    long double (numpy's exp(k log z), 1e-19 precision) at every frequency, and the bound is
+    not vacuous: the measured relative error reaches a tenth of it (0.12 to 0.18 measured)."""
+    rng = np.random.default_rng(1)
+    z = np.sqrt(rng.random(20_000)) * np.exp(2j * np.pi * rng.random(20_000))
+    z = z / np.abs(z) * np.minimum(np.abs(z), 1.0) ** (1.0 / times)  # |z^k| spread over (0, 1]
+    ours = tilted_pld.power(z, times)
+    exact = z.astype(np.clongdouble) ** times
+    u, ulong = float(np.finfo(float).eps), float(np.finfo(np.longdouble).eps)
+    e = math.sqrt(2.0) * 2.0 * u / (1.0 - 2.0 * u)
+    theta = math.expm1((times - 1) * math.log1p(e))
+    reference = (4.0 + times * (np.abs(np.log(np.abs(z))) + math.pi)) * ulong * np.abs(ours)
+    error = np.abs(ours.astype(np.clongdouble) - exact).astype(float)
+    assert np.all(error <= theta / (1.0 - theta) * np.abs(ours) + reference + 1e-300)
+    assert np.max(error / np.abs(ours)) > 0.1 * theta
 
 
 @pytest.mark.parametrize("times, stages", [(17, 1), (1000, 1), (141**2, 2)])
