@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from privzv.training import zo
 from privzv.training.messages import SERVER, Message
@@ -62,6 +65,90 @@ def test_chunked_direction_is_uniform_on_the_whole_sphere(monkeypatch):
         shares.append(float(u[:3].square().sum()) / d)
     shares = np.array(shares)
     assert shares.mean() == pytest.approx(3 / d, abs=4 * shares.std() / math.sqrt(len(shares)))
+
+
+def _whole_draw_replay(sizes: list[int], seed: int, scales: list[float]) -> list[torch.Tensor]:
+    """The documented formula with whole-tensor operations: g = randn(d), ||g|| from its CPU
+    chunks' float64 norms (math.fsum of their squares), then w_i += s sqrt(d) g_i / ||g|| per tensor."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    w = [torch.randn(n, generator=gen) for n in sizes]
+    d = sum(sizes)
+    g = torch.randn(d, generator=torch.Generator().manual_seed(seed))
+    norms = [float(torch.linalg.vector_norm(c, dtype=torch.float64)) for c in g.split(zo._sizes(d))]
+    norm = norms[0] if len(norms) == 1 else math.sqrt(math.fsum(n * n for n in norms))
+    for scale in scales:
+        for p, part in zip(w, g.split(sizes)):
+            p.add_(part, alpha=scale * math.sqrt(d) / norm)
+    return w
+
+
+@pytest.mark.parametrize("sizes", [[1000], [256 * 3 + 7], [5, 0, 300, 1, 700], [40, 40]])
+def test_cpu_passes_in_grains_are_the_whole_draw_formula_bit_for_bit(monkeypatch, sizes):
+    """Today's bits: with chunks of 256 values and operations cut every 64 (so a pass has many
+    chunks, each cut in several operations, across tensor boundaries and an empty tensor), a step's
+    three passes leave exactly what whole-tensor operations on randn(d) leave; the momentum path's
+    pieces (sphere_chunks) put together are exactly sqrt(d) g / ||g||."""
+    monkeypatch.setattr(zo, "CHUNK", 256)
+    monkeypatch.setitem(zo.DRAWS, "cpu", dataclasses.replace(zo.DRAWS["cpu"], grain=64))
+    scales = [1e-3, -2e-3, 1e-3 - 0.05 * 0.37]
+    want = _whole_draw_replay(sizes, 5, scales)
+    got = _whole_draw_replay(sizes, 5, [])
+    norm = None
+    for scale in scales:
+        norm = zo.perturb_(got, 5, scale, norm)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    d = sum(sizes)
+    u = torch.empty(d)
+    pieces = list(zo.sphere_chunks(d, [5], [norm]))
+    for at, (part,) in pieces:
+        assert at.stop - at.start <= 64
+        u[at] = part
+    g = torch.randn(d, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(u, g * (math.sqrt(d) / norm))
+    assert sum(at.stop - at.start for at, _ in pieces) == d
+
+
+@pytest.mark.parametrize("n", [16, 100, 1 << 15, (1 << 16) + 9, 200_003])
+def test_the_cpu_chunk_norm_is_torchs_float64_norm_bit_for_bit(n):
+    g = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    want = torch.linalg.vector_norm(g, dtype=torch.float64)
+    for grain in (zo.GRAIN, 48, 1000):
+        assert torch.equal(zo._cpu_norm(g, grain), want)
+
+
+class _Touches(TorchDispatchMode):
+    """Records, per ATen operation, the most values any of its tensors held."""
+
+    def __init__(self):
+        super().__init__()
+        self.most: dict[tuple[str, frozenset], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        key = (str(func), frozenset(t.dtype for t in tensors))
+        self.most[key] = max([self.most.get(key, 0)] + [t.numel() for t in tensors])
+        return out
+
+
+def test_cpu_passes_compute_on_at_most_a_grain_per_operation():
+    """No operation of a CPU pass wakes torch's thread pool (on a loaded machine each wake-up waits
+    for a core; measured in docs/training.md): every operation that computes on more than GRAIN
+    values is the draw itself (the generator runs on one thread) or the float64 norm (one row,
+    reduced on one thread). Views and allocations compute nothing."""
+    flat = torch.zeros(3 * zo.CHUNK + 5)
+    with _Touches() as seen:
+        norm = zo.perturb_(flat, 1, 0.5)
+        for at, (u,) in zo.sphere_chunks(len(flat), [1], [norm]):
+            flat[at].add_(u)
+    views = {"aten.slice.Tensor", "aten.view.default", "aten.detach.default", "aten.empty.memory_format"}
+    serial = {
+        ("aten.randn.generator", frozenset({torch.float32})),
+        ("aten.linalg_vector_norm.default", frozenset({torch.float64})),
+    }
+    big = {key for key, most in seen.most.items() if most > zo.GRAIN and key[0] not in views}
+    assert big == serial
+    assert ("aten.add_.Tensor", frozenset({torch.float32})) in seen.most
 
 
 def test_flatten_makes_the_parameters_views_of_one_buffer_and_keeps_u():
