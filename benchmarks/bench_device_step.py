@@ -135,8 +135,9 @@ def allocations(fn) -> tuple[int, int]:
 class Stepper:
     """One method's parties; ``send`` / ``receive`` are device 0's halves of a round."""
 
-    def __init__(self, method: str, dataset, model: torch.nn.Module | None = None, code=None):
+    def __init__(self, method: str, dataset, model: torch.nn.Module | None = None, code=None, kept=False):
         self.code = code  # zo's code to step with (a --baseline module; None: this checkout's)
+        self.kept = kept  # each step inside zo.kept_draws (room for one draw)
         config = TrainConfig(
             dataset="mnist-5k",
             method=method,
@@ -185,8 +186,16 @@ class Stepper:
         tensors += [b for m, b in getattr(self.method, "buffers", {}).items() if m == DEVICE]
         return sum(t.numel() * t.element_size() for t in tensors)
 
+    def context(self) -> contextlib.ExitStack:
+        """Where a step runs: on ``code``'s zo functions, inside kept_draws when ``kept``."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(using(self.code))
+        if self.kept:
+            stack.enter_context(zo.kept_draws(4 * self.device.flat.numel()))
+        return stack
+
     def step_memory(self) -> dict:
-        with using(self.code):
+        with self.context():
             send_peak, retained = allocations(self.send)
             self.reply()
             receive_peak, _ = allocations(self.receive)
@@ -200,7 +209,7 @@ class Stepper:
 
     def timed_step(self, clock=time.thread_time) -> float:
         """Seconds of ``clock`` spent in send + receive (the server's reply excluded)."""
-        with using(self.code):
+        with self.context():
             start = clock()
             self.send()
             middle = clock()
@@ -214,6 +223,7 @@ def measure(dataset, repeats: int, model=None, baseline=None) -> dict:
     """Memory and time of both methods' device steps and of an inference forward; with a
     ``baseline`` zo module, DPZV's step on that code too ("dpzv_baseline"), in the same rotation."""
     steppers = {name: Stepper(name, dataset, None if model is None else model()) for name in ("dpzv", "vafl")}
+    steppers["dpzv_kept"] = Stepper("dpzv", dataset, None if model is None else model(), kept=True)
     if baseline is not None:
         steppers["dpzv_baseline"] = Stepper("dpzv", dataset, None if model is None else model(), baseline)
     dpzv = steppers["dpzv"]
@@ -230,7 +240,7 @@ def measure(dataset, repeats: int, model=None, baseline=None) -> dict:
     memory = {name: s.step_memory() for name, s in steppers.items()}
     times = {(name, clock): [] for name in steppers for clock in ("cpu", "wall")}
     order = list(steppers.items())
-    for i in range(repeats):  # ABBA (A B C, C B A with a baseline)
+    for i in range(repeats):  # ABBA (A B C D, D C B A)
         for name, s in order if i % 2 == 0 else order[::-1]:
             times[name, "cpu"].append(s.timed_step(time.thread_time))
             times[name, "wall"].append(s.timed_step(time.perf_counter))
@@ -263,17 +273,19 @@ def measure(dataset, repeats: int, model=None, baseline=None) -> dict:
         "dpzv_over_vafl_wall_time_paired_median": paired("dpzv", "vafl", "wall"),
         "time_target_met": paired("dpzv", "vafl", "cpu") <= 1.0,
     }
-    if baseline is not None:
-        result["baseline"] = {
-            "dpzv_step": memory["dpzv_baseline"],
-            "dpzv_over_inference_with_parameters": whole["dpzv_baseline"],
-            "dpzv_step_cpu_seconds_median": statistics.median(times["dpzv_baseline", "cpu"]),
-            "dpzv_step_wall_seconds_median": statistics.median(times["dpzv_baseline", "wall"]),
-            "dpzv_over_vafl_cpu_time_paired_median": paired("dpzv_baseline", "vafl", "cpu"),
-            "dpzv_over_vafl_wall_time_paired_median": paired("dpzv_baseline", "vafl", "wall"),
-            "this_over_baseline_cpu_time_paired_median": paired("dpzv", "dpzv_baseline", "cpu"),
-            "this_over_baseline_wall_time_paired_median": paired("dpzv", "dpzv_baseline", "wall"),
+
+    def variant(name: str) -> dict:  # another DPZV stepper's figures, beside VAFL and this one
+        return {
+            "dpzv_step": memory[name],
+            "dpzv_over_inference_with_parameters": whole[name],
+            **{f"dpzv_step_{c}_seconds_median": statistics.median(times[name, c]) for c in ("cpu", "wall")},
+            **{f"dpzv_over_vafl_{c}_time_paired_median": paired(name, "vafl", c) for c in ("cpu", "wall")},
+            **{f"this_over_it_{c}_time_paired_median": paired("dpzv", name, c) for c in ("cpu", "wall")},
         }
+
+    result["kept_draws"] = variant("dpzv_kept")  # inside zo.kept_draws: g drawn once a step
+    if baseline is not None:
+        result["baseline"] = variant("dpzv_baseline")
     return result
 
 
@@ -439,6 +451,10 @@ def _steps(model, x, place, baseline=None):
         with using(baseline):
             privzv_step()
 
+    def kept_step():  # the opt-in: each g drawn once a step (zo.kept_draws), d floats more memory
+        with zo.kept_draws(4 * device.flat.numel()):
+            privzv_step()
+
     def first_order_step():
         optimizer.zero_grad(set_to_none=True)
         model(batch).square().mean().backward()
@@ -470,7 +486,7 @@ def _steps(model, x, place, baseline=None):
         device.flat = zo.flatten_(model)
 
     # memory in this order: the first-order step leaves gradients and momentum behind
-    steps = {"inference": inference, "privzv_zo": privzv_step}
+    steps = {"inference": inference, "privzv_zo": privzv_step, "privzv_zo_kept": kept_step}
     if baseline is not None:
         steps["privzv_zo_baseline"] = baseline_step
     return {**steps, "mezo": mezo_step, "first_order": first_order_step}, relink
@@ -499,7 +515,7 @@ def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int, ba
     time_ratio = times["privzv_zo"] / times["mezo"]
     over = {  # time ratios of the ZO steps (this checkout's, the baseline's) to MeZO's and first order's
         f"{zo_step}_over_{other}_time": times[zo_step] / times[other]
-        for zo_step in ("privzv_zo", "privzv_zo_baseline")
+        for zo_step in ("privzv_zo", "privzv_zo_kept", "privzv_zo_baseline")
         if zo_step in times
         for other in ("mezo", "first_order")
     }
