@@ -182,8 +182,9 @@ def _stream(sizes: list[int], seed: int, dtype: torch.dtype, place: torch.device
     """g(seed) chunk by chunk: kept chunks when :func:`kept_draws` holds them, else drawn (and
     offered to it once the whole draw is made)."""
     kept, key = _KEPT, (seed, tuple(sizes[:1]), sum(sizes), dtype, place)
-    if kept is not None and kept.get(key) is not None:
-        yield from kept.get(key)
+    known = None if kept is None else kept.get(key)
+    if known is not None:
+        yield from known
         return
     gen = torch.Generator(device=place).manual_seed(seed)
     chunks = []  # only inside kept_draws: otherwise no chunk outlives its use
