@@ -31,17 +31,27 @@ Run: ``python benchmarks/bench_device_step.py`` (needs the ``mnist`` extra for m
 random init: an inference forward, privzv's ZO device step (DPZV's two halves), a first-order step
 (SGD with backward) and a bare MeZO-style loop (MeZO's ``zo_perturb_parameters``: the global seed,
 one ``torch.normal`` per tensor), with the targets ZO memory <= 1.05x inference and privzv's step
-<= 1.2x the bare loop's time. ``--quick`` takes small batches and inputs (for a CPU).
+<= 1.2x the bare loop's time. ``--quick`` takes small batches and inputs (for a CPU). Its row
+``mlp-4.46m`` is the 4.46M MLP above, at batch 64 either way. The step kinds are timed interleaved
+(ABBA), wall time, on torch's default threads unless ``--threads N``; ``--rows`` picks rows.
+
+``--baseline DIR`` (either mode) steps DPZV also on ``DIR/training/zo.py`` (another checkout, e.g.
+``git archive main | tar -x -C DIR``) in the same run and rotation, so before and after see the same
+load: ``baseline`` (without --device) and ``privzv_zo_baseline`` (with it) beside this checkout's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
+import types
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -69,6 +79,37 @@ def large_model(inputs: int, embed_dim: int) -> torch.nn.Module:
     )
 
 
+def baseline_zo(directory: str) -> types.ModuleType:
+    """``DIR/training/zo.py`` of another checkout of privzv (``--baseline DIR``; e.g. ``git archive
+    main | tar -x -C DIR``), loaded as a module of its own."""
+    path = os.path.join(directory, "training", "zo.py")
+    if not os.path.isfile(path):
+        raise ValueError(f"--baseline {directory!r}: no training/zo.py there (allowed: a checkout of privzv)")
+    spec = importlib.util.spec_from_file_location("privzv_baseline_zo", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def using(module: types.ModuleType | None):
+    """Inside: ``privzv.training.zo``'s functions replaced by ``module``'s of the same name (the
+    methods call them through the module, so their ZO passes run the baseline's code); None: as is."""
+    own = {
+        name: f
+        for name, f in vars(zo).items()
+        if isinstance(f, types.FunctionType) and f.__module__ == zo.__name__ and module is not None
+    }
+    try:
+        for name in own:
+            setattr(zo, name, getattr(module, name, own[name]))
+        yield
+    finally:
+        for name, f in own.items():
+            setattr(zo, name, f)
+
+
 def allocations(fn) -> tuple[int, int]:
     """(peak, retained) bytes of CPU tensor memory allocated while ``fn()`` runs."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -94,7 +135,9 @@ def allocations(fn) -> tuple[int, int]:
 class Stepper:
     """One method's parties; ``send`` / ``receive`` are device 0's halves of a round."""
 
-    def __init__(self, method: str, dataset, model: torch.nn.Module | None = None):
+    def __init__(self, method: str, dataset, model: torch.nn.Module | None = None, code=None, kept=False):
+        self.code = code  # zo's code to step with (a --baseline module; None: this checkout's)
+        self.kept = kept  # each step inside zo.kept_draws (room for one draw)
         config = TrainConfig(
             dataset="mnist-5k",
             method=method,
@@ -143,10 +186,19 @@ class Stepper:
         tensors += [b for m, b in getattr(self.method, "buffers", {}).items() if m == DEVICE]
         return sum(t.numel() * t.element_size() for t in tensors)
 
+    def context(self) -> contextlib.ExitStack:
+        """Where a step runs: on ``code``'s zo functions, inside kept_draws when ``kept``."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(using(self.code))
+        if self.kept:
+            stack.enter_context(zo.kept_draws(4 * self.device.flat.numel()))
+        return stack
+
     def step_memory(self) -> dict:
-        send_peak, retained = allocations(self.send)
-        self.reply()
-        receive_peak, _ = allocations(self.receive)
+        with self.context():
+            send_peak, retained = allocations(self.send)
+            self.reply()
+            receive_peak, _ = allocations(self.receive)
         return {
             "peak_bytes": max(send_peak, retained + receive_peak),
             "send_peak_bytes": send_peak,
@@ -157,19 +209,25 @@ class Stepper:
 
     def timed_step(self, clock=time.thread_time) -> float:
         """Seconds of ``clock`` spent in send + receive (the server's reply excluded)."""
-        start = clock()
-        self.send()
-        middle = clock()
-        self.reply()
-        resume = clock()
-        self.receive()
-        return (middle - start) + (clock() - resume)
+        with self.context():
+            start = clock()
+            self.send()
+            middle = clock()
+            self.reply()
+            resume = clock()
+            self.receive()
+            return (middle - start) + (clock() - resume)
 
 
-def measure(dataset, repeats: int, model=None) -> dict:
-    """Memory and time of both methods' device steps and of an inference forward."""
-    dpzv, vafl = (Stepper(name, dataset, None if model is None else model()) for name in ("dpzv", "vafl"))
-    for s in (dpzv, vafl):
+def measure(dataset, repeats: int, model=None, baseline=None) -> dict:
+    """Memory and time of both methods' device steps and of an inference forward; with a
+    ``baseline`` zo module, DPZV's step on that code too ("dpzv_baseline"), in the same rotation."""
+    steppers = {name: Stepper(name, dataset, None if model is None else model()) for name in ("dpzv", "vafl")}
+    steppers["dpzv_kept"] = Stepper("dpzv", dataset, None if model is None else model(), kept=True)
+    if baseline is not None:
+        steppers["dpzv_baseline"] = Stepper("dpzv", dataset, None if model is None else model(), baseline)
+    dpzv = steppers["dpzv"]
+    for s in steppers.values():
         for _ in range(WARMUP):
             s.timed_step()
     net, x = dpzv.device.model, dpzv.device.x
@@ -179,23 +237,23 @@ def measure(dataset, repeats: int, model=None) -> dict:
             net(x[dpzv.ids])
 
     inference_peak, _ = allocations(inference)
-    memory = {"dpzv": dpzv.step_memory(), "vafl": vafl.step_memory()}
-    times = {(name, clock): [] for name in ("dpzv", "vafl") for clock in ("cpu", "wall")}
-    pair = [("dpzv", dpzv), ("vafl", vafl)]
-    for i in range(repeats):
-        for name, s in pair if i % 2 == 0 else pair[::-1]:
+    memory = {name: s.step_memory() for name, s in steppers.items()}
+    times = {(name, clock): [] for name in steppers for clock in ("cpu", "wall")}
+    order = list(steppers.items())
+    for i in range(repeats):  # ABBA (A B C D, D C B A)
+        for name, s in order if i % 2 == 0 else order[::-1]:
             times[name, "cpu"].append(s.timed_step(time.thread_time))
             times[name, "wall"].append(s.timed_step(time.perf_counter))
-    paired = {
-        clock: statistics.median(a / b for a, b in zip(times["dpzv", clock], times["vafl", clock]))
-        for clock in ("cpu", "wall")
-    }
+
+    def paired(a: str, b: str, clock: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a, clock], times[b, clock]))
+
     params = sum(p.numel() * p.element_size() for p in net.parameters())
     whole = {
         name: (params + m["persistent_bytes"] + m["peak_bytes"]) / (params + inference_peak)
         for name, m in memory.items()
     }
-    return {
+    result = {
         "parameters": sum(p.numel() for p in net.parameters()),
         "parameter_bytes": params,
         "inference_forward_peak_bytes": inference_peak,
@@ -211,14 +269,28 @@ def measure(dataset, repeats: int, model=None) -> dict:
         "vafl_step_cpu_seconds_median": statistics.median(times["vafl", "cpu"]),
         "dpzv_step_wall_seconds_median": statistics.median(times["dpzv", "wall"]),
         "vafl_step_wall_seconds_median": statistics.median(times["vafl", "wall"]),
-        "dpzv_over_vafl_cpu_time_paired_median": paired["cpu"],
-        "dpzv_over_vafl_wall_time_paired_median": paired["wall"],
-        "time_target_met": paired["cpu"] <= 1.0,
+        "dpzv_over_vafl_cpu_time_paired_median": paired("dpzv", "vafl", "cpu"),
+        "dpzv_over_vafl_wall_time_paired_median": paired("dpzv", "vafl", "wall"),
+        "time_target_met": paired("dpzv", "vafl", "cpu") <= 1.0,
     }
 
+    def variant(name: str) -> dict:  # another DPZV stepper's figures, beside VAFL and this one
+        return {
+            "dpzv_step": memory[name],
+            "dpzv_over_inference_with_parameters": whole[name],
+            **{f"dpzv_step_{c}_seconds_median": statistics.median(times[name, c]) for c in ("cpu", "wall")},
+            **{f"dpzv_over_vafl_{c}_time_paired_median": paired(name, "vafl", c) for c in ("cpu", "wall")},
+            **{f"this_over_it_{c}_time_paired_median": paired("dpzv", name, c) for c in ("cpu", "wall")},
+        }
 
-def main() -> dict:
-    torch.set_num_threads(1)
+    result["kept_draws"] = variant("dpzv_kept")  # inside zo.kept_draws: g drawn once a step
+    if baseline is not None:
+        result["baseline"] = variant("dpzv_baseline")
+    return result
+
+
+def main(baseline: types.ModuleType | None = None, threads: int = 1) -> dict:
+    torch.set_num_threads(threads)
     dataset = data.load("mnist-5k", DEVICES)
     result = {
         "benchmark": "device step memory and time, DPZV vs VAFL",
@@ -251,12 +323,13 @@ def main() -> dict:
     inputs = dataset.x_train[DEVICE][0].numel()
     embed = TrainConfig().embed_dim
     result["models"] = {
-        "band CNN": measure(dataset, REPEATS["band CNN"]),
-        "MLP 4.46M": measure(dataset, REPEATS["MLP 4.46M"], lambda: large_model(inputs, embed)),
+        "band CNN": measure(dataset, REPEATS["band CNN"], baseline=baseline),
+        "MLP 4.46M": measure(dataset, REPEATS["MLP 4.46M"], lambda: large_model(inputs, embed), baseline),
     }
     result.update(
         {
             "machine": {"cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
+            "baseline": None if baseline is None else baseline.__file__,
             "versions": {"torch": torch.__version__, "python": platform.python_version()},
             "seed": 0,
         }
@@ -271,6 +344,7 @@ ROWS = {  # name: (model, input, batch; --quick: batch, input size)
     "resnet18-32px": ("resnet18", 32, 64, (8, 32)),
     "resnet18-224px": ("resnet18", 224, 32, (2, 64)),
     "bert-base-128": ("bert-base", 128, 32, (2, 32)),
+    "mlp-4.46m": ("mlp", 112, 64, (64, 112)),  # input: features; the 4.46M MLP beside VAFL above
 }
 EXTRAS = {"resnet18": "train", "bert-base": "text"}
 LAM, LR = 1e-3, 1e-6
@@ -303,7 +377,11 @@ def _bert(size: int, batch: int, gen: torch.Generator):
     return _BertEncoder(), torch.randint(0, 30522, (batch, size), generator=gen)
 
 
-MODELS = {"resnet18": _resnet18, "bert-base": _bert}  # kind -> (model, inputs) on the CPU
+def _mlp(size: int, batch: int, gen: torch.Generator):
+    return large_model(size, TrainConfig().embed_dim), torch.randn(batch, size, generator=gen)
+
+
+MODELS = {"resnet18": _resnet18, "bert-base": _bert, "mlp": _mlp}  # kind -> (model, inputs) on the CPU
 
 
 def _model(kind: str, size: int, batch: int, gen: torch.Generator):
@@ -336,19 +414,18 @@ class _Clock:
             return torch.cuda.max_memory_allocated(self.place)
         return self.params + allocations(fn)[0]  # CPU: torch's allocator events, parameters added
 
-    def seconds(self, fn, repeats: int) -> float:
-        times = []
-        for _ in range(repeats):
-            self.sync()
-            start = time.perf_counter()
-            fn()
-            self.sync()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+    def seconds(self, fn) -> float:
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - start
 
 
-def _steps(model, x, place):
-    """The four callables of a row: inference, privzv's ZO step, a first-order step, MeZO's loop."""
+def _steps(model, x, place, baseline=None):
+    """The callables of a row: inference, privzv's ZO step (and on the ``baseline`` zo module's
+    code), MeZO's loop, a first-order step; and a callable that makes the parameters views of a flat
+    buffer again (after MeZO's loop)."""
     from privzv.training import noise, seeds
     from privzv.training.parties import Device
 
@@ -369,6 +446,14 @@ def _steps(model, x, place):
         zo.perturb_(device.flat, device.scratch["seeds"][0], LAM - LR * delta, device.scratch["norms"][0])
         device.scratch.clear()
         device.step += 1
+
+    def baseline_step():
+        with using(baseline):
+            privzv_step()
+
+    def kept_step():  # the opt-in: each g drawn once a step (zo.kept_draws), d floats more memory
+        with zo.kept_draws(4 * device.flat.numel()):
+            privzv_step()
 
     def first_order_step():
         optimizer.zero_grad(set_to_none=True)
@@ -397,31 +482,45 @@ def _steps(model, x, place):
                 z = torch.normal(mean=0, std=1, size=p.size(), device=p.device, dtype=p.dtype)
                 p.data = p.data - LR * grad * z
 
-    # in this order: MeZO's loop replaces every p.data (privzv's flat buffer no longer backs the
-    # parameters after it), and the first-order step leaves gradients and momentum behind
-    return {
-        "inference": inference,
-        "privzv_zo": privzv_step,
-        "mezo": mezo_step,
-        "first_order": first_order_step,
-    }
+    def relink():  # MeZO's loop replaces every p.data: privzv's flat buffer backs them again
+        device.flat = zo.flatten_(model)
+
+    # memory in this order: the first-order step leaves gradients and momentum behind
+    steps = {"inference": inference, "privzv_zo": privzv_step, "privzv_zo_kept": kept_step}
+    if baseline is not None:
+        steps["privzv_zo_baseline"] = baseline_step
+    return {**steps, "mezo": mezo_step, "first_order": first_order_step}, relink
 
 
-def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int) -> dict:
+def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int, baseline=None) -> dict:
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
     model, x = _model(kind, size, batch, gen)
     model = model.to(place)
     params = sum(p.numel() for p in model.parameters())
     clock = _Clock(place, params * 4)
-    steps = _steps(model, x, place)
+    steps, relink = _steps(model, x, place, baseline)
     steps["inference"]()  # warm-up: kernels, library workspaces
-    peaks, times = {}, {}
+    peaks, seconds = {}, {name: [] for name in steps}
     for name, fn in steps.items():  # one step kind after the other (see _steps)
         peaks[name] = clock.peak(fn)  # the first call: one-time state (momentum) included
-        times[name] = clock.seconds(fn, repeats)
+        relink()
+    order = list(steps.items())
+    for i in range(repeats):  # interleaved, ABBA, so that every kind sees the same load
+        for name, fn in order if i % 2 == 0 else order[::-1]:
+            seconds[name].append(clock.seconds(fn))
+            relink()
+    times = {name: statistics.median(values) for name, values in seconds.items()}
     ratio = {name: peaks[name] / peaks["inference"] for name in steps}
     time_ratio = times["privzv_zo"] / times["mezo"]
+    over = {  # time ratios of the ZO steps (this checkout's, the baseline's) to MeZO's and first order's
+        f"{zo_step}_over_{other}_time": times[zo_step] / times[other]
+        for zo_step in ("privzv_zo", "privzv_zo_kept", "privzv_zo_baseline")
+        if zo_step in times
+        for other in ("mezo", "first_order")
+    }
+    if baseline is not None:
+        over["privzv_zo_over_baseline_time"] = times["privzv_zo"] / times["privzv_zo_baseline"]
     return {
         "parameters": params,
         "batch": batch,
@@ -430,6 +529,7 @@ def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int) ->
         "memory_over_inference": ratio,
         "step_seconds_median": times,
         "privzv_over_mezo_time": time_ratio,
+        "time_ratios": over,
         "targets": {
             "zo_memory_over_inference <= 1.05": "met" if ratio["privzv_zo"] <= 1.05 else "not met",
             "privzv_over_bare_loop_time <= 1.2": "met" if time_ratio <= 1.2 else "not met",
@@ -437,17 +537,18 @@ def _row(kind: str, size: int, batch: int, place: torch.device, repeats: int) ->
     }
 
 
-def accelerator_main(device: str, quick: bool) -> dict:
-    """Every row of ``ROWS`` on ``--device``; a row whose extra is missing says so."""
+def accelerator_main(device: str, quick: bool, baseline=None, names=tuple(ROWS)) -> dict:
+    """The rows ``names`` of ``ROWS`` on ``--device``; a row whose extra is missing says so."""
     from privzv.training import accelerator
 
     place = accelerator.resolve(device)
     repeats = 3 if quick else 20
-    rows = {}
-    for name, (kind, size, batch, small) in ROWS.items():
+    rows, load = {}, [os.getloadavg()[0]]
+    for name in names:
+        kind, size, batch, small = ROWS[name]
         b, s = small if quick else (batch, size)
         try:
-            rows[name] = _row(kind, s, b, place, repeats)
+            rows[name] = _row(kind, s, b, place, repeats, baseline)
         except ImportError as exc:
             rows[name] = f"skipped: install privzv[{EXTRAS[kind]}] ({str(exc)[:120]})"
     return {
@@ -462,6 +563,8 @@ def accelerator_main(device: str, quick: bool) -> dict:
         "first_order": "SGD with momentum 0.9 on mean(h^2), backward included",
         "mezo": "MeZO's zo_perturb_parameters (torch.manual_seed, one torch.normal per tensor) x3 + zo_update",
         "rows": rows,
+        "baseline": None if baseline is None else baseline.__file__,
+        "load_average_1min_start_end": [*load, os.getloadavg()[0]],
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
 
@@ -472,6 +575,27 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="the accelerator rows (issue 21)")
     parser.add_argument("--quick", action="store_true", help="with --device: small batches and inputs")
+    parser.add_argument(
+        "--rows", nargs="+", choices=tuple(ROWS), default=tuple(ROWS), help="with --device: these rows"
+    )
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's; without --device: 1)")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also step DPZV on DIR/training/zo.py (e.g. main's, from git archive)",
+    )
     args = parser.parse_args()
-    result = main() if args.device is None else accelerator_main(args.device, args.quick)
+    try:
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads {args.threads}: allowed is an integer >= 1")
+        code = None if args.baseline is None else baseline_zo(args.baseline)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(2)
+    if args.device is None:
+        result = main(code, args.threads or 1)
+    else:
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        result = accelerator_main(args.device, args.quick, code, args.rows)
     print(json.dumps(result, indent=2))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 
 import numpy as np
@@ -9,7 +11,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
+from privzv.errors import PrivzvError
 from privzv.training import zo
 from privzv.training.messages import SERVER, Message
 from privzv.training.methods import dpzv
@@ -49,19 +54,123 @@ def test_chunked_draws_are_the_whole_draw_and_keep_the_sphere(monkeypatch, d):
     assert float(w.norm()) == pytest.approx(math.sqrt(d), rel=1e-5)
 
 
-def test_chunked_direction_is_uniform_on_the_whole_sphere(monkeypatch):
+@pytest.mark.parametrize("kept", [None, 1 << 20])
+def test_chunked_direction_is_uniform_on_the_whole_sphere(monkeypatch, kept):
     """Several chunks over two tensors of different sizes: u is still on the sqrt(d) sphere, and the
-    first tensor's share of ||u||^2 is Beta(3/2, (d-3)/2) (per-chunk normalisation would not be)."""
+    first tensor's share of ||u||^2 is Beta(3/2, (d-3)/2) (per-chunk normalisation would not be);
+    the same inside zo.kept_draws (each g drawn once, then read back for the pass)."""
     monkeypatch.setattr(zo, "CHUNK", 16)
     d, shares = 67, []
     for seed in range(400):
         params = [torch.zeros(3), torch.zeros(d - 3)]
-        zo.perturb_(params, seed, 1.0)
+        with zo.kept_draws(kept) if kept else contextlib.nullcontext():
+            zo.perturb_(params, seed, 1.0)
         u = torch.cat(params)
         assert float(u.norm()) == pytest.approx(math.sqrt(d), rel=1e-5)
         shares.append(float(u[:3].square().sum()) / d)
     shares = np.array(shares)
     assert shares.mean() == pytest.approx(3 / d, abs=4 * shares.std() / math.sqrt(len(shares)))
+
+
+def _whole_draw_replay(sizes: list[int], seed: int, scales: list[float]) -> list[torch.Tensor]:
+    """The documented formula with whole-tensor operations: g = randn(d), ||g|| from its CPU
+    chunks' float64 norms (math.fsum of their squares), then w_i += s sqrt(d) g_i / ||g|| per tensor."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    w = [torch.randn(n, generator=gen) for n in sizes]
+    d = sum(sizes)
+    g = torch.randn(d, generator=torch.Generator().manual_seed(seed))
+    norms = [float(torch.linalg.vector_norm(c, dtype=torch.float64)) for c in g.split(zo._sizes(d))]
+    norm = norms[0] if len(norms) == 1 else math.sqrt(math.fsum(n * n for n in norms))
+    for scale in scales:
+        for p, part in zip(w, g.split(sizes)):
+            p.add_(part, alpha=scale * math.sqrt(d) / norm)
+    return w
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])
+def threads(request):
+    """torch on one thread, or with a thread pool (where CPU passes cut their operations)."""
+    with _torch_threads(request.param):
+        yield request.param
+
+
+@pytest.mark.parametrize("sizes", [[1000], [256 * 3 + 7], [5, 0, 300, 1, 700], [40, 40]])
+def test_cpu_passes_in_grains_are_the_whole_draw_formula_bit_for_bit(monkeypatch, threads, sizes):
+    """Today's bits: with chunks of 256 values and (2 threads) operations cut every 64, so a pass
+    has many chunks, each cut in several operations, across tensor boundaries and an empty tensor,
+    a step's three passes leave exactly what whole-tensor operations on randn(d) leave; the momentum
+    path's pieces (sphere_chunks) put together are exactly sqrt(d) g / ||g||."""
+    monkeypatch.setattr(zo, "CHUNK", 256)
+    monkeypatch.setitem(zo.DRAWS, "cpu", dataclasses.replace(zo.DRAWS["cpu"], grain=64))
+    scales = [1e-3, -2e-3, 1e-3 - 0.05 * 0.37]
+    want = _whole_draw_replay(sizes, 5, scales)
+    got = _whole_draw_replay(sizes, 5, [])
+    norm = None
+    for scale in scales:
+        norm = zo.perturb_(got, 5, scale, norm)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    d = sum(sizes)
+    u = torch.empty(d)
+    pieces = list(zo.sphere_chunks(d, [5], [norm]))
+    for at, (part,) in pieces:
+        assert at.stop - at.start <= (64 if threads > 1 else 256 + 15)
+        u[at] = part
+    g = torch.randn(d, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(u, g * (math.sqrt(d) / norm))
+    assert sum(at.stop - at.start for at, _ in pieces) == d
+
+
+@pytest.mark.parametrize("n", [16, 100, 1 << 15, (1 << 16) + 9, 200_003])
+def test_the_cpu_chunk_norm_is_torchs_float64_norm_bit_for_bit(threads, n):
+    g = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    want = torch.linalg.vector_norm(g, dtype=torch.float64)
+    for grain in (zo.GRAIN, 48, 1000):
+        assert torch.equal(zo._cpu_norm(g, grain), want)
+
+
+class _Touches(TorchDispatchMode):
+    """Records, per ATen operation, the most values any of its tensors held."""
+
+    def __init__(self):
+        super().__init__()
+        self.most: dict[tuple[str, frozenset], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        key = (str(func), frozenset(t.dtype for t in tensors))
+        self.most[key] = max([self.most.get(key, 0)] + [t.numel() for t in tensors])
+        return out
+
+
+def test_cpu_passes_compute_on_at_most_a_grain_per_operation():
+    """No operation of a CPU pass wakes torch's thread pool (on a loaded machine each wake-up waits
+    for a core; measured in docs/training.md): every operation that computes on more than GRAIN
+    values is the draw itself (the generator runs on one thread) or the float64 norm (one row,
+    reduced on one thread). Views and allocations compute nothing. (One thread: no pool, no cuts.)"""
+    flat = torch.zeros(3 * zo.CHUNK + 5)
+    with _torch_threads(2), _Touches() as seen:
+        norm = zo.perturb_(flat, 1, 0.5)
+        for at, (u,) in zo.sphere_chunks(len(flat), [1], [norm]):
+            flat[at].add_(u)
+    views = {"aten.slice.Tensor", "aten.view.default", "aten.detach.default", "aten.empty.memory_format"}
+    serial = {
+        ("aten.randn.generator", frozenset({torch.float32})),
+        ("aten.linalg_vector_norm.default", frozenset({torch.float64})),
+    }
+    big = {key for key, most in seen.most.items() if most > zo.GRAIN and key[0] not in views}
+    assert big == serial
+    assert ("aten.add_.Tensor", frozenset({torch.float32})) in seen.most
 
 
 def test_flatten_makes_the_parameters_views_of_one_buffer_and_keeps_u():
@@ -249,3 +358,78 @@ def test_secret_subsampling_delta_divides_the_kept_sum_by_b(tiny_scheduler):
     expected = float(zo.clip_scalars(deltas, 0.05)[kept].sum() / 4)  # / B, not / |kept|
     assert got == pytest.approx(expected, abs=1e-6)
     assert 0 < int(kept.sum()) < 8  # (fixed secret seed) a real subset was kept
+
+
+class _Draws(TorchDispatchMode):
+    """Counts the chunks drawn (``randn`` calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.chunks = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.chunks += str(func) == "aten.randn.generator"
+        return func(*args, **(kwargs or {}))
+
+
+def _dpzv_device_step(flat: torch.Tensor, seeds: list[int], momentum: torch.Tensor | None) -> None:
+    """DPZV's device passes (common.perturbed_forwards, then DPZV.device_receive) without forwards:
+    per direction +lam, -2 lam (and back, but the last); then restore and update, plain or with
+    momentum over the K directions (sphere_chunks)."""
+    lam, rate, steps = 1e-3, 0.05, [0.37, -0.2, 0.1][: len(seeds)]
+    norms = []
+    for k, seed in enumerate(seeds):
+        norm = zo.perturb_(flat, seed, lam)
+        zo.perturb_(flat, seed, -2 * lam, norm)
+        if k < len(seeds) - 1:
+            zo.perturb_(flat, seed, lam, norm)
+        norms.append(norm)
+    if momentum is None:
+        for k, (seed, norm, step) in enumerate(zip(seeds, norms, steps)):
+            zo.perturb_(flat, seed, (lam if k == len(seeds) - 1 else 0.0) - rate * step, norm)
+        return
+    for at, us in zo.sphere_chunks(len(flat), seeds, norms):
+        b = momentum[at].mul_(0.9)
+        for u, step in zip(us, steps):
+            b.add_(u, alpha=step)
+        flat[at].add_(us[-1], alpha=lam).add_(b, alpha=-rate)
+
+
+@pytest.mark.parametrize("seeds", [[4], [4, 9]])
+@pytest.mark.parametrize("with_momentum", [False, True])
+def test_kept_draws_leave_the_same_bits_drawing_once_per_direction(seeds, with_momentum):
+    """The opt-in: inside zo.kept_draws a step draws each direction's g once (not 3-4 times) and
+    leaves exactly the parameters (and momentum) of the default path, step after step."""
+    d = 3 * zo.CHUNK + 5  # 3 chunks, the last with the 5 joined
+    start = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    runs = {}
+    for kept in (None, 2 * 4 * d):
+        flat, buf = start.clone(), torch.zeros(d) if with_momentum else None
+        with zo.kept_draws(kept) if kept else contextlib.nullcontext(), _Draws() as drawn:
+            for step in range(2):
+                _dpzv_device_step(flat, [s + 100 * step for s in seeds], buf)
+        runs[kept] = flat, buf, drawn.chunks
+    (flat, buf, chunks), (flat_kept, buf_kept, chunks_kept) = runs.values()
+    assert torch.equal(flat, flat_kept) and (buf is None or torch.equal(buf, buf_kept))
+    assert chunks_kept == 2 * len(seeds) * len(zo._sizes(d))  # one draw per direction and step
+    assert chunks >= 3 * chunks_kept
+
+
+def test_kept_draws_keep_at_most_their_budget_and_refuse_a_bad_one():
+    d = 2 * zo.CHUNK
+    flat = torch.zeros(d)
+    with zo.kept_draws(4 * d + 3), _Draws() as drawn:  # room for one draw
+        zo.perturb_(flat, 1, 0.1)
+        zo.perturb_(flat, 2, 0.1)
+        assert zo._KEPT.used() == 4 * d  # the second draw replaced the first
+        zo.perturb_(flat, 2, -0.1)
+        assert drawn.chunks == 2 * 2  # each seed drawn once (for ||g||), then read back
+    assert zo._KEPT is None
+    with zo.kept_draws(4 * d - 1), _Draws() as drawn:  # too small for one draw: nothing kept
+        zo.perturb_(flat, 1, 0.1)
+        zo.perturb_(flat, 1, -0.1)
+        assert zo._KEPT.used() == 0 and drawn.chunks == 4 * 2  # ||g|| and the pass, twice
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(PrivzvError, match=f"kept_draws max_bytes {bad!r}: allowed is an integer >= 0"):
+            with zo.kept_draws(bad):
+                pass
