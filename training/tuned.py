@@ -14,17 +14,19 @@ from __future__ import annotations
 # and the method's default rates at stage 1's pick (the smallest C) are kept. Comment: its accuracy.
 # Issue 7 (whole-run DP), seed 100, epsilon 1, digits, docs/results.md "Pooled DP head": the DP
 # head's C_h (``head_clip``, used by private runs) 1.0 beat 0.1 and 3.0 for dpzv's pooled head and
-# is used for every first-order head (not swept for fo-vector and czofo); vafl's rates 0.005 (its
-# default 0.05 diverged at epsilon 0.5 and 1; 0.005 beat 0.015 at epsilon 0.5; applied on
-# mnist-5k unswept). The accuracies in the comments of the other values are from the old sweep.
+# is used for every first-order head (not swept for fo-vector and czofo). vafl's swept rates (0.005:
+# its default 0.05 diverged at epsilon 0.5 and 1) are gone: at epsilon 2 and 10 they ended at the
+# majority class, and its head's rate now follows the noise (``methods.vafl.HEAD_INPUT_STEP``),
+# its device keeps the method's 0.05 (seed 100, digits, no noise, rates device = server: 0.005
+# gave 0.519, 0.05 0.833). The accuracies in the comments of the other values are from the old sweep.
 HPARAMS: dict[tuple[str, str], dict] = {
     ("digits", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05, "head_clip": 1.0},  # 0.950
-    ("digits", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},  # 0.131 at eps 0.5
+    ("digits", "vafl"): {"clip": 0.1},  # rates: methods.vafl (below)
     ("digits", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.939
     ("digits", "zoo-vfl"): {"clip": 1.0, "lr_device": 5e-3, "lr_server": 5e-3},  # 0.631
     ("digits", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.942
     ("mnist-5k", "dpzv"): {"clip": 0.1, "lr_device": 0.03, "lr_server": 0.05, "head_clip": 1.0},  # 0.852
-    ("mnist-5k", "vafl"): {"clip": 0.1, "lr_device": 0.005, "lr_server": 0.005},  # digits' pick
+    ("mnist-5k", "vafl"): {"clip": 0.1},  # digits' pick
     ("mnist-5k", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.844
     ("mnist-5k", "zoo-vfl"): {"clip": 3.0, "lr_device": 5e-3, "lr_server": 5e-3},  # 0.197
     ("mnist-5k", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.694
@@ -41,13 +43,6 @@ HPARAMS_SUM: dict[tuple[str, str], dict] = {
     ("breast-cancer", "vafl"): {"clip": 1.0, "lr_device": 0.05},  # 0.982
     ("breast-cancer", "fo-vector"): {"clip": 0.3, "lr_device": 0.05},  # 0.833
 }
-
-# Entries of HPARAMS whose rates were picked for private runs only: vafl's default 0.05 diverged
-# at epsilon 0.5 and 1, hence 0.005; without noise 0.005 learns slowly (seed 100, digits, no
-# noise, rates device = server: 0.005 gave 0.519, 0.015 0.581, 0.05 0.833, 0.15 0.103;
-# ``privzv train --dataset digits --method vafl --devices 4 --seed 100 --lr-device R
-# --lr-server R``), so a run without noise takes the method's default rates instead.
-PRIVATE_RATES = {("digits", "vafl"), ("mnist-5k", "vafl")}
 
 # Each table by the server kind it was swept for (training.models.SERVER_KINDS). The rest of each
 # sweep's setting: HPARAMS, ``SETTINGS`` of benchmarks/bench_reproduction.py (embed_dim 16);
