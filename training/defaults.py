@@ -3,8 +3,8 @@
 Order, per field: the user's value (flag or ``--config``); else the tuned value of
 ``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
 
-* ``clip`` C: the method's ``DEFAULT_CLIP`` where it declares one (the methods that noise a vector
-  per record: 0.1, ``methods.common.VECTOR_CLIP``), else 10 (arXiv:2502.20565v2, App. G).
+* ``clip`` C: the method's ``DEFAULT_CLIP`` where it declares one (the methods that noise a
+  per-record gradient vector on the downlink: 0.1, ``methods.common.VECTOR_CLIP``), else 10 (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
   sqrt(d), arXiv:2502.20565v3, eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
@@ -168,11 +168,12 @@ def describe(sources: dict, method) -> str:
 
 def warning(config) -> str | None:
     """A line warning that this private run's defaults are known not to beat the majority class
-    (``tuned.BELOW_MAJORITY``), else None."""
-    why = tuned.BELOW_MAJORITY.get((config.dataset, config.method))
+    at its epsilon (``tuned.below_majority``), else None."""
+    why = tuned.below_majority(config.dataset, config.method, config.epsilon)
     if why is None or not config.private:
         return None
     return (
         f"warning: {config.method} on {config.dataset} does not beat the majority class at its "
-        f'defaults ({why}; docs/results.md, "Stable defaults"): set --lr-device / --lr-server'
+        f'defaults at this epsilon ({why}; docs/results.md, "Stable defaults"): a larger --epsilon, '
+        "or set --lr-device / --lr-server"
     )

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from privzv.training import data, defaults, divergence, plots, run, tuned
-from privzv.training.methods import common, czofo, vafl
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
+from privzv.training.methods import common, czofo, vafl
 
 SMALL = dict(dataset="digits", devices=2, epochs=0.2, batch_size=64, evals=2, transcripts=False, seed=1)
 
@@ -252,16 +252,16 @@ def test_vafl_takes_no_tuned_rates_and_keeps_the_tuned_c():
         assert resolved.clip == tuned.lookup("digits", "vafl", "mlp")["clip"]
 
 
-def test_vector_noise_methods_default_to_the_vector_clip_and_the_others_keep_10():
+def test_downlink_vector_noise_methods_default_to_the_vector_clip_and_the_others_keep_10():
     """breast-cancer has no tuned entry for the mlp head: C = 10 there made fo-vector's and czofo's
     noise 100 times their gradients' scale (both diverged at epsilon 2 and 10)."""
     ds = data.load("breast-cancer", 4)
-    for name in ("vafl", "fo-vector", "czofo"):
+    for name in ("fo-vector", "czofo"):
         config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
         resolved, sources = defaults.resolve(config, ds)
         assert resolved.clip == common.VECTOR_CLIP == 0.1 == defaults.with_clip(config).clip
         assert "DEFAULT_CLIP" in sources["clip"]["source"]
-    for name in ("dpzv", "zoo-vfl", "rr-prior"):
+    for name in ("dpzv", "zoo-vfl", "rr-prior", "vafl"):
         config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
         assert defaults.resolve(config, ds)[0].clip == defaults.CLIP == 10.0
 
@@ -299,16 +299,17 @@ def test_the_downlink_noise_norm_is_that_of_the_noise_the_device_backpropagates(
 
 
 def test_the_vafl_head_rate_follows_the_noise_on_its_inputs(tiny_scheduler):
-    """rate = min(LR_SERVER, HEAD_INPUT_STEP / s), s = M (C^2 + E sigma^2), which bounds the
-    measured mean squared norm of a record's head input (its M noised embeddings); 0.05 without
-    noise. The rate the banner prints is the one the head steps with."""
-    for sigma in (0.0, 0.632, 2.52):
-        sched = tiny_scheduler(method="vafl", sigma=sigma, clip=0.1)
+    """rate = min(LR_SERVER, HEAD_INPUT_STEP / s), s = M E sigma^2: the measured mean squared norm
+    of a record's head input (its M noised embeddings, clipped to C) is s up to the clipped part,
+    at most M C^2; 0.05 without noise, whatever C. The rate the banner prints is the one the head
+    steps with."""
+    for sigma, clip in ((0.0, 10.0), (0.0, 0.1), (0.632, 0.1), (2.52, 0.1)):
+        sched = tiny_scheduler(method="vafl", sigma=sigma, clip=clip)
         method, cfg = sched.method, sched.method.config
-        s = cfg.devices * (cfg.clip**2 + cfg.embed_dim * sigma**2)
+        s = cfg.devices * cfg.embed_dim * sigma**2
         rate = method.head.optimizer.param_groups[0]["lr"]
-        assert rate == pytest.approx(min(0.05, vafl.HEAD_INPUT_STEP / s))
+        assert rate == pytest.approx(min(0.05, vafl.HEAD_INPUT_STEP / s) if sigma else 0.05)
         assert method.default_rate("lr_server")[0] == rate
         ids = torch.arange(64)
         power = sum(float(method.device_send(d, ids)["h"].pow(2).sum(dim=1).mean()) for d in sched.devices)
-        assert 0.8 * cfg.devices * cfg.embed_dim * sigma**2 <= power <= 1.1 * s
+        assert 0.8 * s <= power <= 1.1 * s + cfg.devices * clip**2
