@@ -58,12 +58,14 @@ def lookup(dataset: str, method: str, server_kind: str) -> dict | None:
 
 
 # (dataset, method): (epsilon, what happened): private runs at that epsilon or below whose
-# defaults did not beat the majority class in benchmarks/stable_defaults_grid.py (seed 0, threat
-# device, epsilon 2 and 10, everything else default; docs/figures/stable_defaults.jsonl).
+# defaults did not clearly beat the majority class (at most NEAR above it) in
+# benchmarks/stable_defaults_grid.py (seed 0, threat device, epsilon 2 and 10, everything else
+# default; docs/figures/stable_defaults.jsonl; docs/results.md, "Stable defaults").
+NEAR = 0.05
 BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {
     ("digits", "vafl"): (2.0, "final accuracy 0.100 at epsilon 2, majority class 0.103"),
-    ("mnist-5k", "vafl"): (2.0, "final accuracy 0.100 at epsilon 2, majority class 0.100"),
-    ("breast-cancer", "vafl"): (2.0, "final accuracy 0.632 at epsilon 2, the majority class"),
+    ("breast-cancer", "vafl"): (10.0, "final accuracy 0.632 at epsilon 2, 0.640 at 10; majority 0.632"),
+    ("mnist1d", "vafl"): (10.0, "final accuracy 0.138 at epsilon 2 and 0.098 at 10, majority class 0.106"),
     ("mnist1d", "zoo-vfl"): (10.0, "final accuracy 0.089 at epsilon 2 and 0.101 at 10, majority class 0.106"),
 }
 

@@ -1,6 +1,7 @@
 """Stable defaults (issue 22 item 5): every method on every embedded dataset, at epsilon 2 and 10
 (threat device, seed 0, everything else default), beats the majority class, or is listed in
-``tuned.BELOW_MAJORITY`` (up to the listed epsilon) and the run's banner says so.
+``tuned.BELOW_MAJORITY`` (up to the listed epsilon: it does not beat it by more than
+``tuned.NEAR``) and the run's banner says so.
 
 The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores (hours in all:
 ``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), beyond CI's time, so
@@ -59,6 +60,8 @@ def test_the_defaults_beat_the_majority_class_or_are_listed(dataset, method, eps
         accuracy = run.train(config, tmp_path / "r", secret_seed=0)["test_accuracy"]
     except PrivzvError:  # a diverged run stops with one naming the rates to try
         accuracy = None
-    beats = accuracy is not None and accuracy > majority(dataset, seed=0)
-    listed = tuned.below_majority(dataset, method, epsilon) is not None
-    assert beats != listed, (accuracy, majority(dataset, seed=0))
+    share = majority(dataset, seed=0)
+    if tuned.below_majority(dataset, method, epsilon) is None:
+        assert accuracy is not None and accuracy > share, (accuracy, share)
+    else:  # listed: it does not clearly beat the majority class (else the listing is stale)
+        assert accuracy is None or accuracy <= share + tuned.NEAR, (accuracy, share)
