@@ -4,7 +4,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 ``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
 
 * ``clip`` C: the method's ``DEFAULT_CLIP`` where it declares one (the methods that noise a
-  per-record gradient vector on the downlink: 0.1, ``methods.common.VECTOR_CLIP``), else 10 (arXiv:2502.20565v2, App. G).
+  per-record gradient vector on the downlink: 0.1, ``methods.common.VECTOR_CLIP``), else 10
+  (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
   sqrt(d), arXiv:2502.20565v3, eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
