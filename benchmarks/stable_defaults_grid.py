@@ -1,15 +1,17 @@
 """Every method x every embedded dataset at its defaults, against the majority class (issue 22
 item 5).
 
-Runs ``privzv train --dataset D --method M --epsilon E --seed S`` (threat device, everything
-else default; ``--epochs`` only if given) for each cell of methods x datasets x ``--epsilons``
+Runs ``privzv train --dataset D --method M --epsilon E --seed S --secret-seed K`` (threat device,
+everything else default; ``--epochs`` only if given; K = 0 as in
+tests/training/test_stable_defaults.py, so that a row's noise is reproduced bit for bit; rows
+without ``secret_seed`` were measured before, each with a fresh secret seed) for each cell of methods x datasets x ``--epsilons``
 and appends one JSON line per run to ``--out`` (default
 ``docs/figures/stable_defaults.jsonl``): the final and best test accuracy, the
 majority-class accuracy of the test set, whether the run diverged, its wall seconds. Resumable:
 cells already in ``--out`` (same dataset, method, epsilon, seed, epochs, extra flags) are
 skipped. ``--jobs`` runs that many at once (at most 2: the machine is shared).
 
-    nice -n 10 python benchmarks/stable_defaults_grid.py [--seed 0] [--epsilons 2 10]
+    nice -n 10 python benchmarks/stable_defaults_grid.py [--seed 0] [--secret-seed 0] [--epsilons 2 10]
         [--methods ...] [--datasets ...] [--epochs N] [--jobs 2] [--extra "--lr-device 1e-3"]
 """
 
@@ -37,7 +39,10 @@ def majority(dataset: str, seed: int) -> float:
 
 
 def key(row: dict) -> tuple:
-    return (row["dataset"], row["method"], row["epsilon"], row["seed"], row["epochs"], row["extra"])
+    return (
+        row["dataset"], row["method"], row["epsilon"], row["seed"], row.get("secret_seed"), row["epochs"],
+        row["extra"],
+    )  # fmt: skip
 
 
 def run(cell: dict) -> dict:
@@ -47,6 +52,7 @@ def run(cell: dict) -> dict:
             sys.executable, "-m", "privzv", "train",
             "--dataset", cell["dataset"], "--method", cell["method"],
             "--epsilon", str(cell["epsilon"]), "--seed", str(cell["seed"]),
+            "--secret-seed", str(cell["secret_seed"]),
             "--no-transcripts", "--out", f"{tmp}/run", "--json",
             *(["--epochs", str(cell["epochs"])] if cell["epochs"] is not None else []),
             *shlex.split(cell["extra"]),
@@ -69,6 +75,7 @@ def run(cell: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--secret-seed", type=int, default=0)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[2.0, 10.0])
     parser.add_argument("--methods", nargs="+", default=list(methods.MODULES))
     parser.add_argument("--datasets", nargs="+", default=list(EMBEDDED))
@@ -83,7 +90,8 @@ def main() -> None:
     )
     shares = {d: majority(d, args.seed) for d in args.datasets}
     cells = [
-        {"dataset": d, "method": m, "epsilon": e, "seed": args.seed, "epochs": args.epochs,
+        {"dataset": d, "method": m, "epsilon": e, "seed": args.seed, "secret_seed": args.secret_seed,
+         "epochs": args.epochs,
          "extra": args.extra, "majority": shares[d]}
         for d in args.datasets for m in args.methods for e in args.epsilons
     ]  # fmt: skip

@@ -133,7 +133,8 @@ class TrainConfig:
     sigma: float | None = field(None, "noise std, instead of calibrating it", low=0, cap=1e6)
     clip: float | None = field(
         None,
-        "C of the DP release; default: the tuned value (training/tuned.py), else 10",
+        "C of the DP release; default: the tuned value (training/tuned.py), else the method's "
+        "DEFAULT_CLIP (0.1 where it noises a per-record gradient vector), else 10",
         low=0,
         low_open=True,
         cap=1e6,

@@ -3,7 +3,9 @@
 Order, per field: the user's value (flag or ``--config``); else the tuned value of
 ``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
 
-* ``clip`` C: 10 (arXiv:2502.20565v2, App. G).
+* ``clip`` C: the method's ``DEFAULT_CLIP`` where it declares one (the methods that noise a
+  per-record gradient vector on the downlink: 0.1, ``methods.common.VECTOR_CLIP``), else 10
+  (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
   sqrt(d), arXiv:2502.20565v3, eq. (9)) and Delta is clipped to [-C, C] before noise, so with this rate a
@@ -12,14 +14,16 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
   embeddings and C = 10 the old 0.03 diverges within 12 epochs, this rate does not).
   ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
   0.9 (arXiv:2502.20565v3, App. C).
-* every other open rate: the method's own default (``Method.LR_DEVICE``; the head's
-  ``methods.head.default_lr`` with a DP head: 0.1 / (sigma_h sqrt(P)) on a sample of the table,
-  else min(0.1, 1/z_h)).
+* every other open rate: the method's own default (``Method.default_rate``: ``LR_DEVICE``, or
+  for a device fed a noised downlink gradient ``methods.common.DEVICE_NOISE_STEP`` over that
+  noise's norm where smaller; the head's ``methods.head.default_lr`` with a DP head: 0.1 /
+  (sigma_h sqrt(P)) on a sample of the table, else min(0.1, 1/z_h); a plain head fed noised
+  embeddings, ``HEAD_INPUT_STEP`` of its method's module over its input's squared norm where
+  smaller).
 
 A tuned entry is one sweep's choice as a set: its rates were swept at its C and in its setting.
 Where the run's C (given) differs from the entry's, or its embedding size from the sweep's
-(``tuned.SWEPT_EMBED_DIM``), or the run adds no noise and the entry's rates were picked for
-private runs (``tuned.PRIVATE_RATES``), the tuned rates do not apply and both rates fall back to the
+(``tuned.SWEPT_EMBED_DIM``), the tuned rates do not apply and both rates fall back to the
 built-in defaults above (the printed source says why); the tuned C and C_h still apply where
 left open. On digits, ``--clip 10`` with the tuned rates (device 0.03, as 0.003 at momentum 0.9)
 diverges with 2-dim embeddings (docs/results.md, "Stable defaults") and falls from 0.783 to
@@ -79,16 +83,9 @@ def resolve(config, dataset, given=None):
 
 def unfit(config, entry: dict, classes: int) -> str | None:
     """Why the tuned rates of ``entry`` do not fit ``config`` (None: they do): they were swept at
-    the entry's C and at the table's embedding size (``tuned.SWEPT_EMBED_DIM``), some for private
-    runs only (``tuned.PRIVATE_RATES``)."""
+    the entry's C and at the table's embedding size (``tuned.SWEPT_EMBED_DIM``)."""
     if not any(name in entry for name in RATES):
         return None
-    if (
-        not config.private
-        and (config.dataset, config.method) in tuned.PRIVATE_RATES
-        and config.server_kind == "mlp"
-    ):
-        return "picked for private runs, this run adds no noise"
     if config.clip is not None and "clip" in entry and config.clip != entry["clip"]:
         return f"swept at C {entry['clip']:g}, this run has C {config.clip:g}"
     swept = tuned.SWEPT_EMBED_DIM[config.server_kind]
@@ -110,6 +107,8 @@ def _default(name: str, config, dataset, entry: dict, where: str, given=None) ->
             value = value * (1 - config.device_momentum) / (1 - mu)
             source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
         return value, source
+    if name == "clip" and method.DEFAULT_CLIP is not None:
+        return method.DEFAULT_CLIP, f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
     if name in FALLBACK:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:
@@ -170,11 +169,12 @@ def describe(sources: dict, method) -> str:
 
 def warning(config) -> str | None:
     """A line warning that this private run's defaults are known not to beat the majority class
-    (``tuned.BELOW_MAJORITY``), else None."""
-    why = tuned.BELOW_MAJORITY.get((config.dataset, config.method))
+    at its epsilon (``tuned.below_majority``), else None."""
+    why = tuned.below_majority(config.dataset, config.method, config.epsilon)
     if why is None or not config.private:
         return None
     return (
         f"warning: {config.method} on {config.dataset} does not beat the majority class at its "
-        f'defaults ({why}; docs/results.md, "Stable defaults"): set --lr-device / --lr-server'
+        f'defaults at this epsilon ({why}; docs/results.md, "Stable defaults"): a larger --epsilon, '
+        "or set --lr-device / --lr-server"
     )

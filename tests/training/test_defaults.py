@@ -13,6 +13,7 @@ import torch
 from privzv.training import data, defaults, divergence, plots, run, tuned
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
+from privzv.training.methods import common, czofo, vafl
 
 SMALL = dict(dataset="digits", devices=2, epochs=0.2, batch_size=64, evals=2, transcripts=False, seed=1)
 
@@ -241,18 +242,74 @@ def test_the_tuned_head_clip_is_applied_and_the_fallback_elsewhere(monkeypatch):
     )
 
 
-def test_rates_picked_for_private_runs_do_not_apply_without_noise():
-    """vafl's tuned rates (0.005) were picked so that private runs do not diverge; a run without
-    noise takes the method's default rates and says why; a private run keeps the tuned device
-    rate; the tuned C applies to both."""
+def test_vafl_takes_no_tuned_rates_and_keeps_the_tuned_c():
+    """vafl's swept rates (0.005) ended at the majority class at epsilon 2 and 10: its rates come
+    from the method (its head's from the noise, ``methods.vafl``), its C from the sweep."""
     ds = data.load("digits", 2)
-    entry = tuned.lookup("digits", "vafl", "mlp")
-    assert ("digits", "vafl") in tuned.PRIVATE_RATES
-    plain, sources = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl"}), ds)
-    assert plain.lr_device is None and plain.lr_server is None  # the method's own (0.05)
-    assert "picked for private runs" in sources["lr_device"]["source"]
-    assert plain.clip == entry["clip"]
-    private, _ = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl", "epsilon": 1.0}), ds)
-    assert private.lr_device == entry["lr_device"] and private.clip == entry["clip"]
-    dpzv, _ = defaults.resolve(TrainConfig(**SMALL), ds)  # dpzv's rates are not marked
-    assert dpzv.lr_device == pytest.approx(tuned.lookup("digits", "dpzv", "mlp")["lr_device"] * 0.1)
+    for epsilon in (float("inf"), 2.0):
+        resolved, _ = defaults.resolve(TrainConfig(**{**SMALL, "method": "vafl", "epsilon": epsilon}), ds)
+        assert resolved.lr_device is None and resolved.lr_server is None
+        assert resolved.clip == tuned.lookup("digits", "vafl", "mlp")["clip"]
+
+
+def test_downlink_vector_noise_methods_default_to_the_vector_clip_and_the_others_keep_10():
+    """breast-cancer has no tuned entry for the mlp head: C = 10 there made fo-vector's and czofo's
+    noise 100 times their gradients' scale (both diverged at epsilon 2 and 10)."""
+    ds = data.load("breast-cancer", 4)
+    for name in ("fo-vector", "czofo"):
+        config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
+        resolved, sources = defaults.resolve(config, ds)
+        assert resolved.clip == common.VECTOR_CLIP == 0.1 == defaults.with_clip(config).clip
+        assert "DEFAULT_CLIP" in sources["clip"]["source"]
+    for name in ("dpzv", "zoo-vfl", "rr-prior", "vafl"):
+        config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
+        assert defaults.resolve(config, ds)[0].clip == defaults.CLIP == 10.0
+
+
+@pytest.mark.parametrize("name", ["fo-vector", "czofo"])
+def test_a_noised_downlink_caps_the_device_rate_so_a_step_moves_by_at_most_the_noise_step(
+    name, tiny_scheduler
+):
+    """rate x nu <= DEVICE_NOISE_STEP whatever sigma (the method's 0.05 without noise); the rate
+    the banner prints is the one the devices step with."""
+    for sigma in (0.0, 0.01, 7.28, 250.0):
+        method = tiny_scheduler(method=name, sigma=sigma, clip=0.1).method
+        rate = method.device_optimizers[0].param_groups[0]["lr"]
+        nu = method.downlink_noise_norm()
+        assert rate == pytest.approx(min(0.05, common.DEVICE_NOISE_STEP / nu) if sigma else 0.05)
+        assert rate * nu <= common.DEVICE_NOISE_STEP * (1 + 1e-12)
+        assert method.default_rate("lr_device")[0] == rate
+
+
+@pytest.mark.parametrize("name", ["fo-vector", "czofo"])
+def test_the_downlink_noise_norm_is_that_of_the_noise_the_device_backpropagates(name, tiny_scheduler):
+    """nu against a Monte Carlo of the noise as each method turns it into the batch-mean
+    embedding gradient (fo-vector: N / B; czofo: its estimator (E / n) sum_k z_k u_k, / B)."""
+    sigma, trials, b, e = 3.0, 400, 16, 8
+    method = tiny_scheduler(method=name, sigma=sigma, clip=0.1, batch_size=b, embed_dim=e).method
+    gen, power = torch.Generator().manual_seed(0), 0.0
+    for t in range(trials):
+        if name == "fo-vector":
+            noise = sigma * torch.randn(b, e, generator=gen) / b
+        else:
+            z = sigma * torch.randn(b, czofo.PERTURBATIONS, generator=gen)
+            noise = czofo.embedding_gradient(z, czofo.unit_directions(t, (b, czofo.PERTURBATIONS, e))) / b
+        power += float(noise.pow(2).sum()) / trials
+    assert method.downlink_noise_norm() == pytest.approx(math.sqrt(power), rel=0.05)
+
+
+def test_the_vafl_head_rate_follows_the_noise_on_its_inputs(tiny_scheduler):
+    """rate = min(LR_SERVER, HEAD_INPUT_STEP / s), s = M E sigma^2: the measured mean squared norm
+    of a record's head input (its M noised embeddings, clipped to C) is s up to the clipped part,
+    at most M C^2; 0.05 without noise, whatever C. The rate the banner prints is the one the head
+    steps with."""
+    for sigma, clip in ((0.0, 10.0), (0.0, 0.1), (0.632, 0.1), (2.52, 0.1)):
+        sched = tiny_scheduler(method="vafl", sigma=sigma, clip=clip)
+        method, cfg = sched.method, sched.method.config
+        s = cfg.devices * cfg.embed_dim * sigma**2
+        rate = method.head.optimizer.param_groups[0]["lr"]
+        assert rate == pytest.approx(min(0.05, vafl.HEAD_INPUT_STEP / s) if sigma else 0.05)
+        assert method.default_rate("lr_server")[0] == rate
+        ids = torch.arange(64)
+        power = sum(float(method.device_send(d, ids)["h"].pow(2).sum(dim=1).mean()) for d in sched.devices)
+        assert 0.8 * s <= power <= 1.1 * s + cfg.devices * clip**2

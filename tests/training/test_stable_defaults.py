@@ -1,6 +1,7 @@
 """Stable defaults (issue 22 item 5): every method on every embedded dataset, at epsilon 2 and 10
 (threat device, seed 0, everything else default), beats the majority class, or is listed in
-``tuned.BELOW_MAJORITY`` and the run's banner says so.
+``tuned.BELOW_MAJORITY`` (up to the listed epsilon: it does not beat it by more than
+``tuned.NEAR``) and the run's banner says so.
 
 The grid at the defaults' 10 epochs takes 1 to 10 minutes a cell on 2 shared cores (hours in all:
 ``benchmarks/stable_defaults_grid.py``, docs/figures/stable_defaults.jsonl), beyond CI's time, so
@@ -8,6 +9,8 @@ it is marked ``grid`` and runs only when asked (``pytest -m grid``); the fast te
 warning and one listed cell's banner on a tiny run."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -29,10 +32,13 @@ def test_the_listed_cells_are_real_method_and_dataset_names():
         assert dataset in EMBEDDED and method in methods.MODULES
 
 
-def test_a_private_run_of_a_listed_cell_warns_and_others_do_not():
-    (dataset, method), why = next(iter(tuned.BELOW_MAJORITY.items()))
-    listed = TrainConfig(dataset=dataset, method=method, epsilon=2.0)
+def test_a_private_run_of_a_listed_cell_warns_up_to_its_epsilon_and_others_do_not():
+    (dataset, method), (bound, why) = next(iter(tuned.BELOW_MAJORITY.items()))
+    listed = TrainConfig(dataset=dataset, method=method, epsilon=bound)
     assert why in defaults.warning(listed) and "majority class" in defaults.warning(listed)
+    assert defaults.warning(dataclasses.replace(listed, epsilon=bound / 2)) is not None
+    above = dataclasses.replace(listed, epsilon=bound * 2)
+    assert defaults.warning(above) is None
     assert defaults.warning(TrainConfig(dataset=dataset, method=method)) is None  # no noise: not measured
     assert defaults.warning(TrainConfig(dataset="digits", method="dpzv", epsilon=2.0)) is None
 
@@ -54,5 +60,8 @@ def test_the_defaults_beat_the_majority_class_or_are_listed(dataset, method, eps
         accuracy = run.train(config, tmp_path / "r", secret_seed=0)["test_accuracy"]
     except PrivzvError:  # a diverged run stops with one naming the rates to try
         accuracy = None
-    beats = accuracy is not None and accuracy > majority(dataset, seed=0)
-    assert beats != ((dataset, method) in tuned.BELOW_MAJORITY), (accuracy, majority(dataset, seed=0))
+    share = majority(dataset, seed=0)
+    if tuned.below_majority(dataset, method, epsilon) is None:
+        assert accuracy is not None and accuracy > share, (accuracy, share)
+    else:  # listed: it does not clearly beat the majority class (else the listing is stale)
+        assert accuracy is None or accuracy <= share + tuned.NEAR, (accuracy, share)

@@ -75,6 +75,8 @@ class Method(abc.ABC):
     MULTI_DIRECTION: ClassVar[bool] = False  # takes --directions K > 1
     ZO_DEVICE_RATE: ClassVar[bool] = False  # its device rate defaults to ZO_RATE/sqrt(d), and a
     #                                           tuned one converts across device_momentum (defaults)
+    DEFAULT_CLIP: ClassVar[float | None] = None  # its C where none is given or tuned (None:
+    #                                           defaults.CLIP)
     LABEL_DP: ClassVar[bool] = False  # its epsilon is spent on privatised labels by the
     #                                           method itself, not on a noised release
     # Paths into ``extra_state()`` that are a party's secret, with their owner (SERVER, or

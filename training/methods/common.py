@@ -68,6 +68,21 @@ def embedding_gradients(
     return grads.detach()
 
 
+# C of the methods that clip and noise a per-record gradient vector on the downlink (fo-vector,
+# czofo) where none is given or tuned: every sweep of them chose it (training/tuned.py, HPARAMS:
+# digits and mnist-5k). DPZV's C = 10 bounds a scalar loss difference; on these vectors it is far
+# above their norms, so the noise (proportional to C) grows 100-fold for no signal. (vafl keeps
+# C = 10: its test embeddings are not clipped, so a small C trains its head on inputs far smaller
+# than those it is evaluated on; without noise its test loss then rises,
+# tests/training/test_methods.py.)
+VECTOR_CLIP = 0.1
+# The noise a first-order device step takes from a noised downlink: rate x nu at most
+# (``FirstOrderDevices.device_rate``). Measured on breast-cancer, fo-vector, epsilon 2, C = 0.1,
+# seed 0 (sigma 7.28, nu 5.15): rate 0.05 (the method's default) ends in test loss 8e8, 5e-4
+# (digits' and mnist-5k's tuned rate) at 0.781; 5e-4 x 5.15 = 2.6e-3 (docs/training.md).
+DEVICE_NOISE_STEP = 2.5e-3
+
+
 class FirstOrderDevices:
     """Mixin for methods whose devices train by backpropagating a received embedding gradient.
 
@@ -81,8 +96,29 @@ class FirstOrderDevices:
     # pooled DP head's open window (``methods.head``), where present
     SECRET_STATE = ((("devices", "*"), DEVICE), (("server", "head_pool"), SERVER))
 
-    def setup_devices(self, devices, default_lr: float) -> None:
-        rate = lr(self.config.lr_device, default_lr)
+    def downlink_noise_norm(self) -> float:
+        """nu: the expected L2 norm of the noise in the batch-mean embedding gradient [B, E] a
+        device backpropagates (0: its downlink carries no noise)."""
+        return 0.0
+
+    def device_rate(self) -> float:
+        """The device rate where ``--lr-device`` is open: ``LR_DEVICE``, capped at
+        ``DEVICE_NOISE_STEP / nu`` (:meth:`downlink_noise_norm`), so that the noise a step takes
+        from the downlink is at most DEVICE_NOISE_STEP in the embedding gradient's units, whatever
+        sigma (docs/training.md, "Stable defaults of the vector-noise methods")."""
+        nu = self.downlink_noise_norm()
+        return min(self.LR_DEVICE, DEVICE_NOISE_STEP / nu) if nu > 0 else self.LR_DEVICE
+
+    def default_rate(self, name: str) -> tuple[float, str]:
+        if name != "lr_device" or not self.downlink_noise_norm() > 0:
+            return super().default_rate(name)  # type: ignore[misc]
+        return self.device_rate(), (
+            f"min({type(self).__name__}.LR_DEVICE, {DEVICE_NOISE_STEP:g} / nu), nu = "
+            f"{self.downlink_noise_norm():.4g} the downlink noise norm (methods.common.device_rate)"
+        )
+
+    def setup_devices(self, devices) -> None:
+        rate = lr(self.config.lr_device, self.device_rate())
         self.device_optimizers = {
             d.index: sgd(d.model.parameters(), rate, self.config.momentum) for d in devices
         }
@@ -134,7 +170,7 @@ class FirstOrderMethod(FirstOrderDevices, Method):
         )
 
     def setup(self, devices, server) -> None:
-        self.setup_devices(devices, self.LR_DEVICE)
+        self.setup_devices(devices)
         self.setup_head(server)
 
 

@@ -27,6 +27,8 @@ clipped (the baseline of the paper). arXiv:2502.20565v2 instead evaluated this b
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from privzv.errors import PrivzvError
@@ -65,6 +67,12 @@ class CZOFO(common.FirstOrderDevices, Method):
     name = "czofo"
     LR_DEVICE = 0.05
     LR_SERVER = 0.05
+    DEFAULT_CLIP = common.VECTOR_CLIP
+
+    def downlink_noise_norm(self) -> float:
+        """sigma E / sqrt(n B): a record's n noise values reach its gradient as (E / n) sum_k z_k u_k
+        (squared norm E^2 sigma^2 / n in expectation, the u_k unit), averaged over the batch."""
+        return self.sigma * self.config.embed_dim / math.sqrt(PERTURBATIONS * self.config.batch_size)
 
     @classmethod
     def release(cls, config) -> Release:
@@ -89,7 +97,7 @@ class CZOFO(common.FirstOrderDevices, Method):
         cfg = self.config
         self.lam = cfg.lam
         self.clip = common.dp_clip(cfg, self.sigma)
-        self.setup_devices(devices, self.LR_DEVICE)
+        self.setup_devices(devices)
         self.setup_head(server)
 
     def device_send(self, device, ids):

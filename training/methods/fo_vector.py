@@ -16,6 +16,8 @@ labels only (``PROTECTS = "label"``, ``common.FirstOrderDevices``).
 
 from __future__ import annotations
 
+import math
+
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
 from privzv.training.methods import common
@@ -23,6 +25,11 @@ from privzv.training.methods import common
 
 class FOVector(common.FirstOrderMethod):
     name = "fo-vector"
+    DEFAULT_CLIP = common.VECTOR_CLIP
+
+    def downlink_noise_norm(self) -> float:
+        """sigma sqrt(E / B): B rows of E noise values each, averaged over the batch."""
+        return self.sigma * math.sqrt(self.config.embed_dim / self.config.batch_size)
 
     def device_send(self, device, ids):
         h = device.embed(ids)

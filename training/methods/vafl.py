@@ -26,13 +26,42 @@ import dataclasses
 
 from privzv.training import zo
 from privzv.training.messages import SERVER, device_index, device_name
-from privzv.training.methods import common
+from privzv.training.methods import common, head
+
+# The head's rate where ``--lr-server`` is open: at most HEAD_INPUT_STEP / s, s = M E sigma^2 the
+# expected squared norm of the noise on one record's head input (normalised LMS, Nagumo & Noda
+# 1967: an SGD step moves a linear layer's output by rate * ||x||^2 per unit of error, stable while
+# that is O(1); the noise-free part, at most M C^2, is what the method's 0.05 was chosen for). At
+# epsilon 10 on digits (sigma 0.632, C 0.1, s = 25.6, seed 0) the head at rate 0.05 ends at 0.100
+# (the majority class), at 0.012 at 0.397 (docs/training.md, "Stable defaults of the vector-noise
+# methods").
+HEAD_INPUT_STEP = 0.3
 
 
 class VAFL(common.FirstOrderMethod):
     name = "vafl"
     RELEASED_BY = "device"
     PROTECTS = "none"
+
+    def head_input_power(self, head_module) -> float:
+        """s = M E sigma^2 gain^2: the expected squared norm of the noise on one record's input to
+        the head ``head_module`` (its public ``gain`` where it has one): M embeddings of E values,
+        each with noise of std sigma."""
+        cfg = self.config
+        return cfg.devices * cfg.embed_dim * self.sigma**2 * getattr(head_module, "gain", 1.0) ** 2
+
+    def setup_head(self, server) -> None:
+        self.input_power = s = self.head_input_power(server.head)
+        self.server_rate = min(self.LR_SERVER, HEAD_INPUT_STEP / s) if s > 0 else self.LR_SERVER
+        self.head = head.first_order(self.config, server, None, self.server_rate)
+
+    def default_rate(self, name: str) -> tuple[float, str]:
+        if name != "lr_server":
+            return super().default_rate(name)
+        return self.server_rate, (
+            f"min(VAFL.LR_SERVER, {HEAD_INPUT_STEP:g} / s), s = M E sigma^2 = "
+            f"{self.input_power:.4g} (methods.vafl.HEAD_INPUT_STEP)"
+        )
 
     @classmethod
     def release(cls, config):
