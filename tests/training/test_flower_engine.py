@@ -411,7 +411,8 @@ def test_each_device_gets_one_supernode_that_runs_its_clientapp(tmp_path):
     assert node[node.index("--superlink") + 1] == "127.0.0.1:9000"
     assert node[node.index("--isolation") + 1] == "process"
     assert f"folder={json.dumps(str(tmp_path / 'device1'))}" in node[node.index("--node-config") + 1]
-    assert node[node.index("--root-certificates") + 1] == str(creds.ca)
+    ca = folders[1] / credentials.CA  # the device's copy of the run's CA (read as its own user)
+    assert node[node.index("--root-certificates") + 1] == str(ca) and ca.read_bytes() == creds.ca.read_bytes()
     assert node[node.index("--auth-supernode-private-key") + 1] == str(folders[1] / "node-key")
     assert node[node.index("--ssl-certfile") + 1] == str(folders[1] / "supernode.pem")
     assert node[node.index("--superexec-auth-secret-file") + 1] == str(folders[1] / "supernode.secret")
