@@ -119,6 +119,7 @@ SIZE_EPSILON = 5.0
 
 _NS = [{"noise_step": s} for s in (0.03, 0.1, 0.3)]
 _RATES = [{"lr_device": r, "lr_server": r} for r in (0.015, 0.05, 0.15)]
+_BATCH_RATES = [{"lr_server": r} for r in (0.01, 0.03, 0.1)]
 TUNING = {
     "mnist1d-e2": {
         "dpzv": [
@@ -135,7 +136,7 @@ TUNING = {
             {"noise_step": 0.1, "lr_device_scale": 1 / 3},
         ],
         "frozen": _NS,
-        "dpzv-batch": [{"lr_server": r} for r in (0.01, 0.03, 0.1)],
+        "dpzv-batch": _BATCH_RATES,
         "fo-vector": _NS,
         "czofo": _NS,
         "rr-prior": _RATES,
@@ -149,6 +150,10 @@ TUNING = {
         ],
         "frozen": _NS,
         "first-order": _RATES,
+        "dpzv-batch": _BATCH_RATES,
+        "fo-vector": _NS,
+        "czofo": _NS,
+        "rr-prior": _RATES,
     },
 }
 

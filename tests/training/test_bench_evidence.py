@@ -22,6 +22,11 @@ def test_every_variant_gets_the_same_number_of_tuning_runs(setting):
     assert len({c.key for c in cells}) == len(cells)
 
 
+@pytest.mark.parametrize("setting", ["digits", "mnist-5k"])
+def test_the_embedded_datasets_tune_every_variant(setting):
+    assert set(bench.TUNING[setting]) == set(bench.VARIANTS)
+
+
 def _row(cell, accuracy):
     return {
         "key": cell.key,
