@@ -81,7 +81,7 @@ class Cell:
     epsilon: float
     seed: int
     clip: float
-    lr_device: float
+    lr_device: float | None  # None: the method's default (vafl: HPARAMS gives no rates)
     lr_server: float | None  # None: the method's default (the DP head's min(0.1, 1/z_h) when private)
     freeze: str | None = None
     head_clip: float | None = None  # None: the config's default C_h
@@ -100,13 +100,13 @@ class Cell:
     @property
     def key(self) -> str:
         eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:g}"
-        lr_s = "default" if self.lr_server is None else f"{self.lr_server:g}"
+        lr_d, lr_s = ("default" if lr is None else f"{lr:g}" for lr in (self.lr_device, self.lr_server))
         head = "".join(
             f"|{k}={v:g}" for k, v in (("Ch", self.head_clip), ("share", self.head_share)) if v is not None
         )
         return (
             f"{self.phase}|{self.dataset}|{self.method}|{self.accountant}|{eps}|{self.seed}|"
-            f"C={self.clip:g}|lr={self.lr_device:g},{lr_s}|freeze={self.freeze}{head}"
+            f"C={self.clip:g}|lr={lr_d},{lr_s}|freeze={self.freeze}{head}"
         )
 
     def config(self):
@@ -177,7 +177,7 @@ def _grid_cell(ds: str, method: str, epsilon: float, seed: int, freeze: str | No
     """A grid cell with ``HPARAMS``; a private one leaves the server rate to the DP head's default
     and takes its C_h from ``HPARAMS`` (the default head design, pooled windows, applies), and the
     frozen-devices control spends the whole budget on the head (head_share 1: no downlink)."""
-    h = dict(hparams(ds, method))
+    h = {"lr_device": None, "lr_server": None, **hparams(ds, method)}
     private = math.isfinite(epsilon)
     head_clip = h.pop("head_clip", None)
     if private and method != "vafl":  # vafl's head is not a DP mechanism: its tuned rate stays

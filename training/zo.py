@@ -283,6 +283,8 @@ def sphere_chunks(
     u_k = u(seeds[k]) = sqrt(d) g_k / ||g_k|| with ||g_k|| = ``norms[k]``, drawn on ``place``
     (default: the CPU): for updates that combine several directions with other buffers (momentum)
     without a d-size draw."""
+    if not d:  # no parameters (a frozen device may have none): nothing to draw, no norms
+        return
     place = torch.empty(0).device if place is None else place
     factors, grain = [math.sqrt(d) / n for n in norms], _grain(_kind(place))
     for start, gs in _draws(d, seeds, dtype, place):
