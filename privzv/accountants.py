@@ -297,7 +297,8 @@ def probe_pld_epsilon(z: float, exposure: Exposure, neighbors: str, delta: float
         return pld_epsilon(z, exposure, neighbors, delta, PLD_MAX_DISCRETIZATION)  # declines or exact
     k, q = exposure.compositions, exposure.sampling_rate
     eps = max(
-        _cheap_epsilon(float(z), k, q, kind, float(delta), PLD_PROBE_POINTS) for kind in _directions(q, neighbors)
+        _cheap_epsilon(float(z), k, q, kind, float(delta), PLD_PROBE_POINTS)
+        for kind in _directions(q, neighbors)
     )
     if not math.isfinite(eps):
         raise CannotAnswer("pld on the probe's grid gave no finite epsilon")

@@ -82,7 +82,9 @@ def _full_compositions(monkeypatch, row, accountant="pld"):
     cold evaluation at ``row``."""
     accountants.clear_caches()
     sizes, original = [], tilted_pld.self_compose
-    monkeypatch.setattr(tilted_pld, "self_compose", lambda pmf, *a: sizes.append(len(pmf.probs)) or original(pmf, *a))
+    monkeypatch.setattr(
+        tilted_pld, "self_compose", lambda pmf, *a: sizes.append(len(pmf.probs)) or original(pmf, *a)
+    )
     found = privzv.epsilon(
         noise_multiplier=row["z"],
         delta=row["delta"],
@@ -120,8 +122,13 @@ def test_the_answer_is_the_larger_direction_on_the_fine_grid(row):
     accountants.clear_caches()
     k, q, delta, z = row["k"], row["q"], row["delta"], row["z"]
     eps = privzv.epsilon(
-        noise_multiplier=z, delta=delta, steps=k, sample_rate=q, threat="eavesdropper",
-        neighbors="add-remove", accountant="pld",
+        noise_multiplier=z,
+        delta=delta,
+        steps=k,
+        sample_rate=q,
+        threat="eavesdropper",
+        neighbors="add-remove",
+        accountant="pld",
     ).epsilon
     disc = accountants.pld_grid_step(z, Exposure(k, q), delta, accountants.pld_discretization(eps, k, delta))
     both = max(accountants._direction_epsilon(z, k, q, kind, delta, disc, True) for kind in ("remove", "add"))

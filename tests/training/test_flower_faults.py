@@ -190,9 +190,7 @@ def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tm
     finally:
         proc.kill()
     assert time.monotonic() - killed < 30  # --flower-timeout is 300
-    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, (
-        err
-    )
+    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, err
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
     checkpoint = run_folder.party_state(out, "device0")
     assert 0 < len(checkpoint["devices"]) and checkpoint["devices"][0]["step"] < 7  # killed mid-run

@@ -157,10 +157,7 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
         denied = [
             *(p for p in _files(work) if work / "device0" not in p.parents),
             *(p for p in _files(out / "private") if states[0] not in p.parents),
-            *(
-                Path(f"/proc/{parties[name]}/environ")
-                for name in ("superlink", "serverapp", "node1")
-            ),
+            *(Path(f"/proc/{parties[name]}/environ") for name in ("superlink", "serverapp", "node1")),
         ]
         names = {p.name for p in denied}
         assert {
@@ -242,9 +239,7 @@ def test_a_killed_party_users_run_resumes_under_fresh_ids_to_the_in_process_run(
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, (
-        err
-    )
+    assert proc.returncode == 1 and "device0 exited with code -9" in err and err.count("\n") == 1, err
     procs.until(lambda: procs.inside(tmp) == [] and not list(tmp.glob("privzv-flower-*")), 60, "nothing left")
     assert {p.stat().st_uid for p in state.iterdir()} == {0} and first != 0
     resumed = _train(place, ["--resume", str(out), "--engine", "flower", "--party-users", "auto", "--json"])
