@@ -213,8 +213,11 @@ def test_a_killed_device_is_named_at_once_and_resume_reaches_the_unkilled_run(tm
         ref["epsilon_spent"],
         ref["bytes_up"],
     )
-    for ours, theirs in zip(got["curve"], ref["curve"], strict=True):  # every evaluation
-        assert ours == pytest.approx(theirs, rel=1e-6)
+    # every evaluation; one between the checkpoint and the kill already counts the releases the
+    # killed run made after it (docs/accounting.md: they stay counted), so its spend may be more
+    for ours, theirs in zip(got["curve"], ref["curve"], strict=True):
+        spent, spent_ref = ours.pop("epsilon_spent"), theirs.pop("epsilon_spent")
+        assert ours == pytest.approx(theirs, rel=1e-6) and spent >= spent_ref * (1 - 1e-9)
     ledgers = [json.loads((r / "private" / "ledger.json").read_text()) for r in (out, tmp_path / "ref")]
     assert ledgers[0] == ledgers[1]
     for party in ("server", "device0", "device1"):
