@@ -15,9 +15,9 @@ python="${PYTHON:-python3}"
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "installing torch==${TORCH_VERSION} (CPU build where available) ..." >&2
-  "${pip[@]}" "torch==${TORCH_VERSION}"
+  "${pip[@]}" "torch==${TORCH_VERSION}" numpy  # numpy beside it: torch warns on import without it
 fi
 pin="$(mktemp)"
 trap 'rm -f "$pin"' EXIT
-.venv/bin/python -c "import torch; print('torch==' + torch.__version__)" > "$pin"
+.venv/bin/python -c "from importlib.metadata import version; print('torch==' + version('torch'))" > "$pin"
 "${pip[@]}" --constraint "$pin" -e ".[${extras}]"
