@@ -99,17 +99,18 @@ def run_pending(state) -> None:
 
 
 class LocalRuntime:
-    """The SuperNode's Runtime API for the task of ``token``, called in its process: each call
-    (:data:`HANDLERS`) authenticates the token as the HTTP API does
+    """A Runtime API for the task of ``token``, called in the process that serves it (the
+    SuperNode's: :data:`HANDLERS`; the SuperLink's: ``serverlink``): each call in ``handlers``
+    authenticates the token as the HTTP API does
     (``flwr.supercore.dependencies.task.authenticate_task``) and runs the same handler."""
 
-    def __init__(self, state, token: str):
-        self.state, self.token = state, token
+    def __init__(self, state, token: str, handlers: dict = HANDLERS):
+        self.state, self.token, self.handlers = state, token, handlers
 
     def __getattr__(self, call: str):
-        if call not in HANDLERS:
+        if call not in self.handlers:
             raise AttributeError(call)
-        module, name = HANDLERS[call]
+        module, name = self.handlers[call]
 
         def invoke(request):
             task = self.state.get_task_by_token(self.token)
