@@ -24,6 +24,7 @@ gets an error reply, never its code.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import traceback
 import types
@@ -68,12 +69,14 @@ HANDLERS = {
 def in_node(module: types.ModuleType) -> None:
     """``module._pull_and_store_message`` (``flwr.supernode.start_client_internal``'s) answers the
     ClientApp task it made before it returns (:func:`run_pending`), so that the SuperNode's
-    ``_push_messages`` finds the reply at once; the devices' transcripts are fsynced after that
-    push (off the round's path)."""
+    ``_push_messages`` finds the reply at once; its confirmation that it received the message
+    goes from a thread of its own (:func:`confirm_later`); the devices' transcripts are fsynced
+    after the reply's push (off the round's path)."""
     pull, push = module._pull_and_store_message, module._push_messages
 
     @functools.wraps(pull)
     def pulled_and_answered(*args, **kwargs):
+        kwargs["confirm_message_received"] = confirm_later(kwargs["confirm_message_received"])
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             run_pending(kwargs["state"])
@@ -88,6 +91,23 @@ def in_node(module: types.ModuleType) -> None:
                 party.flush()
 
     module._pull_and_store_message, module._push_messages = pulled_and_answered, pushed_and_synced
+
+
+CONFIRMS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="confirm")
+
+
+def confirm_later(confirm):
+    """``confirm(run_id, message_id)`` (Flower's request that lets the SuperLink delete a pulled
+    message's objects, which nothing in the round waits for) sent by :data:`CONFIRMS`, in order,
+    while the device computes; a failure is logged, as the objects only stay stored longer."""
+
+    def send(run_id: int, message_id: str) -> None:
+        try:
+            confirm(run_id, message_id)
+        except Exception:  # pylint: disable=broad-exception-caught
+            traceback.print_exc()
+
+    return lambda run_id, message_id: CONFIRMS.submit(send, run_id, message_id) and None
 
 
 def run_pending(state) -> None:
