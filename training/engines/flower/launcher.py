@@ -245,7 +245,7 @@ def _bin(name: str) -> str:
 
 
 MODES = ("deployment", "simulation")
-SPAWNED = ("flower-superexec", "flwr-serverapp", "flwr-simulation", "flwr-clientapp")  # by name, from PATH
+SPAWNED = ("flower-superexec", "flwr-simulation", "flwr-clientapp")  # by name, from PATH
 
 
 def _shims(folder: Path) -> Path:
