@@ -5,7 +5,7 @@ evaluation at the end (plus the one at round 0), the same public and secret seed
 ``--modes`` (``launcher.MODES``) picks the Flower runs: ``deployment`` (the default; row
 ``flower``) is ``privzv train --engine flower``'s: a SuperLink, one SuperNode per device, each
 device's long-lived ClientApp executor (``executor``, the device kept in its memory) and the
-ServerApp on 127.0.0.1; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``:
+ServerApp (in the SuperLink's process: ``serverlink``) on 127.0.0.1; ``simulation`` (row ``flower_simulation``) is ``--engine flower-sim``:
 Flower's simulation runtime on Ray.
 
 Reported per device count M (``devices``), per engine: ``loop_seconds`` (the run's own ``wall_seconds``: rounds and evaluations),

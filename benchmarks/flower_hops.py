@@ -2,21 +2,22 @@
 M = 1, B = 32, epsilon 8, as ``bench_engines.py``) with Flower's DEBUG logs, whose lines carry
 timestamps (ms), and per round (``query.send``) the median of four hops:
 
-``push_to_node``    the ServerApp's push of the round's request (``Runtime.PushMessages`` at the
-                    SuperLink) until the SuperNode holds the message and its objects
-                    (``Received successfully``): one request of the ServerApp and its object
-                    pushes, the SuperNode's held pull, its object pulls and confirmation;
+``push_to_node``    the ServerApp's push of the round's request (``Runtime.PushMessages``, a call
+                    in the SuperLink's process: ``serverlink``) until the SuperNode holds the
+                    message and its objects (``Received successfully``): the SuperNode's held
+                    pull and its object pulls (its confirmation goes on meanwhile);
 ``device``          the SuperNode's ClientApp task until it pushes the reply (``Sending:``): the
                     task's Runtime API calls in its process and the device's compute;
 ``node_to_server``  until the ServerApp has confirmed the reply (``Runtime.ConfirmMessageReceived``
-                    at the SuperLink): the SuperNode's push and object pushes, the ServerApp's held
-                    pull, its object pulls;
+                    in the SuperLink): the SuperNode's push and object pushes, the ServerApp's held
+                    pull and its object pulls (calls in the SuperLink's process);
 ``server``          until the ServerApp's next push: the server's half of the round, its ledger
                     and transcript, the next request.
 
 ``requests_per_round``: the HTTPS requests the SuperLink served per round (``POST`` lines of its
-access log), ``load_average``: the 1-minute load at the end. Logging every request adds its own
-cost, so the hops add up to more than ``bench_engines.py``'s seconds per round.
+access log; the ServerApp's calls, in its process, are none of them), ``load_average``: the
+1-minute load at the end. Logging every request adds its own cost, so the hops add up to more
+than ``bench_engines.py``'s seconds per round.
 Run: ``python benchmarks/flower_hops.py [--rounds 20]`` (prints JSON).
 """
 

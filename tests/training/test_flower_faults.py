@@ -96,8 +96,9 @@ def test_a_killed_launcher_leaves_no_process_and_no_secret(tmp, sig, code, procs
 
 @pytest.mark.slow
 def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
-    """The ServerApp killed (or stopped by ``flwr stop``): the launcher notices within seconds, not
-    after --flower-timeout; one line, exit 1; no process left; the run folder's lock is free."""
+    """The ServerApp killed (it runs in the SuperLink's process, ``serverlink``): the launcher
+    notices within seconds, not after --flower-timeout; one line naming the SuperLink, exit 1; no
+    process left; the run folder's lock is free."""
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [
@@ -121,7 +122,8 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
     try:
 
         def server():
-            return [pid for pid in procs.inside(tmp) if "flwr-serverapp" in procs.cmdline(pid)]
+            running = (out / "metrics.jsonl").exists()  # the ServerApp's first evaluation
+            return running and [pid for pid in procs.inside(tmp) if "flower.serverlink" in procs.cmdline(pid)]
 
         (pid, *_) = procs.until(server, 120, "the ServerApp")
         time.sleep(1.0)  # the launcher has seen it (it looks every 0.2 s)
@@ -131,7 +133,7 @@ def test_a_killed_serverapp_ends_the_run_at_once(tmp, tmp_path, procs):
     finally:
         proc.kill()
     assert time.monotonic() - killed < 30  # --flower-timeout is 300
-    assert proc.returncode == 1 and "ServerApp exited without a result" in err and err.count("\n") == 1, err
+    assert proc.returncode == 1 and "superlink exited with code -9" in err and err.count("\n") == 1, err
     assert procs.inside(tmp) == [] and list(tmp.glob("privzv-flower-*")) == []
     lock = FolderLock.take(out.parent / f".{out.name}.lock")
     assert lock is not None

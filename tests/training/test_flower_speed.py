@@ -299,9 +299,12 @@ def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_pat
     made its ClientApp task, the task is claimed and answered in that same call, through the
     SuperNode's Runtime API handlers (no request, no other process): the signed reply waits in
     the node's state for its next step (``_push_messages``), the task is finished, the device
-    lives on in this process; the devices' transcripts are synced only after that push."""
+    lives on in this process; the message's confirmation to the SuperLink is not waited for (it
+    goes from another thread, and the task is answered while it is still open); the devices'
+    transcripts are synced only after that push."""
     import hashlib
     import json
+    import threading
 
     from flwr.app import Context
     from flwr.common.constant import Status, SubStatus
@@ -337,15 +340,20 @@ def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_pat
         dst_node_id=9,
         message_type="query.hello",
     )
-    steps = []
+    steps, release, confirmed = [], threading.Event(), []
 
-    def pull_and_store(*, state, **_):  # what Flower's does once a message came (no network)
+    def confirm(run_id, message_id):  # Flower's request to the SuperLink, held open here
+        release.wait(10)
+        confirmed.append((run_id, message_id, threading.current_thread() is threading.main_thread()))
+
+    def pull_and_store(*, state, confirm_message_received, **_):  # Flower's, once a message came
         state.store_run(run)
         state.store_fab(Fab(run.fab_hash, b"", {}))
         node_config = {"partition-id": 0, "folder": str(tmp_path)}
         state.set_run_series_context(run.series_id, Context(1, 9, node_config, RecordDict(), {}))
         flower_node._insert_message(hello, state, state.object_store)
         state.create_task(task_type=TaskType.CLIENT_APP, run_id=1, fab_hash=run.fab_hash)
+        confirm_message_received(1, hello.metadata.message_id)
         steps.append("stored")
         return 1
 
@@ -353,8 +361,12 @@ def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_pat
         _pull_and_store_message=pull_and_store, _push_messages=lambda **_: steps.append("pushed")
     )
     executor.in_node(node)
-    assert node._pull_and_store_message(state=state) == 1
+    assert node._pull_and_store_message(state=state, confirm_message_received=confirm) == 1
     (reply,) = state.get_messages_legacy(is_reply=True)
+    assert confirmed == []  # answered while the confirmation is still on its way
+    release.set()
+    executor.CONFIRMS.submit(lambda: None).result(60)  # after the confirmation, in order
+    assert confirmed == [(1, hello.metadata.message_id, False)]
     assert reply.metadata.reply_to_message_id == hello.metadata.message_id and not reply.has_error()
     store = state.object_store  # the reply's objects, as the SuperNode pushes them
     tree = store.get_object_tree(reply.metadata.message_id)

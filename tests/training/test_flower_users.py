@@ -121,12 +121,13 @@ def _files(folder: Path) -> list[Path]:
 def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_run_is_the_same(
     place, procs, capsys
 ):
-    """While a run is live (its ServerApp paused): device 0's processes run as their own uid;
-    that uid is denied every file of the work folder outside device 0's folder (device 1's keys,
-    the TLS and SuperExec secrets, the secret seed, the reply keys, the task token, the logs),
-    every file of the run folder's private/ outside its own state folder, and the environment of
-    the SuperLink, the ServerApp and device 1's processes; root reads them all, and device 0
-    reads its own. Then the run finishes as the in-process run does."""
+    """While a run is live (its SuperLink, which runs the ServerApp, paused): device 0's processes
+    run as their own uid; that uid is denied every file of the work folder outside device 0's
+    folder (device 1's keys, the TLS and SuperExec secrets, the secret seed, the reply keys, the
+    logs), every file of the run folder's private/ outside its own state folder, and the
+    environment of the SuperLink (the ServerApp's: the secret inputs' paths) and device 1's
+    processes; root reads them all, and device 0 reads its own. Then the run finishes as the
+    in-process run does."""
     tmp, out = place / "tmp", place / "run"
     args = [*ARGS, "--epochs", str(30 / 90), "--checkpoint-every", "2", "--json"]
     proc = _train(place, [*args, "--engine", "flower", "--party-users", "auto", "--out", str(out)])
@@ -136,28 +137,25 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
         procs.until(
             lambda: all(list(s.glob("state-*.pt")) for s in states), 300, "both devices' saved states"
         )
-        server = _pid(procs, tmp, "flwr-serverapp")
+        server = _pid(procs, tmp, "flower.serverlink")
         os.kill(server, signal.SIGSTOP)
         (work,) = tmp.glob("privzv-flower-*")
         parties = {
             name: _pid(procs, tmp, *parts)
             for name, parts in {
-                "superlink": ("control\x00superlink",),
-                "serverexec": ("flower.serverexec",),
-                "serverapp": ("flwr-serverapp",),
+                "superlink": ("flower.serverlink",),
                 **{f"node{m}": ("flower.supernode", f"device{m}") for m in range(2)},
             }.items()
         }
         ids = {name: _ids(pid) for name, pid in parties.items()}
-        for name in ("superlink", "serverexec", "serverapp"):
-            assert ids[name][0] == 0, name
+        assert ids["superlink"][0] == 0
         (uid0, gid0, groups0), (uid1, _, _) = ids["node0"], ids["node1"]
         assert 0 != uid0 != uid1 != 0 and groups0 == [groups0[0]]
         device0 = (uid0, gid0, groups0[0])
         denied = [
             *(p for p in _files(work) if work / "device0" not in p.parents),
             *(p for p in _files(out / "private") if states[0] not in p.parents),
-            *(Path(f"/proc/{parties[name]}/environ") for name in ("superlink", "serverapp", "node1")),
+            *(Path(f"/proc/{parties[name]}/environ") for name in ("superlink", "node1")),
         ]
         names = {p.name for p in denied}
         assert {
@@ -172,7 +170,7 @@ def test_a_device_user_reads_nothing_of_the_server_or_the_other_device_and_the_r
             "secrets.json",
             "ledger.journal",
         } <= names, names
-        assert any(p.suffix == ".token" for p in denied) and any(p.parent.name == "logs" for p in denied)
+        assert any(p.parent.name == "logs" for p in denied)
         assert any(states[1] in p.parents and p.name.startswith("state-") for p in denied)
         assert _readable(device0, denied) == set()
         assert _readable(None, denied) == set(denied)  # the probe is sound: root reads every one

@@ -11,9 +11,9 @@ command line, never the secret):
 * ``<device folder>/node-key`` (OpenSSH, ECDSA P-384) and ``tls/device<m>.pub``: the SuperNode's
   authentication key pair; the SuperLink accepts only nodes whose public key privzv registered;
 * ``tls/superlink.secret``, ``<device folder>/supernode.secret``: 32 random bytes that a SuperExec
-  (the ServerApp's executor, the device's executor) signs its task requests with (Flower's
-  ``--superexec-auth-secret-file``), so no other process can take the ServerApp's or a device's
-  task;
+  signs its task requests with (Flower's ``--superexec-auth-secret-file``); privzv's SuperLink
+  and SuperNodes take their tasks in process (``serverlink``, ``executor``), so no other process
+  can take the ServerApp's or a device's task;
 * ``tls/control.secret``: 32 random bytes that the run's Control API asks of every caller
   (``control``): only the launcher's ``flwr`` calls carry them.
 """

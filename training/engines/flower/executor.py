@@ -24,6 +24,7 @@ gets an error reply, never its code.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import traceback
 import types
@@ -68,12 +69,14 @@ HANDLERS = {
 def in_node(module: types.ModuleType) -> None:
     """``module._pull_and_store_message`` (``flwr.supernode.start_client_internal``'s) answers the
     ClientApp task it made before it returns (:func:`run_pending`), so that the SuperNode's
-    ``_push_messages`` finds the reply at once; the devices' transcripts are fsynced after that
-    push (off the round's path)."""
+    ``_push_messages`` finds the reply at once; its confirmation that it received the message
+    goes from a thread of its own (:func:`confirm_later`); the devices' transcripts are fsynced
+    after the reply's push (off the round's path)."""
     pull, push = module._pull_and_store_message, module._push_messages
 
     @functools.wraps(pull)
     def pulled_and_answered(*args, **kwargs):
+        kwargs["confirm_message_received"] = confirm_later(kwargs["confirm_message_received"])
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             run_pending(kwargs["state"])
@@ -90,6 +93,23 @@ def in_node(module: types.ModuleType) -> None:
     module._pull_and_store_message, module._push_messages = pulled_and_answered, pushed_and_synced
 
 
+CONFIRMS = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="confirm")
+
+
+def confirm_later(confirm):
+    """``confirm(run_id, message_id)`` (Flower's request that lets the SuperLink delete a pulled
+    message's objects, which nothing in the round waits for) sent by :data:`CONFIRMS`, in order,
+    while the device computes; a failure is logged, as the objects only stay stored longer."""
+
+    def send(run_id: int, message_id: str) -> None:
+        try:
+            confirm(run_id, message_id)
+        except Exception:  # pylint: disable=broad-exception-caught
+            traceback.print_exc()
+
+    return lambda run_id, message_id: CONFIRMS.submit(send, run_id, message_id) and None
+
+
 def run_pending(state) -> None:
     """Claim every pending ClientApp task of the SuperNode's ``state`` and run it (as Flower's
     SuperExec takes one with ``AcquireTask``, here without a request)."""
@@ -99,17 +119,18 @@ def run_pending(state) -> None:
 
 
 class LocalRuntime:
-    """The SuperNode's Runtime API for the task of ``token``, called in its process: each call
-    (:data:`HANDLERS`) authenticates the token as the HTTP API does
+    """A Runtime API for the task of ``token``, called in the process that serves it (the
+    SuperNode's: :data:`HANDLERS`; the SuperLink's: ``serverlink``): each call in ``handlers``
+    authenticates the token as the HTTP API does
     (``flwr.supercore.dependencies.task.authenticate_task``) and runs the same handler."""
 
-    def __init__(self, state, token: str):
-        self.state, self.token = state, token
+    def __init__(self, state, token: str, handlers: dict = HANDLERS):
+        self.state, self.token, self.handlers = state, token, handlers
 
     def __getattr__(self, call: str):
-        if call not in HANDLERS:
+        if call not in self.handlers:
             raise AttributeError(call)
-        module, name = HANDLERS[call]
+        module, name = self.handlers[call]
 
         def invoke(request):
             task = self.state.get_task_by_token(self.token)

@@ -3,8 +3,8 @@ and removes its work folder ``WORK`` (the devices' noise seeds, reply keys and d
 however the launcher ends, SIGKILL included.
 
 The launcher writes the pid of every process it starts to the guard's stdin, one a line. The
-guard follows them and every descendant they start (Flower's SuperExec and ServerApp run in
-sessions of their own, and outlive a killed SuperLink), each known by pid and start time (a
+guard follows them and every descendant they start (in Flower's simulation, its SuperExec and
+``flwr-simulation`` run in sessions of their own, and outlive a killed SuperLink), each known by pid and start time (a
 reused pid is never signalled). When its stdin closes (the launcher stopped the run, or died),
 it sends SIGTERM to every one still alive, SIGKILL after :data:`GRACE` s, removes ``WORK`` and
 exits.

@@ -9,11 +9,12 @@
    SuperExec and Control API secrets, every private part 0600);
 3. a SuperLink (``control.py superlink``: ``flower-superlink`` over TLS, its Fleet, Control and
    Runtime APIs on one free port, its Control API for the launcher only; ``--isolation process``
-   and ``--enable-supernode-auth``, or ``--simulation`` in mode ``simulation``) and beside it
-   the ServerApp's SuperExec (``serverexec``, its task token in a file), which has the server's
-   inputs in its environment only, as paths (the run folder, the 0600 files of the secret seed
-   and of the devices' reply keys; in mode ``simulation``, which refuses private runs because
-   its Ray workers inherit the SuperLink's environment, no secret seed);
+   and ``--enable-supernode-auth``, or ``--simulation`` in mode ``simulation``), which runs the
+   ServerApp in its own process (``serverlink``; in mode ``simulation`` Flower's
+   ``flwr-simulation``) and has the server's inputs in its environment only, as paths (the run
+   folder, the 0600 files of the secret seed and of the devices' reply keys; in mode
+   ``simulation``, which refuses private runs because its Ray workers inherit the SuperLink's
+   environment, no secret seed);
 4. each device's folder (0700) with its private noise key (``seeds.key(secret, "device", m)``,
    never the root) in the 0600 file ``noise-key``, its per-run reply key in ``reply-key``, its
    node key and its SuperNode's TLS key and SuperExec secret (not on a command line, which every
@@ -62,17 +63,18 @@ from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training import methods, seeds
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import control, credentials, devicestate, guard, serverexec, users
+from privzv.training.engines.flower import control, credentials, devicestate, guard, serverlink, users
 from privzv.training.engines.flower.network import LOCAL, Network
 from privzv.training.messages import device_name
 from privzv.training.run_folder import RunFolder
 
 APP = "privzv.training.engines.flower.apps"
+SERVERLINK = "privzv.training.engines.flower.serverlink"  # the SuperLink that runs the ServerApp
 CONTROL = (
     "privzv.training.engines.flower.control"  # flower-superlink and flwr with the run's Control API secret
 )
 WORK_PREFIX = "privzv-flower-"
-SERVER_PROCESSES = ("flwr-serverapp", "flwr-simulation")  # what runs the ServerApp, per mode
+SERVER_PROCESS = "flwr-simulation"  # what runs the ServerApp in mode simulation (else the SuperLink)
 SECRET_FILE = "PRIVZV_FLOWER_SECRET_SEED_FILE"  # the ServerApp's: the path of the secret seed's 0600 file
 SERVER_START = 30.0  # seconds from the submission within which the ServerApp must be running
 SCAN = 1.0  # seconds between looks in /proc for the ServerApp (a process's exit is seen at once)
@@ -116,8 +118,8 @@ class Stack:
     ``guard`` process as it starts; :meth:`stop` (or the launcher's death, SIGKILL included)
     makes the guard stop them and their descendants and remove ``work``."""
 
-    def __init__(self, work: Path, logs: Path):
-        self.work, self.logs = work, logs
+    def __init__(self, work: Path, logs: Path, server: str | None = None):
+        self.work, self.logs, self.server = work, logs, server  # server: the ServerApp's process name
         self.procs: list[subprocess.Popen] = []
         self.names: dict[int, str] = {}  # pid -> the name given to start
         self.guard = subprocess.Popen(
@@ -149,29 +151,21 @@ class Stack:
 
     def check_alive(self, submitted: float | None = None) -> None:
         """Failed (one line) when a process started has exited, or, once the run was submitted
-        (at ``time.monotonic()`` ``submitted``), the ServerApp is gone (seen, or not seen within
-        :data:`SERVER_START` s: it may have come and gone unseen; looked for in /proc at most
-        every :data:`SCAN` s)."""
+        (at ``time.monotonic()`` ``submitted``), the ServerApp's task ended (``serverlink``) or
+        its process ``server`` is gone (seen, or not seen within :data:`SERVER_START` s: it may
+        have come and gone unseen; looked for in /proc at most every :data:`SCAN` s)."""
         for proc in self.procs:
             if proc.poll() is not None:
                 name = self.names[proc.pid]
                 raise Failed(
                     f"flower: {name} exited with code {proc.returncode}{_why(self.logs / f'{name}.log')}"
                 )
-        for ended in self.work.glob(f"{serverexec.EXIT_PREFIX}*.exit"):  # privzv's SuperExec says so
-            raise Failed(
-                f"flower: the ServerApp exited without a result (code {ended.read_text()}: killed, "
-                "or stopped)"
-            )
-        if time.monotonic() < self.scanned + SCAN:
+        if any(self.work.glob(f"{serverlink.EXIT_PREFIX}*.exit")):  # the SuperLink's ServerApp ended
+            raise Failed("flower: the ServerApp exited without a result (stopped)")
+        if self.server is None or time.monotonic() < self.scanned + SCAN:
             return
         self.scanned = time.monotonic()
-        running = any(
-            name in _cmdline(pid)
-            for proc in self.procs
-            for pid in _descendants(proc.pid)
-            for name in SERVER_PROCESSES
-        )
+        running = any(self.server in _cmdline(pid) for proc in self.procs for pid in _descendants(proc.pid))
         self.server_seen = self.server_seen or running
         if (
             submitted is not None
@@ -251,7 +245,7 @@ def _bin(name: str) -> str:
 
 
 MODES = ("deployment", "simulation")
-SPAWNED = ("flower-superexec", "flwr-serverapp", "flwr-simulation", "flwr-clientapp")  # by name, from PATH
+SPAWNED = ("flower-superexec", "flwr-simulation", "flwr-clientapp")  # by name, from PATH
 
 
 def _shims(folder: Path) -> Path:
@@ -340,7 +334,7 @@ def run(
     credentials.private_file(work / "launcher.pid", str(os.getpid()).encode())
     logs = work / "logs"
     logs.mkdir(mode=0o700)
-    stack = Stack(work, logs)
+    stack = Stack(work, logs, SERVER_PROCESS if mode == "simulation" else None)
     try:
         with _signals_stop():
             return _run(
@@ -441,11 +435,6 @@ def _run(
             owners.own(folder, m)
             owners.check_reach(m, _needs(config, folder, out))
     link = [
-        *net.server,
-        sys.executable,
-        "-m",
-        CONTROL,
-        "superlink",
         "--host",
         net.bind,
         "--port",
@@ -456,25 +445,13 @@ def _run(
     if mode == "simulation":  # the ClientApps run in Ray workers started from the SuperLink's tree
         stack.start(
             "superlink",
-            [*link, "--simulation"],
+            [*net.server, sys.executable, "-m", CONTROL, "superlink", *link, "--simulation"],
             {**server_env, apps.DEVICES_ENV: str(work), "RAY_TMPDIR": str(work)},
         )  # Ray's files go too
-    else:  # the ServerApp from privzv's SuperExec (its token in a file), devices authenticated
-        stack.start("superlink", [*link, "--isolation", "process", "--enable-supernode-auth"], base)
+    else:  # the ServerApp in the SuperLink's process (serverlink), devices authenticated
         stack.start(
-            "serverexec",
-            [
-                *net.server,
-                sys.executable,
-                "-m",
-                "privzv.training.engines.flower.serverexec",
-                "--runtime-api-address",
-                f"127.0.0.1:{port}",
-                "--root-certificates",
-                str(creds.ca),
-                "--superexec-auth-secret-file",
-                str(creds.superlink.secret),
-            ],
+            "superlink",
+            [*net.server, sys.executable, "-m", SERVERLINK, *link, "--isolation", "process", "--enable-supernode-auth"],
             server_env,
         )
     home = work / "home"
