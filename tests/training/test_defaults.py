@@ -329,18 +329,20 @@ def test_a_clip_to_c_passes_c_over_the_norm_times_the_projection_off_the_row():
 
 
 def test_the_vafl_device_rate_undoes_the_clips_shrinking_of_its_step(tiny_scheduler):
-    """lr_device = LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2: 5 at the default C = 0.1, where
-    the old 0.05 left the device still (digits at epsilon 2: 0.100, the majority class); no
-    change where C >= EMBED_NORM or nothing is clipped; noise-independent. The rate the banner
-    prints is the one the devices step with."""
+    """With noise, lr_device = LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2: 5 at the default
+    C = 0.1, where the old 0.05 left the device still (digits at epsilon 2: 0.100, the majority
+    class), whatever sigma; no change where C >= EMBED_NORM, nothing is clipped or nothing is
+    noised. The rate the banner prints is the one the devices step with."""
     for sigma, clip, no_clip, expected in (
-        (2.52, 0.1, False, 5.0), (0.0, 0.1, False, 5.0), (0.632, 0.5, False, 0.2),
-        (2.52, 10.0, False, 0.05), (2.52, 1.0, False, 0.05), (0.0, 0.1, True, 0.05),
+        (2.52, 0.1, False, 5.0), (0.01, 0.1, False, 5.0), (0.632, 0.5, False, 0.2),
+        (2.52, 10.0, False, 0.05), (2.52, 1.0, False, 0.05), (0.0, 0.1, False, 0.05),
+        (0.0, 0.1, True, 0.05),
     ):  # fmt: skip
         method = tiny_scheduler(method="vafl", sigma=sigma, clip=clip, no_clip=no_clip).method
         rate = method.device_optimizers[0].param_groups[0]["lr"]
         assert rate == pytest.approx(expected)
+        compensated = sigma and not no_clip
         assert rate == pytest.approx(
-            vafl.VAFL.LR_DEVICE * (vafl.EMBED_NORM / min(clip if not no_clip else 1e9, vafl.EMBED_NORM)) ** 2
+            vafl.VAFL.LR_DEVICE * (vafl.EMBED_NORM / min(clip if compensated else 1.0, vafl.EMBED_NORM)) ** 2
         )
         assert method.default_rate("lr_device")[0] == rate

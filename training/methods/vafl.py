@@ -36,13 +36,16 @@ from privzv.training.methods import common, head
 # (the majority class), at 0.012 at 0.397 (docs/training.md, "Stable defaults of the vector-noise
 # methods").
 HEAD_INPUT_STEP = 0.3
-# The device's rate where ``--lr-device`` is open: LR_DEVICE (chosen unclipped) times
-# (EMBED_NORM / min(C, EMBED_NORM))^2. A row clipped to norm C < |h| passes the gradient through
-# (C/|h|) times the projection off h, so a parameter step moves the head's input by (C/|h|)^2
-# times the unclipped step; EMBED_NORM is the embedding norm of the unclipped reference (the
-# devices' initial embeddings: median norm 0.25 to 1.13 on the embedded datasets, seed 0). With
-# C = 0.1 (the default, ``methods.common.VECTOR_CLIP``) the rate is 5: seed 0, digits at epsilon
-# 2 and 10 went from 0.100 and 0.406 to 0.428 and 0.828 (docs/results.md, "Stable defaults").
+# The device's rate where ``--lr-device`` is open, in a noised run: LR_DEVICE (chosen unclipped)
+# times (EMBED_NORM / min(C, EMBED_NORM))^2. A row clipped to norm C < |h| passes the gradient
+# through (C/|h|) times the projection off h, so a parameter step moves the head's input by
+# (C/|h|)^2 times the unclipped step; EMBED_NORM is the embedding norm of the unclipped reference
+# (the devices' initial embeddings: median norm 0.25 to 1.13 on the embedded datasets, seed 0).
+# With noise the head's rate is capped (HEAD_INPUT_STEP) and the devices must carry the learning:
+# at C = 0.1 (the default, ``methods.common.VECTOR_CLIP``) the rate is 5; seed 0, digits at
+# epsilon 2 and 10 went from 0.100 and 0.406 to 0.428 and 0.828 (docs/results.md, "Stable
+# defaults"). Without noise the head learns at LR_SERVER and rescales itself to the clipped rows,
+# so the devices keep LR_DEVICE: at 5 their unclipped test embeddings grew (digits: test loss 351).
 EMBED_NORM = 1.0
 
 
@@ -67,16 +70,16 @@ class VAFL(common.FirstOrderMethod):
         self.head = head.first_order(self.config, server, None, self.server_rate)
 
     def device_rate(self) -> float:
-        """LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2: the unclipped step of the head's input
-        through a clip to C (``EMBED_NORM``); LR_DEVICE without clipping."""
-        clip = None if self.config.no_clip else self.config.clip
+        """LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise: the unclipped step of the
+        head's input through a clip to C (``EMBED_NORM``); LR_DEVICE without noise or clipping."""
+        clip = None if self.config.no_clip or not self.sigma else self.config.clip
         return self.LR_DEVICE * (EMBED_NORM / min(clip or EMBED_NORM, EMBED_NORM)) ** 2
 
     def default_rate(self, name: str) -> tuple[float, str]:
         if name == "lr_device":
             return self.device_rate(), (
-                f"VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2, EMBED_NORM {EMBED_NORM:g} "
-                "(methods.vafl.device_rate)"
+                f"VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise, EMBED_NORM "
+                f"{EMBED_NORM:g} (methods.vafl.device_rate)"
             )
         if name != "lr_server":
             return super().default_rate(name)
