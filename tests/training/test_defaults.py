@@ -265,6 +265,9 @@ def test_downlink_vector_noise_methods_default_to_the_vector_clip_and_the_others
     for name in ("dpzv", "zoo-vfl", "rr-prior"):
         config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
         assert defaults.resolve(config, ds)[0].clip == defaults.CLIP == 10.0
+    # vafl without noise: a clip of 0.1 only shrinks its head's inputs below the test embeddings'
+    noise_free = TrainConfig(dataset="breast-cancer", method="vafl")
+    assert defaults.resolve(noise_free, ds)[0].clip == defaults.with_clip(noise_free).clip == 10.0
 
 
 @pytest.mark.parametrize("name", ["fo-vector", "czofo"])
@@ -345,4 +348,5 @@ def test_the_vafl_device_rate_undoes_the_clips_shrinking_of_its_step(tiny_schedu
         assert rate == pytest.approx(
             vafl.VAFL.LR_DEVICE * (vafl.EMBED_NORM / min(clip if compensated else 1.0, vafl.EMBED_NORM)) ** 2
         )
-        assert method.default_rate("lr_device")[0] == rate
+        value, source = method.default_rate("lr_device")
+        assert value == rate and ("EMBED_NORM" in source) == (rate != vafl.VAFL.LR_DEVICE)

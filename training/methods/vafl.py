@@ -53,9 +53,16 @@ class VAFL(common.FirstOrderMethod):
     name = "vafl"
     RELEASED_BY = "device"
     PROTECTS = "none"
-    # C where none is given or tuned: C = 10 lies far above the embeddings' norms, so the noise
-    # (proportional to C) grows with no more signal (docs/training.md, "Stable defaults")
-    DEFAULT_CLIP = common.VECTOR_CLIP
+    DEFAULT_CLIP = common.VECTOR_CLIP  # in a private run (``default_clip``)
+
+    @classmethod
+    def default_clip(cls, config) -> float | None:
+        """C where none is given or tuned: with noise VECTOR_CLIP (C = 10 lies far above the
+        embeddings' norms, so the noise, proportional to C, grows with no more signal:
+        docs/training.md, "Stable defaults"); without noise defaults.CLIP, which clips nothing
+        (the test embeddings are not clipped, and a head trained on rows clipped to 0.1 then sees
+        far larger ones: the test loss rises, tests/training/test_methods.py)."""
+        return cls.DEFAULT_CLIP if config.private else None
 
     def head_input_power(self, head_module) -> float:
         """s = M E sigma^2 gain^2: the expected squared norm of the noise on one record's input to
@@ -76,7 +83,7 @@ class VAFL(common.FirstOrderMethod):
         return self.LR_DEVICE * (EMBED_NORM / min(clip or EMBED_NORM, EMBED_NORM)) ** 2
 
     def default_rate(self, name: str) -> tuple[float, str]:
-        if name == "lr_device":
+        if name == "lr_device" and self.device_rate() != self.LR_DEVICE:
             return self.device_rate(), (
                 f"VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise, EMBED_NORM "
                 f"{EMBED_NORM:g} (methods.vafl.device_rate)"
