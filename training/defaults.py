@@ -108,8 +108,9 @@ def _default(name: str, config, dataset, entry: dict, where: str, given=None) ->
             value = value * (1 - config.device_momentum) / (1 - mu)
             source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
         return value, source
-    if name == "clip" and method.default_clip(config) is not None:
-        return method.default_clip(config), f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
+    own_clip = method.default_clip(config) if name == "clip" else None
+    if own_clip is not None:
+        return own_clip, f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
     if name in FALLBACK:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:

@@ -40,7 +40,8 @@ HEAD_INPUT_STEP = 0.3
 # times (EMBED_NORM / min(C, EMBED_NORM))^2. A row clipped to norm C < |h| passes the gradient
 # through (C/|h|) times the projection off h, so a parameter step moves the head's input by
 # (C/|h|)^2 times the unclipped step; EMBED_NORM is the embedding norm of the unclipped reference
-# (the devices' initial embeddings: median norm 0.25 to 1.13 on the embedded datasets, seed 0).
+# (the devices' initial embeddings: median norm 0.25 to 1.13 on the embedded datasets, seed 0,
+# ``benchmarks/stable_defaults_grid.py --embedding-norms``).
 # With noise the head's rate is capped (HEAD_INPUT_STEP) and the devices must carry the learning:
 # at C = 0.1 (the default, ``methods.common.VECTOR_CLIP``) the rate is 5; seed 0, digits at
 # epsilon 2 and 10 went from 0.100 and 0.406 to 0.428 and 0.828 (docs/results.md, "Stable
