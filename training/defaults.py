@@ -3,8 +3,9 @@
 Order, per field: the user's value (flag or ``--config``); else the tuned value of
 ``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
 
-* ``clip`` C: the method's ``DEFAULT_CLIP`` where it declares one (the methods that noise a
-  per-record gradient vector on the downlink: 0.1, ``methods.common.VECTOR_CLIP``), else 10
+* ``clip`` C: the method's ``default_clip`` where it declares one (the methods that noise a
+  per-record gradient vector on the downlink, and VAFL's noised embeddings in a private run:
+  0.1, ``methods.common.VECTOR_CLIP``), else 10
   (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
@@ -107,8 +108,9 @@ def _default(name: str, config, dataset, entry: dict, where: str, given=None) ->
             value = value * (1 - config.device_momentum) / (1 - mu)
             source += f", converted from device momentum {mu:g} to {config.device_momentum:g}"
         return value, source
-    if name == "clip" and method.DEFAULT_CLIP is not None:
-        return method.DEFAULT_CLIP, f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
+    own_clip = method.default_clip(config) if name == "clip" else None
+    if own_clip is not None:
+        return own_clip, f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
     if name in FALLBACK:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from privzv.training import data, defaults, divergence, plots, run, tuned
+from privzv.training import data, defaults, divergence, plots, run, tuned, zo
 from privzv.training.config import TrainConfig
 from privzv.training.messages import SERVER, Message
 from privzv.training.methods import common, czofo, vafl
@@ -254,16 +254,20 @@ def test_vafl_takes_no_tuned_rates_and_keeps_the_tuned_c():
 
 def test_downlink_vector_noise_methods_default_to_the_vector_clip_and_the_others_keep_10():
     """breast-cancer has no tuned entry for the mlp head: C = 10 there made fo-vector's and czofo's
-    noise 100 times their gradients' scale (both diverged at epsilon 2 and 10)."""
+    noise 100 times their gradients' scale (both diverged at epsilon 2 and 10), and vafl's noise
+    100 times its embeddings' (it ended at the majority class)."""
     ds = data.load("breast-cancer", 4)
-    for name in ("fo-vector", "czofo"):
+    for name in ("fo-vector", "czofo", "vafl"):
         config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
         resolved, sources = defaults.resolve(config, ds)
         assert resolved.clip == common.VECTOR_CLIP == 0.1 == defaults.with_clip(config).clip
         assert "DEFAULT_CLIP" in sources["clip"]["source"]
-    for name in ("dpzv", "zoo-vfl", "rr-prior", "vafl"):
+    for name in ("dpzv", "zoo-vfl", "rr-prior"):
         config = TrainConfig(dataset="breast-cancer", method=name, epsilon=2.0)
         assert defaults.resolve(config, ds)[0].clip == defaults.CLIP == 10.0
+    # vafl without noise: a clip of 0.1 only shrinks its head's inputs below the test embeddings'
+    noise_free = TrainConfig(dataset="breast-cancer", method="vafl")
+    assert defaults.resolve(noise_free, ds)[0].clip == defaults.with_clip(noise_free).clip == 10.0
 
 
 @pytest.mark.parametrize("name", ["fo-vector", "czofo"])
@@ -313,3 +317,36 @@ def test_the_vafl_head_rate_follows_the_noise_on_its_inputs(tiny_scheduler):
         ids = torch.arange(64)
         power = sum(float(method.device_send(d, ids)["h"].pow(2).sum(dim=1).mean()) for d in sched.devices)
         assert 0.8 * s <= power <= 1.1 * s + cfg.devices * clip**2
+
+
+def test_a_clip_to_c_passes_c_over_the_norm_times_the_projection_off_the_row():
+    """The premise of vafl's device rate: d clip(h) = (C / |h|) (I - h h^T / |h|^2) dh for |h| > C,
+    so a parameter step moves the clipped row by (C / |h|)^2 times the unclipped step."""
+    gen = torch.Generator().manual_seed(0)
+    h, v = torch.randn(1, 8, generator=gen) * 3, torch.randn(1, 8, generator=gen)
+    clip = 0.1
+    _, jvp = torch.autograd.functional.jvp(lambda x: zo.clip_rows(x, clip), h, v)
+    r = h.norm()
+    projected = v - (v * h).sum() * h / r**2
+    assert torch.allclose(jvp, clip / r * projected, atol=1e-6)
+
+
+def test_the_vafl_device_rate_undoes_the_clips_shrinking_of_its_step(tiny_scheduler):
+    """With noise, lr_device = LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2: 5 at the default
+    C = 0.1, where the old 0.05 left the device still (digits at epsilon 2: 0.100, the majority
+    class), whatever sigma; no change where C >= EMBED_NORM, nothing is clipped or nothing is
+    noised. The rate the banner prints is the one the devices step with."""
+    for sigma, clip, no_clip, expected in (
+        (2.52, 0.1, False, 5.0), (0.01, 0.1, False, 5.0), (0.632, 0.5, False, 0.2),
+        (2.52, 10.0, False, 0.05), (2.52, 1.0, False, 0.05), (0.0, 0.1, False, 0.05),
+        (0.0, 0.1, True, 0.05),
+    ):  # fmt: skip
+        method = tiny_scheduler(method="vafl", sigma=sigma, clip=clip, no_clip=no_clip).method
+        rate = method.device_optimizers[0].param_groups[0]["lr"]
+        assert rate == pytest.approx(expected)
+        compensated = sigma and not no_clip
+        assert rate == pytest.approx(
+            vafl.VAFL.LR_DEVICE * (vafl.EMBED_NORM / min(clip if compensated else 1.0, vafl.EMBED_NORM)) ** 2
+        )
+        value, source = method.default_rate("lr_device")
+        assert value == rate and ("EMBED_NORM" in source) == (rate != vafl.VAFL.LR_DEVICE)

@@ -27,7 +27,7 @@ SMALL = [
 def test_the_banner_prints_the_method_default_as_a_number(tmp_path, capsys):
     assert main([*SMALL, "--method", "vafl", "--epsilon", "2", "--out", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
-    assert "lr_device 0.05 (VAFL.LR_DEVICE, the method's default)" in err
+    assert "lr_device 5 (VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise" in err
     line = next(x for x in err.splitlines() if x.startswith("lr_server"))  # noised inputs: below 0.05
     assert float(line.split()[1]) < 0.05 and "min(VAFL.LR_SERVER, 0.3 / s)" in line
     assert "method default" not in err

@@ -99,6 +99,11 @@ class Method(abc.ABC):
         return None
 
     @classmethod
+    def default_clip(cls, config: TrainConfig) -> float | None:
+        """Its C for a run of ``config`` where none is given or tuned (None: defaults.CLIP)."""
+        return cls.DEFAULT_CLIP
+
+    @classmethod
     def zeroth_order_head(cls, config: TrainConfig) -> bool:
         """Whether this method's server head takes zeroth-order steps in a run of ``config``."""
         return False

@@ -71,10 +71,9 @@ def embedding_gradients(
 # C of the methods that clip and noise a per-record gradient vector on the downlink (fo-vector,
 # czofo) where none is given or tuned: every sweep of them chose it (training/tuned.py, HPARAMS:
 # digits and mnist-5k). DPZV's C = 10 bounds a scalar loss difference; on these vectors it is far
-# above their norms, so the noise (proportional to C) grows 100-fold for no signal. (vafl keeps
-# C = 10: its test embeddings are not clipped, so a small C trains its head on inputs far smaller
-# than those it is evaluated on; without noise its test loss then rises,
-# tests/training/test_methods.py.)
+# above their norms, so the noise (proportional to C) grows 100-fold for no signal. vafl takes it
+# for its noised embeddings too, with a device rate that undoes the clip's shrinking of its
+# gradient (``methods.vafl.EMBED_NORM``).
 VECTOR_CLIP = 0.1
 # The noise a first-order device step takes from a noised downlink: rate x nu at most
 # (``FirstOrderDevices.device_rate``). Measured on breast-cancer, fo-vector, epsilon 2, C = 0.1,

@@ -36,12 +36,34 @@ from privzv.training.methods import common, head
 # (the majority class), at 0.012 at 0.397 (docs/training.md, "Stable defaults of the vector-noise
 # methods").
 HEAD_INPUT_STEP = 0.3
+# The device's rate where ``--lr-device`` is open, in a noised run: LR_DEVICE (chosen unclipped)
+# times (EMBED_NORM / min(C, EMBED_NORM))^2. A row clipped to norm C < |h| passes the gradient
+# through (C/|h|) times the projection off h, so a parameter step moves the head's input by
+# (C/|h|)^2 times the unclipped step; EMBED_NORM is the embedding norm of the unclipped reference
+# (the devices' initial embeddings: median norm 0.25 to 1.13 on the embedded datasets, seed 0,
+# ``benchmarks/stable_defaults_grid.py --embedding-norms``).
+# With noise the head's rate is capped (HEAD_INPUT_STEP) and the devices must carry the learning:
+# at C = 0.1 (the default, ``methods.common.VECTOR_CLIP``) the rate is 5; seed 0, digits at
+# epsilon 2 and 10 went from 0.100 and 0.406 to 0.428 and 0.828 (docs/results.md, "Stable
+# defaults"). Without noise the head learns at LR_SERVER and rescales itself to the clipped rows,
+# so the devices keep LR_DEVICE: at 5 their unclipped test embeddings grew (digits: test loss 351).
+EMBED_NORM = 1.0
 
 
 class VAFL(common.FirstOrderMethod):
     name = "vafl"
     RELEASED_BY = "device"
     PROTECTS = "none"
+    DEFAULT_CLIP = common.VECTOR_CLIP  # in a private run (``default_clip``)
+
+    @classmethod
+    def default_clip(cls, config) -> float | None:
+        """C where none is given or tuned: with noise VECTOR_CLIP (C = 10 lies far above the
+        embeddings' norms, so the noise, proportional to C, grows with no more signal:
+        docs/training.md, "Stable defaults"); without noise defaults.CLIP, which clips nothing
+        (the test embeddings are not clipped, and a head trained on rows clipped to 0.1 then sees
+        far larger ones: the test loss rises, tests/training/test_methods.py)."""
+        return cls.DEFAULT_CLIP if config.private else None
 
     def head_input_power(self, head_module) -> float:
         """s = M E sigma^2 gain^2: the expected squared norm of the noise on one record's input to
@@ -55,7 +77,18 @@ class VAFL(common.FirstOrderMethod):
         self.server_rate = min(self.LR_SERVER, HEAD_INPUT_STEP / s) if s > 0 else self.LR_SERVER
         self.head = head.first_order(self.config, server, None, self.server_rate)
 
+    def device_rate(self) -> float:
+        """LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise: the unclipped step of the
+        head's input through a clip to C (``EMBED_NORM``); LR_DEVICE without noise or clipping."""
+        clip = None if self.config.no_clip or not self.sigma else self.config.clip
+        return self.LR_DEVICE * (EMBED_NORM / min(clip or EMBED_NORM, EMBED_NORM)) ** 2
+
     def default_rate(self, name: str) -> tuple[float, str]:
+        if name == "lr_device" and self.device_rate() != self.LR_DEVICE:
+            return self.device_rate(), (
+                f"VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise, EMBED_NORM "
+                f"{EMBED_NORM:g} (methods.vafl.device_rate)"
+            )
         if name != "lr_server":
             return super().default_rate(name)
         return self.server_rate, (
