@@ -357,16 +357,19 @@ def _bounded_by(z, k, q, kind, delta, eps, discretization) -> bool:
 
 def _direction_epsilon(z, k, q, kind, delta, discretization, fit):
     """One direction's pld at grid step ``discretization``. With ``fit``, where the composition
-    would need more than PLD_COMPOSED_BUDGET points at that step
-    (:func:`privzv.tilted_pld.composed_points`, counted before any FFT), at the step that fits
-    it (the range scaled to the budget, rounded up to a power of 2 times the step, so that
-    epsilon is smooth in z between those steps), up to PLD_MAX_COARSENING times coarser, and
-    CannotAnswer if even that grid needs more than twice the budget (without ``fit``, exactly at
-    the step asked: the convergence checks)."""
+    would need more than PLD_COMPOSED_BUDGET points at that step (estimated on the probe's grid,
+    :func:`_probed_ratio`, so that a release over the budget is not built on that step only to
+    be sized; else :func:`privzv.tilted_pld.composed_points` of the release, counted before any
+    FFT), at the step that fits it (the range scaled to the budget, rounded up to a power of 2
+    times the step, so that epsilon is smooth in z between those steps), up to
+    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
     from privzv import tilted_pld
 
-    shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
-    ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+    ratio = fit and _probed_ratio(z, k, q, kind, delta, discretization)
+    if not ratio > 1.0:  # within the budget by the probe's estimate: sized exactly on its grid
+        shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
+        ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
     if 1.0 < ratio <= PLD_MAX_COARSENING:
         # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
         coarser = 2.0 ** math.ceil(math.log2(ratio))

@@ -64,7 +64,13 @@ def test_a_flat_secant_does_not_send_the_search_to_the_top_of_the_range():
         return 0.676 * (0.745 / z) ** 0.006 if z < 0.8 else 0.05 * (0.8 / z) ** 4
 
     z, e = calibration.smallest_feasible(
-        epsilon, 0.3, 1e-5, lambda z: 1 / z, lambda mu: 1 / mu, start=0.745, slope=-400.0
+        epsilon,
+        0.3,
+        1e-5,
+        lambda z: 1 / z,
+        lambda mu: 1 / mu,
+        start=0.745,
+        first_step=lambda z, e, aim: z * math.exp((math.log(aim) - math.log(e)) / -400.0),
     )
     assert e <= 0.3 and 0.8 <= z < 0.8 * (1 + 2 * calibration.Z_RTOL)
     assert max(seen) <= 0.745 * calibration.MAX_SECANT_STEP**2
