@@ -119,6 +119,10 @@ PLD_MAX_COMPOSED_POINTS = 4_000_000
 # PLD_MAX_COARSENING times the budget pld declines without building the full grid.
 PLD_PROBE_POINTS = 2_000
 PLD_PROBE_MARGIN = 4.0
+# ... except a release of at most this many points, which is sized on its own grid: at a noise
+# multiplier of 0.009 the quadrature of a release costs 0.3 s whatever its grid (fuzz row 30),
+# so a probe there doubled the cost of calibration's coarse evaluations
+PLD_SELF_SIZED_POINTS = 20_000
 # An add direction is bounded on a grid of PLD_SKIP_POINTS points a release before it is built
 # on the fine one, where its probe's epsilon is within PLD_SKIP_RATIO times the remove
 # direction's (beyond that, that grid is as loose: at q = 1.4e-6, T = 6.3e6 the add direction's
@@ -417,10 +421,13 @@ def _probe_step(z, k, q, kind, delta, discretization, points=PLD_PROBE_POINTS) -
 
 def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
     """The composition's points at ``discretization`` over PLD_COMPOSED_BUDGET, estimated from
-    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step)."""
+    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step), or
+    counted on the release itself where its grid has at most PLD_SELF_SIZED_POINTS points."""
     from privzv import tilted_pld
 
     step = _probe_step(z, k, q, kind, delta, discretization)
+    if _probe_step(z, k, q, kind, delta, discretization, PLD_SELF_SIZED_POINTS) == discretization:
+        step = discretization
     _, probe = _tilted_release(z, k, q, kind, delta, step)
     return tilted_pld.composed_points(probe, k, _tail(delta)) * (step / discretization) / PLD_COMPOSED_BUDGET
 
