@@ -356,7 +356,7 @@ def _coarse_step(coarse, z, e, aim):
     points = [(math.log(x), math.log(v)) for x, v in coarse if 0 < v < math.inf]
     here = dict(coarse).get(z, 0.0)
     if len(points) < 2 or not 0 < here < math.inf:
-        return math.nan  # the caller bisects or steps by 4
+        return math.nan  # the caller steps by its model instead
     x, goal = math.log(z), math.log(aim) - math.log(e) + math.log(here)
     pairs = list(zip(points, points[1:]))
     around = [(a, b) for a, b in pairs if (a[1] - goal) * (b[1] - goal) <= 0 and a[1] != b[1]]

@@ -5,7 +5,9 @@
 such z. It needs few evaluations because it starts from a Gaussian-DP model of the accountant:
 the model's mu(z) is rescaled by the ratio of the accountant's effective mu (the mu whose GDP
 curve passes through (epsilon(z), delta)) to the model's, which changes slowly with z; after
-that, secant steps in (log z, log epsilon) aimed just below the target, kept inside the bracket
+that, steps in (log z, log epsilon) aimed just below the target: from one side, secant steps
+(inverse quadratic interpolation through the last three points where the curve bends), once
+the target is bracketed false position with Anderson-Bjorck weights, kept inside the bracket
 (geometric bisection when a step would leave it).
 """
 
@@ -25,6 +27,9 @@ MAX_SECANT_STEP = 4.0
 # the noise multiplier within Z_RTOL of one whose epsilon is above it.
 EPS_RTOL = 2e-4
 Z_RTOL = 1e-4
+# Once bracketed, an end that moves while its log(epsilon / aim) shrinks by less than this
+# fraction is on a flat stretch of epsilon: the next step bisects.
+FLAT = 0.05
 # Noise multipliers searched. The top reaches epsilon 1e-8 after 1e8 unsampled releases
 # (z = sqrt(T) / mu, mu about 1e-8 there at delta 1e-5); at the bottom, where any z meets the
 # target, the answer is the bottom itself.
@@ -48,8 +53,8 @@ def smallest_feasible(
 
     ``model_mu(z)`` and its inverse ``model_inverse(mu)`` are a GDP approximation of the
     accountant; ``start`` defaults to the model's answer. ``first_step(z, epsilon(z), aim)``, if
-    given, replaces the model for the first step (aim: the epsilon aimed at). Raises PrivzvError if no z in Z_RANGE reaches
-    the target.
+    given, replaces the model for the first step (aim: the epsilon aimed at). Raises PrivzvError
+    if no z in Z_RANGE reaches the target.
     """
     aim = target * (1.0 - 0.5 * eps_rtol)
     mu_aim = gdp.mu_from_epsilon(aim, delta)
@@ -64,6 +69,7 @@ def smallest_feasible(
     # other creeps towards it (Anderson & Bjorck 1973, BIT 13)
     weight = {"lo": 1.0, "hi": 1.0}
     moved = None
+    flat = False  # the last end moved without its epsilon moving towards the aim
     for _ in range(MAX_EVALUATIONS):
         z = min(max(z, Z_RANGE[0]), Z_RANGE[1])
         e = epsilon(z)
@@ -75,8 +81,9 @@ def smallest_feasible(
             lo = (z, e) if lo is None or z > lo[0] else lo
         if before is not None and (z, e) in (lo, hi):  # an end moved
             side, kept = ("lo", "hi") if e > target else ("hi", "lo")
+            m = 1.0 - _log_ratio(e, aim) / (_log_ratio(before[1], aim) or math.nan)
+            flat = not m > FLAT
             if moved == side:  # twice in a row: the kept end's weight shrinks
-                m = 1.0 - _log_ratio(e, aim) / (_log_ratio(before[1], aim) or math.nan)
                 weight[kept] *= m if m > 0 else 0.5
             weight[side], moved = 1.0, side
         if hi is not None and (
@@ -93,12 +100,15 @@ def smallest_feasible(
         if lo is not None and lo[0] >= Z_RANGE[1]:
             break
         if lo is not None and hi is not None:  # bracketed: false position, Anderson-Bjorck
-            z_next = _false_position(lo, hi, aim, weight["lo"], weight["hi"])
+            # where epsilon is flat in z (rdp's at delta 1e-292, fuzz row 200), interpolation has
+            # nothing to go on: bisect
+            z_next = math.nan if flat else _false_position(lo, hi, aim, weight["lo"], weight["hi"])
         elif last is not None:  # at most MAX_SECANT_STEP: epsilons an ulp apart give a flat secant
             z_next = min(max(_one_sided(seen, aim), z / MAX_SECANT_STEP), z * MAX_SECANT_STEP)
         else:
-            usable = first_step is not None and math.isfinite(e) and e > 0
-            z_next = first_step(z, e, aim) if first_step is not None and usable else math.nan
+            z_next = math.nan
+            if first_step is not None and math.isfinite(e) and e > 0:
+                z_next = first_step(z, e, aim)
             if not math.isfinite(z_next):
                 z_next = _rescaled(z, e, delta, mu_aim, model_mu, model_inverse)
         low = lo[0] if lo is not None else 0.0
@@ -137,8 +147,6 @@ def _false_position(lo, hi, aim, w_lo, w_hi) -> float:
     """The bracket's false-position point in (log z, log epsilon - log aim), each end's value
     times its weight; nan where an epsilon is not positive and finite (the caller bisects)."""
     (z0, e0), (z1, e1) = lo, hi
-    if not all(math.isfinite(e) and e > 0 for e in (e0, e1)):
-        return math.nan
     y0, y1 = w_lo * _log_ratio(e0, aim), w_hi * _log_ratio(e1, aim)
     if not y0 > 0 > y1:
         return math.nan
