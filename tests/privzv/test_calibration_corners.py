@@ -305,3 +305,14 @@ def test_a_small_grid_is_sized_on_itself_where_every_quadrature_is_costly(monkey
     sizes = _built(monkeypatch)
     eps = accountants.pld_epsilon(z, exp, "replace-one", delta, step)
     assert math.isfinite(eps) and len(sizes) == 1
+
+
+def test_a_flat_epsilon_is_bisected_not_crept_along(monkeypatch):
+    """Fuzz row 200 (best, replace-one, delta 1e-292: rdp answers, its epsilon flat in z between
+    jumps): false position kept landing next to the flat end (104 evaluations before this
+    cure); a move along a flat stretch now makes the next step a bisection. At most 20
+    evaluations (31 on main), within the target."""
+    case = _fuzz_row(200)
+    assert case["delta"] < 1e-200
+    found, seen = _calibrate_counting(monkeypatch, case)
+    assert found.epsilon <= case["epsilon"] and len(seen) <= 20
