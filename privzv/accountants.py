@@ -119,6 +119,10 @@ PLD_MAX_COMPOSED_POINTS = 4_000_000
 # PLD_MAX_COARSENING times the budget pld declines without building the full grid.
 PLD_PROBE_POINTS = 2_000
 PLD_PROBE_MARGIN = 4.0
+# ... except a release of at most this many points, which is sized on its own grid: at a noise
+# multiplier of 0.009 the quadrature of a release costs 0.3 s whatever its grid (fuzz row 30),
+# so a probe there doubled the cost of calibration's coarse evaluations
+PLD_SELF_SIZED_POINTS = 20_000
 # An add direction is bounded on a grid of PLD_SKIP_POINTS points a release before it is built
 # on the fine one, where its probe's epsilon is within PLD_SKIP_RATIO times the remove
 # direction's (beyond that, that grid is as loose: at q = 1.4e-6, T = 6.3e6 the add direction's
@@ -344,29 +348,43 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False):
 
 
 def _bounded_by(z, k, q, kind, delta, eps, discretization) -> bool:
-    """True where direction ``kind``'s pld on its probe's grid, or (where that is within
-    PLD_SKIP_RATIO times ``eps`` and that grid is coarser than ``discretization``) on
-    PLD_SKIP_POINTS points a release, is at most ``eps``."""
+    """True where direction ``kind``'s pld is at most ``eps`` on its probe's grid, on
+    PLD_SKIP_POINTS points a release (where the probe is within PLD_SKIP_RATIO times ``eps``
+    and that grid is coarser than ``discretization``) or on twice ``discretization`` (where that
+    is finer still: fuzz rows 71 and 148, whose add direction is 0.154 and 0.999 on 20,000
+    points, 0.068 and 0.215 on twice the step, against the remove direction's 0.070 and
+    0.307)."""
     probe = _cheap_epsilon(z, k, q, kind, delta, PLD_PROBE_POINTS)
-    return probe <= eps or (
+    skip_step = _probe_step(z, k, q, kind, delta, 0.0, PLD_SKIP_POINTS)
+    if probe <= eps or (
         probe <= PLD_SKIP_RATIO * eps
-        and _probe_step(z, k, q, kind, delta, 0.0, PLD_SKIP_POINTS) > discretization
+        and skip_step > discretization
         and _cheap_epsilon(z, k, q, kind, delta, PLD_SKIP_POINTS) <= eps
-    )
+    ):
+        return True
+    if not 2.0 * discretization < skip_step:
+        return False
+    try:
+        return _direction_epsilon(z, k, q, kind, delta, 2.0 * discretization, True) <= eps
+    except (CannotAnswer, OverflowError, FloatingPointError, MemoryError, ValueError):
+        return False
 
 
 def _direction_epsilon(z, k, q, kind, delta, discretization, fit):
     """One direction's pld at grid step ``discretization``. With ``fit``, where the composition
-    would need more than PLD_COMPOSED_BUDGET points at that step
-    (:func:`privzv.tilted_pld.composed_points`, counted before any FFT), at the step that fits
-    it (the range scaled to the budget, rounded up to a power of 2 times the step, so that
-    epsilon is smooth in z between those steps), up to PLD_MAX_COARSENING times coarser, and
-    CannotAnswer if even that grid needs more than twice the budget (without ``fit``, exactly at
-    the step asked: the convergence checks)."""
+    would need more than PLD_COMPOSED_BUDGET points at that step (estimated on the probe's grid,
+    :func:`_probed_ratio`, so that a release over the budget is not built on that step only to
+    be sized; else :func:`privzv.tilted_pld.composed_points` of the release, counted before any
+    FFT), at the step that fits it (the range scaled to the budget, rounded up to a power of 2
+    times the step, so that epsilon is smooth in z between those steps), up to
+    PLD_MAX_COARSENING times coarser, and CannotAnswer if even that grid needs more than twice
+    the budget (without ``fit``, exactly at the step asked: the convergence checks)."""
     from privzv import tilted_pld
 
-    shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
-    ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
+    ratio = fit and _probed_ratio(z, k, q, kind, delta, discretization)
+    if not ratio > 1.0:  # within the budget by the probe's estimate: sized exactly on its grid
+        shift, tilted = _tilted_release(z, k, q, kind, delta, discretization)
+        ratio = fit and tilted_pld.composed_points(tilted, k, _tail(delta)) / PLD_COMPOSED_BUDGET
     if 1.0 < ratio <= PLD_MAX_COARSENING:
         # a power of 2: the step, and so epsilon's smoothness in z, holds over a range of z
         coarser = 2.0 ** math.ceil(math.log2(ratio))
@@ -414,10 +432,13 @@ def _probe_step(z, k, q, kind, delta, discretization, points=PLD_PROBE_POINTS) -
 
 def _probed_ratio(z, k, q, kind, delta, discretization) -> float:
     """The composition's points at ``discretization`` over PLD_COMPOSED_BUDGET, estimated from
-    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step)."""
+    the release on at most PLD_PROBE_POINTS points (its composed range scaled to the step), or
+    counted on the release itself where its grid has at most PLD_SELF_SIZED_POINTS points."""
     from privzv import tilted_pld
 
     step = _probe_step(z, k, q, kind, delta, discretization)
+    if _probe_step(z, k, q, kind, delta, discretization, PLD_SELF_SIZED_POINTS) == discretization:
+        step = discretization
     _, probe = _tilted_release(z, k, q, kind, delta, step)
     return tilted_pld.composed_points(probe, k, _tail(delta)) * (step / discretization) / PLD_COMPOSED_BUDGET
 

@@ -54,18 +54,30 @@ def test_a_grid_too_large_is_declined_before_any_release_is_composed(monkeypatch
     assert composed == []  # the old code composed the remove direction, then declined on add
 
 
+def _search(epsilon, start, slope):
+    """(z, epsilon(z), every z evaluated) of the search for target 0.3 at delta 1e-5 from
+    ``start``, its first step along ``slope`` (d log epsilon / d log z)."""
+    seen = []
+    z, e = calibration.smallest_feasible(
+        lambda z: seen.append(z) or epsilon(z),
+        0.3,
+        1e-5,
+        lambda z: 1 / z,
+        lambda mu: 1 / mu,
+        start=start,
+        first_step=lambda z, e, aim: z * math.exp((math.log(aim) - math.log(e)) / slope),
+    )
+    return z, e, seen
+
+
 def test_a_flat_secant_does_not_send_the_search_to_the_top_of_the_range():
     """Where pld declines, rdp answers an epsilon that barely moves with z: the secant through two
     such points aimed the old search at z = 1e15 and it spent evaluations coming back."""
-    seen = []
 
     def epsilon(z):  # rdp's slope (d log eps / d log z = -0.006) below z = 0.8, then pld's
-        seen.append(z)
         return 0.676 * (0.745 / z) ** 0.006 if z < 0.8 else 0.05 * (0.8 / z) ** 4
 
-    z, e = calibration.smallest_feasible(
-        epsilon, 0.3, 1e-5, lambda z: 1 / z, lambda mu: 1 / mu, start=0.745, slope=-400.0
-    )
+    z, e, seen = _search(epsilon, start=0.745, slope=-400.0)
     assert e <= 0.3 and 0.8 <= z < 0.8 * (1 + 2 * calibration.Z_RTOL)
     assert max(seen) <= 0.745 * calibration.MAX_SECANT_STEP**2
     assert math.isfinite(e)
@@ -149,3 +161,158 @@ def test_one_rarely_sampled_release_is_one_sided_against_its_exact_hockey_stick(
     assert found.accountant == "pld" and found.epsilon <= eps
     assert exact_sampled_delta(found.epsilon, q, found.noise_multiplier) <= delta
     assert exact_sampled_delta(eps, q, found.noise_multiplier * (1 - 1e-3)) > delta
+
+
+def _fuzz_row(row):
+    """The fuzz's draw ``row`` (seed 0) as keyword arguments of ``privzv.noise_multiplier``."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from fuzz_accounting import draw
+
+    rng = np.random.default_rng(0)
+    return [draw(rng) for _ in range(row + 1)][row]
+
+
+def _calibrate_counting(monkeypatch, case):
+    """(result, the coarseness of each evaluation the calibration made), from cold caches."""
+    from privzv import accounting
+
+    accountants.clear_caches()
+    seen, original = [], accounting.evaluate
+    monkeypatch.setattr(
+        accounting, "evaluate", lambda z, *a: seen.append(a[5] if len(a) > 5 else 1.0) or original(z, *a)
+    )
+    return privzv.noise_multiplier(**case), seen
+
+
+def test_rdp_across_its_knee_needs_few_evaluations(monkeypatch):
+    """Fuzz row 37 (rdp, q = 4.9e-8, epsilon 178): epsilon is flat in z, then explodes; the secant
+    through the last two points crept along the flat side (19 evaluations on the old code). False
+    position with Anderson-Bjorck weights on the bracket needs at most 15, and the answer is the
+    smallest noise multiplier within the precision: 0.1% less noise misses the target."""
+    case = _fuzz_row(37)
+    assert case["accountant"] == "rdp" and case["sample_rate"] < 1e-7
+    found, seen = _calibrate_counting(monkeypatch, case)
+    assert found.accountant == "rdp" and found.epsilon <= case["epsilon"]
+    assert len(seen) <= 15
+    less = privzv.epsilon(
+        noise_multiplier=found.noise_multiplier * (1 - 1e-3),
+        **{k: v for k, v in case.items() if k != "epsilon"},
+    )
+    assert less.epsilon > case["epsilon"]
+
+
+# fuzz row 148's coarse solve (20,000 points a release): its (z, epsilon) points, its answer's
+# epsilon on the fine grid, and the calibrated answer (2026-11-27, this code)
+COARSE_148 = [
+    (0.394868, 3.9891464118839757),
+    (0.69835, 0.37050315678318313),
+    (0.712498, 0.3077809045491707),
+    (0.71273, 0.30832415034128796),
+    (0.712946, 0.3069457450167052),
+    (0.713422, 0.3035883383424166),
+    (0.725734, 0.25808356444293096),
+]
+FINE_148, ANSWER_148, TARGET_148 = (0.712946, 0.127988), 0.6035, 0.30714576002010674
+
+
+def test_the_fine_search_starts_from_the_coarse_curve_scaled_to_the_fine_one():
+    """Row 148: the coarse grid's epsilon is 2.4 times the fine one at the coarse answer. The
+    first fine step follows the coarse curve scaled by that ratio and lands within 2.5% of the
+    answer; the old step, along the coarse curve's slope at its answer, landed 11% away."""
+    from privzv import accounting
+
+    z0, e0 = FINE_148
+    aim = TARGET_148 * (1 - 0.5 * calibration.EPS_RTOL)
+    new = accounting._coarse_step(COARSE_148, z0, e0, aim)
+    assert abs(new / ANSWER_148 - 1) < 0.025
+    (z1, e1), c0 = COARSE_148[3], dict(COARSE_148)[z0]  # the old code's nearest point
+    old = z0 * math.exp((math.log(aim) - math.log(e0)) * math.log(z1 / z0) / math.log(e1 / c0))
+    assert abs(old / ANSWER_148 - 1) > 0.1
+
+
+def test_a_curved_epsilon_approached_from_one_side_is_interpolated_through_three_points():
+    """log epsilon against log z bends (row 148's fine curve: slope -6.3 at the start, -4.1 at
+    the answer), so secant steps from the feasible side undershoot each time: inverse quadratic
+    interpolation through the last three points needs 5 evaluations where the secant needed 6."""
+
+    def epsilon(z):
+        x = math.log(0.6 / z)
+        return 0.3 * math.exp(4.1 * x - 6.3 * x * x)
+
+    z, e, seen = _search(epsilon, start=0.713, slope=-15.0)
+    assert e <= 0.3 and 0.3 - e <= calibration.EPS_RTOL * 0.3
+    assert len(seen) == 5
+
+
+# fuzz row 71's fine evaluation (pld, q = 1.25e-5, T = 2.5e5): the release's grid at the step
+# asked for has 1.5e5 points and its composition twice the budget
+ROW_71 = dict(z=0.6806864788032673, k=254764, q=1.254178410158513e-05, delta=1.0271426708957623e-05)
+
+
+def _built(monkeypatch):
+    """(direction, size) of each release built from now on (cold caches)."""
+    from privzv import gaussian_pmf
+
+    accountants.clear_caches()
+    sizes, original = [], gaussian_pmf.release_pmf
+
+    def built(*a, **kw):
+        pmf = original(*a, **kw)
+        sizes.append((kw["kind"], len(pmf.probs)))
+        return pmf
+
+    monkeypatch.setattr(gaussian_pmf, "release_pmf", built)
+    return sizes
+
+
+def test_no_release_is_built_on_the_fine_step_where_a_coarser_one_settles_it(monkeypatch):
+    """Row 71's fine evaluation: the composition's size comes from the probe's estimate, so the
+    remove direction is not built on its 1.5e5-point grid (it was, then rebuilt on the step
+    twice as coarse; the estimate picks the same power of 2 as the exact count, so the answer is
+    the same); the add direction, 0.154 on 20,000 points against the answer's 0.070, is bounded
+    on twice the step (0.068) instead of built and composed on the 1.5e5 points (as it was)."""
+    k, q, delta, z = ROW_71["k"], ROW_71["q"], ROW_71["delta"], ROW_71["z"]
+    exp = Exposure(k, q)
+    # the step of the fine evaluation: the probe's epsilon calls for it
+    disc = accountants.pld_discretization(
+        accountants.probe_pld_epsilon(z, exp, "add-remove", delta), k, delta
+    )
+    sizes = _built(monkeypatch)
+    eps = accountants.pld_epsilon(z, exp, "add-remove", delta, disc)
+    assert math.isfinite(eps) and max(n for _, n in sizes) < 0.6 * accountants.PLD_MAX_POINTS
+    step = accountants.pld_grid_step(z, exp, delta, disc)
+    _, exact = accountants._tilted_release(z, k, q, "remove", delta, step)
+    counted = tilted_pld.composed_points(exact, k, accountants._tail(delta)) / accountants.PLD_COMPOSED_BUDGET
+    estimated = accountants._probed_ratio(z, k, q, "remove", delta, step)
+    assert 1 < counted and math.ceil(math.log2(counted)) == math.ceil(math.log2(estimated))
+    # the premise of the skip: the add direction on the fine step is below the answer too
+    assert accountants._direction_epsilon(z, k, q, "add", delta, step, True) <= eps
+
+
+def test_a_small_grid_is_sized_on_itself_where_every_quadrature_is_costly(monkeypatch):
+    """Fuzz row 30 (replace-one, z = 0.0089): a release's quadrature costs the same on any grid
+    there, so the coarse solve's grids (under PLD_SELF_SIZED_POINTS points) are sized on
+    themselves: one release built per evaluation (two on the old code: the probe as well)."""
+    case = _fuzz_row(30)
+    z, k, q, delta = 0.008876726266585816, case["steps"], case["sample_rate"], case["delta"]
+    exp = Exposure(k, q)
+    step = max(
+        10 * accountants.pld_discretization(case["epsilon"], k, delta),
+        accountants.release_span(z, exp, delta) / 20_000,
+    )
+    sizes = _built(monkeypatch)
+    eps = accountants.pld_epsilon(z, exp, "replace-one", delta, step)
+    assert math.isfinite(eps) and len(sizes) == 1
+
+
+def test_a_flat_epsilon_is_bisected_not_crept_along(monkeypatch):
+    """Fuzz row 200 (best, replace-one, delta 1e-292: rdp answers, its epsilon flat in z between
+    jumps): false position kept landing next to the flat end (104 evaluations before this
+    cure); a move along a flat stretch now makes the next step a bisection. At most 20
+    evaluations (31 on main), within the target."""
+    case = _fuzz_row(200)
+    assert case["delta"] < 1e-200
+    found, seen = _calibrate_counting(monkeypatch, case)
+    assert found.epsilon <= case["epsilon"] and len(seen) <= 20

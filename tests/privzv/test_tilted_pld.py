@@ -226,3 +226,19 @@ def test_composed_points_counts_the_largest_fft_before_it_runs(times, stages, mo
         assert counted == sizes[0]
     else:
         assert sizes[0] <= counted and sizes[1] <= counted + 3
+
+
+def test_the_tracked_log_mgf_is_the_log_sum_exp_of_every_term():
+    """tilt's log moment generating function leaves out the terms that underflow (at the larger
+    thetas most of them): it equals scipy's log-sum-exp over every term to rounding, at every
+    theta, for a sampled release whose losses span many orders of the thetas' scale."""
+    from scipy.special import logsumexp
+
+    pmf = gaussian_pmf.release_pmf(
+        0.68, sampling_prob=1.25e-5, kind="remove", discretization=1e-4, log_truncation=-60.0
+    )
+    tilted = tilted_pld.tilt(pmf.discretization, pmf.lower, pmf.probs, pmf.infinity_mass, 40.0)
+    log_p = np.log(pmf.probs[pmf.probs > 0])
+    losses = ((pmf.lower + np.arange(len(pmf.probs))) * pmf.discretization)[pmf.probs > 0]
+    direct = np.array([logsumexp(log_p + theta * losses) for theta in tilted.thetas])
+    assert np.allclose(tilted.log_mgf, direct, rtol=1e-13, atol=1e-15)
