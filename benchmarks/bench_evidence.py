@@ -128,6 +128,11 @@ TUNING = {
             {"noise_step": 0.1, "lr_device_scale": 3.0},
         ],
         "frozen": _NS,
+        "rr-prior": _RATES,
+        "first-order": _RATES,
+        "fo-vector": _NS,
+        "czofo": _NS,
+        "dpzv-batch": _BATCH_RATES,
     },
     "digits": {
         "dpzv": [
@@ -259,12 +264,14 @@ def rows_of(setting: str, path: Path | None = None) -> list[dict]:
     return repro.read_rows(path or Path(OUT.format(setting=setting)))
 
 
-def tune_cells(setting: str) -> list[Cell]:
+def tune_cells(setting: str, variants=None) -> list[Cell]:
+    """``setting``'s tuning runs (of ``variants`` only, where given)."""
     setting = tuned_on(setting)
     s = SETTINGS[setting]
     return [
         Cell("tune", setting, v, s["tune_epsilon"] if VARIANTS[v].private else INF, TUNING_SEED, _knobs(k))
         for v, ks in TUNING[setting].items()
+        if not variants or v in variants
         for k in ks
     ]
 
@@ -487,7 +494,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", help=f"JSON lines, appended (default {OUT})")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--epsilons", nargs="+", type=float, help="grid epsilons (default: the setting's)")
-    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="grid variants (default: all tuned)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        help="variants to run (default: all; grid: all tuned)",
+    )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--secret-seed", type=int, default=0, help="root of the runs' secret seeds")
     p.add_argument("--plot", metavar="DIR")
@@ -498,7 +510,8 @@ def main(argv=None) -> int:
     if args.phase == "tune" and tuned_on(args.setting) != args.setting:
         p.error(f"{args.setting} takes the knobs of {tuned_on(args.setting)}: tune that one")
     if args.phase == "tune":
-        repro.execute(tune_cells(args.setting), path, args.workers, args.secret_seed, runner=run_cell)
+        cells = tune_cells(args.setting, args.variants)
+        repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)
     elif args.phase == "grid":
         cells = grid_cells(args.setting, repro.read_rows(path), args.seeds, args.epsilons, args.variants)
         repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)
