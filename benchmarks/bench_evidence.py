@@ -533,6 +533,9 @@ def main(argv=None) -> int:
     path = Path(args.out or OUT.format(setting=args.setting))
     if args.phase == "tune" and tuned_on(args.setting) != args.setting:
         p.error(f"{args.setting} takes the knobs of {tuned_on(args.setting)}: tune that one")
+    for flag, folder in (("--plot", args.plot), ("--sizes", args.sizes)):
+        if folder and not Path(folder).is_dir():
+            p.error(f"{flag} {folder}: not a folder (give an existing folder for the figures)")
     if args.phase == "tune":
         cells = tune_cells(args.setting, args.variants)
         repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)

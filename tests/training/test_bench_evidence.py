@@ -155,3 +155,14 @@ def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
     by = bench.size_summary()["by_records"]
     assert set(by) == set(best) and all(set(v) == {100_000} for v in by.values())
     assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("flag", ["--plot", "--sizes"])
+def test_a_missing_figure_folder_is_refused_before_anything_runs(tmp_path, capsys, flag):
+    missing = tmp_path / "nope"
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(SystemExit) as e:
+        bench.main(["digits", "--phase", "tune", "--out", str(out), flag, str(missing)])
+    assert e.value.code == 2
+    assert f"{flag} {missing}: not a folder" in capsys.readouterr().err
+    assert not out.exists() and not missing.exists()
