@@ -421,7 +421,8 @@ def markdown(summary: dict) -> str:
     if best:
         out += [
             "",
-            "Best control of: " + "; ".join(f"eps {e}: {', '.join(b['of'])}" for e, b in best.items()),
+            "Best control of: "
+            + "; ".join(f"eps {e}: {', '.join(best[str(e)]['of'])}" for e in eps if str(e) in best),
         ]
     out += ["", "Tuning runs (seed 100): variant, knobs, accuracy", ""]
     out += [
