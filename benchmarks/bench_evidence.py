@@ -310,13 +310,17 @@ def grid_cells(setting: str, rows: list[dict], seeds=SEEDS, epsilons=None, varia
 
 def summarize(setting: str, rows: list[dict]) -> dict:
     """Per (variant, epsilon): accuracy per seed, mean, min, max; the tuning runs; the goal check
-    (DPZV minus the control, per seed)."""
+    (DPZV minus the control, per seed); ``collapsed``: the seeds whose run finished with the
+    trainer's collapse warning (its accuracy fell, or its loss ended above the untrained model's)."""
     grid: dict[tuple, dict] = {}
+    collapsed: dict[tuple, list] = {}
     for r in rows:
         c = r["cell"]
         if c["phase"] == "grid":
             eps = "inf" if c["epsilon"] is None else c["epsilon"]
             grid.setdefault((c["variant"], eps), {})[c["seed"]] = r["test_accuracy"]
+            if r.get("collapse"):
+                collapsed.setdefault((c["variant"], eps), []).append(c["seed"])
     cells = []
     for (variant, eps), by_seed in sorted(
         grid.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]), str(kv[0][1]))
@@ -330,6 +334,7 @@ def summarize(setting: str, rows: list[dict]) -> dict:
                 "mean": statistics.fmean(accs) if accs else None,
                 "min": min(accs, default=None),
                 "max": max(accs, default=None),
+                "collapsed": sorted(collapsed.get((variant, eps), [])),
             }
         )
     gaps, best = {}, {}
@@ -390,7 +395,10 @@ def _gap(dpzv: dict, controls: list[dict]) -> dict:
 def _fmt(c: dict | None) -> str:
     if not c or c["mean"] is None:
         return "-"
-    per = " / ".join("-" if a is None else f"{a:.3f}" for a in c["accuracy"].values())
+    per = " / ".join(
+        "-" if a is None else f"{a:.3f}" + "*" * (s in c.get("collapsed", ()))
+        for s, a in c["accuracy"].items()
+    )
     return f"{c['mean']:.3f} [{per}]"
 
 
@@ -424,6 +432,7 @@ def markdown(summary: dict) -> str:
             "Best control of: "
             + "; ".join(f"eps {e}: {', '.join(best[str(e)]['of'])}" for e in eps if str(e) in best),
         ]
+    out += ["", "`-` in brackets: diverged (no accuracy); `*`: the trainer's collapse warning"]
     out += ["", "Tuning runs (seed 100): variant, knobs, accuracy", ""]
     out += [
         f"- {t['variant']}: {', '.join(f'{k} {x:.3g}' for k, x in t['knobs'].items())} -> "

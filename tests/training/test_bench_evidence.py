@@ -166,3 +166,16 @@ def test_a_missing_figure_folder_is_refused_before_anything_runs(tmp_path, capsy
     assert e.value.code == 2
     assert f"{flag} {missing}: not a folder" in capsys.readouterr().err
     assert not out.exists() and not missing.exists()
+
+
+def test_a_collapsed_run_is_marked_in_the_table():
+    """A run that finished with the collapse warning keeps its accuracy and is starred; a
+    diverged one (no accuracy) shows as -."""
+    rows = [
+        _row(bench.Cell("grid", "digits", "czofo", 2.0, seed, ()), a)
+        for seed, a in zip(bench.SEEDS, (0.5, 0.1, None))
+    ]
+    rows[1]["collapse"] = {"reason": "training diverged: test accuracy fell"}
+    s = bench.summarize("digits", rows)
+    assert s["cells"][0]["collapsed"] == [1]
+    assert "| czofo, sampled head () | 0.300 [0.500 / 0.100* / -] |" in bench.markdown(s)
