@@ -89,6 +89,7 @@ class Variant:
     protects: str
     private: bool = True  # runs at finite epsilons (else at inf only: the ceiling)
     at_inf: bool = False  # also run without noise
+    control: bool = False  # a record-level alternative DPZV must beat (the goal: the best, per seed)
 
 
 VARIANTS = {
@@ -98,22 +99,26 @@ VARIANTS = {
         {"method": "dpzv", "freeze": "devices"},
         "records vs every party (no downlink)",
         at_inf=True,
+        control=True,
     ),
     "dpzv-batch": Variant(
         "DPZV, per-batch head",
         {"method": "dpzv", "head_sampling": "batch"},
         "records vs the receiving device",
+        control=True,
     ),
     "fo-vector": Variant(
-        "fo-vector, sampled head", {"method": "fo-vector"}, "records vs the receiving device"
+        "fo-vector, sampled head", {"method": "fo-vector"}, "records vs the receiving device", control=True
     ),
-    "czofo": Variant("czofo, sampled head", {"method": "czofo"}, "records vs the receiving device"),
+    "czofo": Variant(
+        "czofo, sampled head", {"method": "czofo"}, "records vs the receiving device", control=True
+    ),
     "rr-prior": Variant("rr-prior (label DP)", {"method": "rr-prior"}, "labels only (label neighbours)"),
     "first-order": Variant(
         "first order, no noise", {"method": "fo-vector"}, "nothing (the ceiling)", private=False
     ),
 }
-CONTROL = "frozen"
+CONTROL = "frozen"  # the figure's band and the "DPZV - control" row
 SIZES = ("mnist1d-e2-10k", "mnist1d-e2", "mnist1d-e2-100k")  # accuracy vs D, in records
 SIZE_EPSILON = 5.0
 
@@ -128,6 +133,11 @@ TUNING = {
             {"noise_step": 0.1, "lr_device_scale": 3.0},
         ],
         "frozen": _NS,
+        "rr-prior": _RATES,
+        "first-order": _RATES,
+        "fo-vector": _NS,
+        "czofo": _NS,
+        "dpzv-batch": _BATCH_RATES,
     },
     "digits": {
         "dpzv": [
@@ -259,12 +269,14 @@ def rows_of(setting: str, path: Path | None = None) -> list[dict]:
     return repro.read_rows(path or Path(OUT.format(setting=setting)))
 
 
-def tune_cells(setting: str) -> list[Cell]:
+def tune_cells(setting: str, variants=None) -> list[Cell]:
+    """``setting``'s tuning runs (of ``variants`` only, where given)."""
     setting = tuned_on(setting)
     s = SETTINGS[setting]
     return [
         Cell("tune", setting, v, s["tune_epsilon"] if VARIANTS[v].private else INF, TUNING_SEED, _knobs(k))
         for v, ks in TUNING[setting].items()
+        if not variants or v in variants
         for k in ks
     ]
 
@@ -298,13 +310,17 @@ def grid_cells(setting: str, rows: list[dict], seeds=SEEDS, epsilons=None, varia
 
 def summarize(setting: str, rows: list[dict]) -> dict:
     """Per (variant, epsilon): accuracy per seed, mean, min, max; the tuning runs; the goal check
-    (DPZV minus the control, per seed)."""
+    (DPZV minus the control, per seed); ``collapsed``: the seeds whose run finished with the
+    trainer's collapse warning (its accuracy fell, or its loss ended above the untrained model's)."""
     grid: dict[tuple, dict] = {}
+    collapsed: dict[tuple, list] = {}
     for r in rows:
         c = r["cell"]
         if c["phase"] == "grid":
             eps = "inf" if c["epsilon"] is None else c["epsilon"]
             grid.setdefault((c["variant"], eps), {})[c["seed"]] = r["test_accuracy"]
+            if r.get("collapse"):
+                collapsed.setdefault((c["variant"], eps), []).append(c["seed"])
     cells = []
     for (variant, eps), by_seed in sorted(
         grid.items(), key=lambda kv: (list(VARIANTS).index(kv[0][0]), str(kv[0][1]))
@@ -318,17 +334,16 @@ def summarize(setting: str, rows: list[dict]) -> dict:
                 "mean": statistics.fmean(accs) if accs else None,
                 "min": min(accs, default=None),
                 "max": max(accs, default=None),
+                "collapsed": sorted(collapsed.get((variant, eps), [])),
             }
         )
-    gaps = {}
+    gaps, best = {}, {}
     for (variant, eps), by_seed in grid.items():
-        control = grid.get((CONTROL, eps), {})
-        if variant == "dpzv" and control:
-            gaps[str(eps)] = {
-                s: round(a - control[s], 4)
-                for s, a in sorted(by_seed.items())
-                if a is not None and control.get(s) is not None
-            }
+        controls = [v for v, var in VARIANTS.items() if var.control and (v, eps) in grid]
+        if variant == "dpzv" and controls:
+            best[str(eps)] = {"of": controls, "gap": _gap(by_seed, [grid[(v, eps)] for v in controls])}
+            if CONTROL in controls:
+                gaps[str(eps)] = _gap(by_seed, [grid[(CONTROL, eps)]])
     tuning = [
         {
             "variant": r["cell"]["variant"],
@@ -358,17 +373,32 @@ def summarize(setting: str, rows: list[dict]) -> dict:
         "chosen": {v: dict(k) for v, k in chosen(setting, rows).items()},
         "cells": cells,
         "dpzv_minus_control": gaps,
+        "dpzv_minus_best_control": best,
         "goal_met": {
-            e: bool(g) and len(g) == len(SEEDS) and min(g.values()) >= 0.05 for e, g in gaps.items()
+            e: len(b["gap"]) == len(SEEDS) and min(b["gap"].values()) >= 0.05 for e, b in best.items()
         },
         "versions": next((r["versions"] for r in rows if "versions" in r), {}),
     }
 
 
+def _gap(dpzv: dict, controls: list[dict]) -> dict:
+    """Per seed: DPZV's accuracy minus the best of ``controls``' (seed -> accuracy) at that seed;
+    seeds where DPZV or every control has none (not run, diverged) are left out."""
+    out = {}
+    for s, a in sorted(dpzv.items()):
+        rivals = [c[s] for c in controls if c.get(s) is not None]
+        if a is not None and rivals:
+            out[s] = round(a - max(rivals), 4)
+    return out
+
+
 def _fmt(c: dict | None) -> str:
     if not c or c["mean"] is None:
         return "-"
-    per = " / ".join("-" if a is None else f"{a:.3f}" for a in c["accuracy"].values())
+    per = " / ".join(
+        "-" if a is None else f"{a:.3f}" + "*" * (s in c.get("collapsed", ()))
+        for s, a in c["accuracy"].items()
+    )
     return f"{c['mean']:.3f} [{per}]"
 
 
@@ -388,10 +418,21 @@ def markdown(summary: dict) -> str:
                 + " | ".join(_fmt(at.get((name, e))) for e in eps)
                 + f" | {v.protects} |"
             )
-    gaps = summary["dpzv_minus_control"]
-    if gaps:
-        per = [" / ".join(f"{g:+.3f}" for g in gaps[str(e)].values()) if str(e) in gaps else "-" for e in eps]
-        out.append("| DPZV - control, per seed | " + " | ".join(per) + " | |")
+    best = summary["dpzv_minus_best_control"]
+    for label, gaps in (
+        ("DPZV - control, per seed", summary["dpzv_minus_control"]),
+        ("DPZV - best control of those run, per seed", {e: b["gap"] for e, b in best.items()}),
+    ):
+        if gaps:
+            per = [" / ".join(f"{g:+.3f}" for g in gaps.get(str(e), {}).values()) or "-" for e in eps]
+            out.append(f"| {label} | " + " | ".join(per) + " | |")
+    if best:
+        out += [
+            "",
+            "Best control of: "
+            + "; ".join(f"eps {e}: {', '.join(best[str(e)]['of'])}" for e in eps if str(e) in best),
+        ]
+    out += ["", "`-` in brackets: diverged (no accuracy); `*`: the trainer's collapse warning"]
     out += ["", "Tuning runs (seed 100): variant, knobs, accuracy", ""]
     out += [
         f"- {t['variant']}: {', '.join(f'{k} {x:.3g}' for k, x in t['knobs'].items())} -> "
@@ -487,7 +528,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", help=f"JSON lines, appended (default {OUT})")
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--epsilons", nargs="+", type=float, help="grid epsilons (default: the setting's)")
-    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="grid variants (default: all tuned)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        help="variants to run (default: all; grid: all tuned)",
+    )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--secret-seed", type=int, default=0, help="root of the runs' secret seeds")
     p.add_argument("--plot", metavar="DIR")
@@ -497,8 +543,12 @@ def main(argv=None) -> int:
     path = Path(args.out or OUT.format(setting=args.setting))
     if args.phase == "tune" and tuned_on(args.setting) != args.setting:
         p.error(f"{args.setting} takes the knobs of {tuned_on(args.setting)}: tune that one")
+    for flag, folder in (("--plot", args.plot), ("--sizes", args.sizes)):
+        if folder and not Path(folder).is_dir():
+            p.error(f"{flag} {folder}: not a folder (give an existing folder for the figures)")
     if args.phase == "tune":
-        repro.execute(tune_cells(args.setting), path, args.workers, args.secret_seed, runner=run_cell)
+        cells = tune_cells(args.setting, args.variants)
+        repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)
     elif args.phase == "grid":
         cells = grid_cells(args.setting, repro.read_rows(path), args.seeds, args.epsilons, args.variants)
         repro.execute(cells, path, args.workers, args.secret_seed, runner=run_cell)

@@ -22,9 +22,18 @@ def test_every_variant_gets_the_same_number_of_tuning_runs(setting):
     assert len({c.key for c in cells}) == len(cells)
 
 
-@pytest.mark.parametrize("setting", ["digits", "mnist-5k"])
-def test_the_embedded_datasets_tune_every_variant(setting):
+@pytest.mark.parametrize("setting", ["digits", "mnist-5k", "mnist1d-e2"])
+def test_the_settings_tune_every_variant(setting):
     assert set(bench.TUNING[setting]) == set(bench.VARIANTS)
+
+
+def test_tuning_can_be_restricted_to_some_variants():
+    """``--variants`` on the tune phase runs those variants' tuning runs, all of them, and no other."""
+    every = bench.tune_cells("mnist1d-e2")
+    some = bench.tune_cells("mnist1d-e2", ["rr-prior", "first-order"])
+    assert some == [c for c in every if c.variant in ("rr-prior", "first-order")]
+    assert len(some) == len(bench.TUNING["mnist1d-e2"]["rr-prior"]) * 2
+    assert bench.tune_cells("mnist1d-e2", None) == every
 
 
 def _row(cell, accuracy):
@@ -92,12 +101,45 @@ def test_the_goal_needs_every_seed_ahead_by_0_05():
     assert not bench.summarize("digits", rows([0.60, 0.60], [0.50, 0.50]))["goal_met"]["2.0"]
 
 
+def test_the_goal_is_against_the_best_control_on_each_seed():
+    """DPZV 0.1 ahead of the frozen control on every seed, but fo-vector within 0.05 on seed 1 and
+    czofo on seed 2: not met; a diverged control run (None) is no rival; rr-prior (labels only)
+    and first order (no noise) are none."""
+    accs = {
+        "dpzv": [0.60, 0.60, 0.60],
+        "frozen": [0.50, 0.50, 0.50],
+        "fo-vector": [0.40, 0.58, None],
+        "czofo": [0.30, 0.30, 0.62],
+        "rr-prior": [0.90, 0.90, 0.90],
+    }
+    rows = [
+        _row(bench.Cell("grid", "digits", v, 2.0, seed, ()), a)
+        for v, by in accs.items()
+        for seed, a in zip(bench.SEEDS, by)
+    ]
+    s = bench.summarize("digits", rows)
+    assert s["dpzv_minus_control"]["2.0"] == {0: 0.1, 1: 0.1, 2: 0.1}
+    assert s["dpzv_minus_best_control"]["2.0"] == {
+        "of": ["frozen", "fo-vector", "czofo"],
+        "gap": {0: 0.1, 1: 0.02, 2: -0.02},
+    }
+    assert s["goal_met"] == {"2.0": False}
+    assert "| DPZV - best control of those run, per seed | +0.100 / +0.020 / -0.020 |" in bench.markdown(s)
+    assert {v for v, var in bench.VARIANTS.items() if var.control} == {
+        "frozen",
+        "dpzv-batch",
+        "fo-vector",
+        "czofo",
+    }
+
+
 def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
     """accuracy vs D: the 10k / 100k settings run the 30k setting's winning knobs, tune nothing
     of their own, and the size report puts each variant's mean at its D."""
     tune = bench.tune_cells("mnist1d-e2")
     rows = [_row(c, 0.9 if i % 3 == 2 else 0.4) for i, c in enumerate(tune)]
-    best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 2}
+    # epsilon 5 only: the ceiling (no noise) has no run there
+    best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 2 if bench.VARIANTS[c.variant].private}
     monkeypatch.setattr(bench, "rows_of", lambda setting, path=None: rows if setting == "mnist1d-e2" else [])
     for setting in ("mnist1d-e2-10k", "mnist1d-e2-100k"):
         assert bench.tuned_on(setting) == "mnist1d-e2" and bench.tune_cells(setting) == tune
@@ -111,5 +153,29 @@ def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
         bench, "rows_of", lambda setting, path=None: grid if setting == "mnist1d-e2-100k" else []
     )
     by = bench.size_summary()["by_records"]
-    assert set(by) == {"dpzv", "frozen"} and all(set(v) == {100_000} for v in by.values())
+    assert set(by) == set(best) and all(set(v) == {100_000} for v in by.values())
     assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("flag", ["--plot", "--sizes"])
+def test_a_missing_figure_folder_is_refused_before_anything_runs(tmp_path, capsys, flag):
+    missing = tmp_path / "nope"
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(SystemExit) as e:
+        bench.main(["digits", "--phase", "tune", "--out", str(out), flag, str(missing)])
+    assert e.value.code == 2
+    assert f"{flag} {missing}: not a folder" in capsys.readouterr().err
+    assert not out.exists() and not missing.exists()
+
+
+def test_a_collapsed_run_is_marked_in_the_table():
+    """A run that finished with the collapse warning keeps its accuracy and is starred; a
+    diverged one (no accuracy) shows as -."""
+    rows = [
+        _row(bench.Cell("grid", "digits", "czofo", 2.0, seed, ()), a)
+        for seed, a in zip(bench.SEEDS, (0.5, 0.1, None))
+    ]
+    rows[1]["collapse"] = {"reason": "training diverged: test accuracy fell"}
+    s = bench.summarize("digits", rows)
+    assert s["cells"][0]["collapsed"] == [1]
+    assert "| czofo, sampled head () | 0.300 [0.500 / 0.100* / -] |" in bench.markdown(s)
