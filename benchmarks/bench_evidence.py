@@ -89,7 +89,8 @@ class Variant:
     protects: str
     private: bool = True  # runs at finite epsilons (else at inf only: the ceiling)
     at_inf: bool = False  # also run without noise
-    control: bool = False  # a record-level alternative DPZV must beat (the goal: the best, per seed)
+    control: bool = False  # a record-level alternative DPZV must beat (the goal: the best, per seed);
+    # fo-vector and czofo are not: their epsilon covers a record's label only (their methods' PROTECTS)
 
 
 VARIANTS = {
@@ -108,10 +109,10 @@ VARIANTS = {
         control=True,
     ),
     "fo-vector": Variant(
-        "fo-vector, sampled head", {"method": "fo-vector"}, "records vs the receiving device", control=True
+        "fo-vector, sampled head", {"method": "fo-vector"}, "labels only (its device update carries features)"
     ),
     "czofo": Variant(
-        "czofo, sampled head", {"method": "czofo"}, "records vs the receiving device", control=True
+        "czofo, sampled head", {"method": "czofo"}, "labels only (its device update carries features)"
     ),
     "rr-prior": Variant("rr-prior (label DP)", {"method": "rr-prior"}, "labels only (label neighbours)"),
     "first-order": Variant(
