@@ -179,7 +179,9 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
             return found if len(found) == 2 else None
 
         procs.until(supernodes, 180, "both devices' SuperNodes")
-        procs.until(lambda: (tmp_path / "run" / "metrics.jsonl").exists(), 180, "the ServerApp's first evaluation")
+        procs.until(
+            lambda: (tmp_path / "run" / "metrics.jsonl").exists(), 180, "the ServerApp's first evaluation"
+        )
         (work,) = tmp.glob("privzv-flower-*")
         ca = str(work / "tls" / "ca.pem")
         # 1. no secret in any process's command line or environment (readable by other processes)
@@ -203,9 +205,7 @@ def test_an_outside_process_without_the_runs_credentials_gets_nothing(tmp_path, 
         link_port = int(
             _arg(
                 next(
-                    p
-                    for p in procs.inside(tmp)
-                    if b"flower.serverlink" in _read(Path(f"/proc/{p}/cmdline"))
+                    p for p in procs.inside(tmp) if b"flower.serverlink" in _read(Path(f"/proc/{p}/cmdline"))
                 ),
                 "--port",
             )

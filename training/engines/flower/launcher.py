@@ -451,7 +451,16 @@ def _run(
     else:  # the ServerApp in the SuperLink's process (serverlink), devices authenticated
         stack.start(
             "superlink",
-            [*net.server, sys.executable, "-m", SERVERLINK, *link, "--isolation", "process", "--enable-supernode-auth"],
+            [
+                *net.server,
+                sys.executable,
+                "-m",
+                SERVERLINK,
+                *link,
+                "--isolation",
+                "process",
+                "--enable-supernode-auth",
+            ],
             server_env,
         )
     home = work / "home"
