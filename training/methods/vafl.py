@@ -84,8 +84,9 @@ class VAFL(common.FirstOrderMethod):
         return self.LR_DEVICE * (EMBED_NORM / min(clip or EMBED_NORM, EMBED_NORM)) ** 2
 
     def default_rate(self, name: str) -> tuple[float, str]:
-        if name == "lr_device" and self.device_rate() != self.LR_DEVICE:
-            return self.device_rate(), (
+        rate = self.device_rate() if name == "lr_device" else self.LR_DEVICE
+        if rate != self.LR_DEVICE:
+            return rate, (
                 f"VAFL.LR_DEVICE (EMBED_NORM / min(C, EMBED_NORM))^2 with noise, EMBED_NORM "
                 f"{EMBED_NORM:g} (methods.vafl.device_rate)"
             )
