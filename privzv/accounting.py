@@ -40,6 +40,10 @@ __all__ = [
 COARSE_FACTOR = 10.0
 # ... and on at most this many grid points per release
 COARSE_POINTS = 20_000
+# ... to this precision, relative, in epsilon or in the bracket on z (the fine solve's precision
+# is calibration.EPS_RTOL and Z_RTOL; in the fuzz's slow corners the coarse epsilon is 1.8 to 2.4
+# times the fine one at the coarse answer, so bracketing it closer than this buys nothing)
+COARSE_RTOL = 2e-3
 # Closed-form calibration: relative nudges of z until the re-evaluated epsilon is <= the target.
 MAX_NUDGES = 64
 
@@ -330,20 +334,23 @@ def _calibrate_mixture(epsilon, delta, release, schedule, exp, accountant, bound
 
 def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
     """(z, first step): a cheap first solve with pld alone at COARSE_FACTOR times the
-    discretisation that the target epsilon calls for (where pld cannot answer: ``bound`` at that
-    coarseness), and the fine solve's first step from there (:func:`_coarse_step`)."""
+    discretisation that the target epsilon calls for, its first composition stage in float64
+    (where pld cannot answer: ``bound`` at that coarseness), to COARSE_RTOL, and the fine
+    solve's first step from there (:func:`_coarse_step`)."""
     disc = COARSE_FACTOR * accountants.pld_discretization(epsilon, exp.compositions, delta)
     seen = {}
 
     def coarse(z):
         try:  # on at most COARSE_POINTS points per release: a start, not an answer
             step = max(disc, accountants.release_span(z, exp, delta) / COARSE_POINTS)
-            seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, step)
+            seen[z] = accountants.pld_epsilon(z, exp, release.neighbors, delta, step, extended=False)
         except accountants.CannotAnswer:
             seen[z] = bound(z, COARSE_FACTOR).epsilon
         return seen[z]
 
-    start, _ = smallest_feasible(coarse, epsilon, delta, model_mu, model_inverse, eps_rtol=2e-3)
+    start, _ = smallest_feasible(
+        coarse, epsilon, delta, model_mu, model_inverse, eps_rtol=COARSE_RTOL, z_rtol=COARSE_RTOL
+    )
     return start, functools.partial(_coarse_step, sorted(seen.items()))
 
 

@@ -111,16 +111,29 @@ _HOW = {
 }
 
 
-def _estimate(z: float, exp: Exposure, neighbors: str, delta: float) -> float:
+def _estimate(z: float, exp: Exposure, neighbors: str, delta: float, below: float = math.inf) -> float:
     """A cheap upper estimate of epsilon to choose the PLD discretisation from (rdp, or the
-    unamplified closed form where rdp cannot answer)."""
+    unamplified closed form where rdp cannot answer); inf, without computing rdp, where both are
+    provably above ``below`` (:func:`privzv.accountants.rdp_epsilon_floor`): :func:`_pld` then
+    takes the same branch."""
+    if below < accountants.unamplified_epsilon(z, exp, delta) and below < accountants.rdp_epsilon_floor(
+        z, exp, neighbors, delta
+    ):
+        return math.inf
     try:
         return accountants.rdp_epsilon(z, exp, neighbors, delta)
     except accountants.CannotAnswer:
         return accountants.unamplified_epsilon(z, exp, delta)
 
 
-def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float, coarseness: float) -> float:
+def _pld(
+    z: float,
+    exp: Exposure,
+    neighbors: str,
+    delta: float,
+    estimate: float | Callable[[float], float],
+    coarseness: float,
+) -> float:
     """pld at ``coarseness`` times the discretisation that an estimate of the answer calls for
     (a function of z alone, so that calibrate, account and the ledger agree exactly): pld on the
     probes' grids (:func:`privzv.accountants.probe_pld_epsilon`) where it is below ``estimate``
@@ -138,12 +151,16 @@ def _pld(z: float, exp: Exposure, neighbors: str, delta: float, estimate: float,
         probe = accountants.probe_pld_epsilon(z, exp, neighbors, delta)
     except accountants.CannotAnswer:
         probe = math.inf
+    lazy = estimate if callable(estimate) else None
+    if lazy is not None:  # inf where provably above the probe (:func:`_estimate`)
+        estimate = lazy(probe)
     first = None
     if probe < estimate:
         try:
             first, estimate = at(probe), probe
         except accountants.CannotAnswer:
-            pass
+            if lazy is not None:  # needed after all
+                estimate = lazy(math.inf)
     if first is None:
         first = at(estimate)
     if coarseness == 1.0 and 0 < first < estimate / 2:  # not in calibration's coarse solve
@@ -164,8 +181,16 @@ def _rigorous_bound(
     for name in order:
         try:
             if name == "pld":
-                estimate = answers["rdp"] if "rdp" in answers else _estimate(z, exp, neighbors, delta)
-                answers[name] = _pld(z, exp, neighbors, delta, estimate, coarseness)
+                answers[name] = _pld(
+                    z,
+                    exp,
+                    neighbors,
+                    delta,
+                    answers["rdp"]
+                    if "rdp" in answers
+                    else lambda probe: _estimate(z, exp, neighbors, delta, probe),
+                    coarseness,
+                )
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
         except accountants.CannotAnswer as exc:

@@ -384,11 +384,14 @@ def coarsen(pmf: TiltedPmf, factor: int) -> TiltedPmf:
         return pmf
     fine = pmf.lower + np.arange(len(pmf.probs))
     coarse = np.floor_divide(fine, factor)
-    offset = (fine - coarse * factor) * pmf.discretization  # l - a in [0, D)
+    # l - a in [0, D) takes only ``factor`` values: the shares and tilts are computed once for
+    # each and gathered (the same floats as elementwise, at 1/3 of the cost on 3.5e5 points)
+    rest = fine - coarse * factor
+    offset = np.arange(factor) * pmf.discretization
     step = factor * pmf.discretization
     upper_share = np.expm1(-offset) / math.expm1(-step)
-    to_b = pmf.probs * upper_share * np.exp(pmf.tilt * (step - offset))
-    to_a = pmf.probs * (1.0 - upper_share) * np.exp(-pmf.tilt * offset)
+    to_b = pmf.probs * upper_share[rest] * np.exp(pmf.tilt * (step - offset))[rest]
+    to_a = pmf.probs * (1.0 - upper_share)[rest] * np.exp(-pmf.tilt * offset)[rest]
     base = int(coarse[0])
     index, size = coarse - base, int(coarse[-1]) - base + 2
     probs = np.bincount(index, weights=to_a, minlength=size) + np.bincount(
@@ -407,7 +410,9 @@ def coarsen(pmf: TiltedPmf, factor: int) -> TiltedPmf:
     )
 
 
-def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> TiltedPmf:
+def self_compose(
+    pmf: TiltedPmf, times: int, tail: float, max_points: int, extended: bool = True
+) -> TiltedPmf:
     """``pmf`` composed ``times`` times, in two stages for many compositions.
 
     For k = ``times`` >= STAGED_FROM: m = floor(sqrt(k)) releases are composed at the fine
@@ -419,7 +424,9 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     from about 1e7 points to 1e5. Every step keeps an upper bound. Each FFT's output size is
     checked first (GridTooLarge above ``max_points``); truncated tails (``tail`` each) go to the
     infinity mass, as dp-accounting does; the first stage's is tail / (k // m), so that the
-    infinity mass of the whole stays about 3 ``tail`` plus k times the release's own."""
+    infinity mass of the whole stays about 3 ``tail`` plus k times the release's own. The first
+    stage runs in long double unless ``extended`` is False (float64: a looser bound, its FFT
+    about 4 times cheaper)."""
     if times < STAGED_FROM:
         return self_compose_once(pmf, times, tail, max_points)
     m = math.isqrt(times)
@@ -431,7 +438,7 @@ def self_compose(pmf: TiltedPmf, times: int, tail: float, max_points: int) -> Ti
     if (high_true - low) / factor > 1.1 * max_points:
         raise GridTooLarge(f"about {(high_true - low) / factor:.3g} points after {times} compositions")
     # the first stage's truncated mass is composed `rounds` times: give it tail / rounds
-    block = self_compose_once(pmf, m, tail / rounds, max_points, extended=True)
+    block = self_compose_once(pmf, m, tail / rounds, max_points, extended=extended)
     staged = self_compose_once(coarsen(block, factor), rounds, tail, max_points)
     if rest:
         staged = compose(staged, coarsen(self_compose_once(pmf, rest, tail, max_points), factor))

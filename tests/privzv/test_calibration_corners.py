@@ -316,3 +316,115 @@ def test_a_flat_epsilon_is_bisected_not_crept_along(monkeypatch):
     assert case["delta"] < 1e-200
     found, seen = _calibrate_counting(monkeypatch, case)
     assert found.epsilon <= case["epsilon"] and len(seen) <= 20
+
+
+@pytest.mark.parametrize("neighbors", ["add-remove", "replace-one"])
+@pytest.mark.parametrize("z", [0.009, 0.1, 0.7, 5.0])
+@pytest.mark.parametrize("q, k, delta", [(2.6e-7, 9994, 6e-12), (1.3e-5, 254764, 1e-5), (0.01, 100, 1e-3)])
+def test_the_rdp_floor_is_below_rdp(neighbors, z, q, k, delta):
+    """The floor that lets pld skip rdp as its step estimate (its smallest order alone, halved)
+    is at most rdp's epsilon wherever rdp answers: the premise of the shortcut."""
+    exp = Exposure(k, q)
+    try:
+        full = accountants.rdp_epsilon(z, exp, neighbors, delta)
+    except accountants.CannotAnswer:
+        return
+    assert 0 <= accountants.rdp_epsilon_floor(z, exp, neighbors, delta) <= full
+
+
+def test_pld_does_not_compute_rdp_where_its_floor_is_above_the_probe(monkeypatch):
+    """Fuzz row 30 (pld, replace-one, z = 0.0089): rdp's epsilon (1.6e7, 0.2 s of quadrature)
+    only chose the step between itself and the probe's pld (5.0e3); its floor (one order) is
+    already above the probe, so it is not computed (it was, at every fine evaluation), and the
+    answer is the same as with rdp computed."""
+    from privzv import registry
+
+    case = _fuzz_row(30)
+    z, k, q, delta = 0.008876726266585816, case["steps"], case["sample_rate"], case["delta"]
+    exp = Exposure(k, q)
+    accountants.clear_caches()
+    eager = registry._pld(z, exp, "replace-one", delta, accountants.rdp_epsilon(z, exp, "replace-one", delta), 1.0)
+    accountants.clear_caches()
+    calls, original = [], accountants.rdp_epsilon
+    monkeypatch.setattr(accountants, "rdp_epsilon", lambda *a: calls.append(a) or original(*a))
+    found = privzv.epsilon(
+        noise_multiplier=z,
+        delta=delta,
+        steps=k,
+        sample_rate=q,
+        threat="eavesdropper",
+        neighbors="replace-one",
+        accountant="pld",
+    )
+    assert found.accountant == "pld" and found.epsilon == eager
+    assert calls == []
+
+
+def _coarse_evaluations(monkeypatch, row):
+    """(result, the precision flags of the coarse solve's compositions of release grids above
+    PLD_SKIP_POINTS / 2 points (the probes' grids are shared with the fine solve), the number of
+    coarse evaluations) of fuzz row ``row``'s calibration from cold caches."""
+    from privzv import accounting
+
+    accountants.clear_caches()
+    stages, evaluations = [], []
+    original_once, original_pld = tilted_pld.self_compose_once, accountants.pld_epsilon
+
+    def pld(*a, **kw):
+        evaluations.append(a[0])
+        stages.append(None)  # a marker: the compositions after it belong to this evaluation
+        return original_pld(*a, **kw)
+
+    def once(pmf, times, tail, most, extended=False):
+        if len(pmf.probs) > accountants.PLD_SKIP_POINTS // 2:  # not a probe's grid
+            stages.append(extended)
+        return original_once(pmf, times, tail, most, extended)
+
+    monkeypatch.setattr(tilted_pld, "self_compose_once", once)
+    monkeypatch.setattr(accounting.accountants, "pld_epsilon", pld)
+    original_start = accounting._coarse_start
+    coarse = {}
+
+    def start(*a):
+        stages.clear()
+        evaluations.clear()
+        found = original_start(*a)
+        coarse["stages"], coarse["evaluations"] = list(stages), list(evaluations)
+        return found
+
+    monkeypatch.setattr(accounting, "_coarse_start", start)
+    found = privzv.noise_multiplier(**_fuzz_row(row))
+    return found, [s for s in coarse["stages"] if s is not None], len(coarse["evaluations"])
+
+
+def test_the_coarse_solve_composes_in_float64_and_stops_at_its_precision(monkeypatch):
+    """Fuzz row 148: the coarse solve is a start, not an answer: its compositions' first stage
+    runs in float64 (long double on the old code, 4 times the FFT's cost) and it stops once its
+    bracket is within COARSE_RTOL (8 evaluations on the old code, which bracketed to 1e-4). The
+    answer still meets the target and 0.1% less noise does not."""
+    from privzv import accounting
+
+    case = _fuzz_row(148)
+    found, stages, evaluations = _coarse_evaluations(monkeypatch, 148)
+    assert found.epsilon <= case["epsilon"] and found.accountant == "pld"
+    assert stages and not any(stages)
+    assert evaluations <= 7
+    less = privzv.epsilon(
+        noise_multiplier=found.noise_multiplier * (1 - 1e-3),
+        **{k: v for k, v in case.items() if k != "epsilon"},
+    )
+    assert less.epsilon > case["epsilon"]
+    assert accounting.COARSE_RTOL < 1e-2
+
+
+@pytest.mark.parametrize("row", [ROW_71, ROW_152])
+def test_a_float64_first_stage_is_a_looser_bound_of_the_same_composition(row):
+    """The coarse solve's float64 first stage: its epsilon is at least the long-double one (both
+    bound the same discrete composition; float64's round-off bound is larger) and within 2%."""
+    k, q, delta, z = row["k"], row["q"], row["delta"], row["z"]
+    exp = Exposure(k, q)
+    step = 10 * accountants.pld_discretization(0.1, k, delta)
+    accountants.clear_caches()
+    extended = accountants.pld_epsilon(z, exp, "add-remove", delta, step)
+    plain = accountants.pld_epsilon(z, exp, "add-remove", delta, step, extended=False)
+    assert extended <= plain <= 1.02 * extended

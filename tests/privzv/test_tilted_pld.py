@@ -242,3 +242,24 @@ def test_the_tracked_log_mgf_is_the_log_sum_exp_of_every_term():
     losses = ((pmf.lower + np.arange(len(pmf.probs))) * pmf.discretization)[pmf.probs > 0]
     direct = np.array([logsumexp(log_p + theta * losses) for theta in tilted.thetas])
     assert np.allclose(tilted.log_mgf, direct, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("factor, lower, tilt", [(50, -12345, 30.0), (7, 13, 2.0), (3, -2, 0.0)])
+def test_coarsen_is_the_elementwise_split_exactly(factor, lower, tilt):
+    """coarsen computes each atom's shares and tilts once per offset (``factor`` values) and
+    gathers them: the same floats as the elementwise formula, bit for bit."""
+    rng = np.random.default_rng(factor)
+    probs = rng.random(5000)
+    pmf = tilted_pld.TiltedPmf(1e-3, lower, probs / probs.sum(), 0.0, tilt, 0.0, np.ones(1), np.zeros(1))
+    fine = lower + np.arange(len(pmf.probs))
+    coarse = np.floor_divide(fine, factor)
+    offset = (fine - coarse * factor) * pmf.discretization
+    step = factor * pmf.discretization
+    share = np.expm1(-offset) / math.expm1(-step)
+    to_b = pmf.probs * share * np.exp(tilt * (step - offset))
+    to_a = pmf.probs * (1.0 - share) * np.exp(-tilt * offset)
+    index = coarse - coarse[0]
+    size = int(index[-1]) + 2
+    expected = np.bincount(index, to_a, size) + np.bincount(index + 1, to_b, size)
+    out = tilted_pld.coarsen(pmf, factor)
+    assert out.lower == coarse[0] and np.array_equal(out.probs, expected / float(np.sum(expected)))
