@@ -235,7 +235,13 @@ def unamplified_epsilon(z: float, exposure: Exposure, delta: float) -> float:
 
 
 def pld_epsilon(
-    z: float, exposure: Exposure, neighbors: str, delta: float, discretization: float, *, extended: bool = True
+    z: float,
+    exposure: Exposure,
+    neighbors: str,
+    delta: float,
+    discretization: float,
+    *,
+    extended: bool = True,
 ) -> float:
     """Pessimistic PLD epsilon of the exposure.
 

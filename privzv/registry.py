@@ -141,7 +141,8 @@ def _pld(
     calls for, else ``estimate``; where that estimate was more than twice the answer, once more
     at the discretisation of the answer itself, keeping the smaller (both are upper bounds). An
     rdp estimate 12x too large left the step 12x too coarse: 0.12% looser than dp-accounting at
-    q = 1.2e-4, T = 1071."""
+    q = 1.2e-4, T = 1071. ``estimate`` may be a function of the probe's epsilon giving it
+    (:func:`_estimate`: computed only where it decides the step)."""
 
     def at(guess):
         disc = coarseness * accountants.pld_discretization(guess, exp.compositions, delta)
@@ -151,19 +152,17 @@ def _pld(
         probe = accountants.probe_pld_epsilon(z, exp, neighbors, delta)
     except accountants.CannotAnswer:
         probe = math.inf
-    lazy = estimate if callable(estimate) else None
-    if lazy is not None:  # inf where provably above the probe (:func:`_estimate`)
-        estimate = lazy(probe)
-    first = None
-    if probe < estimate:
+    lazy, guess = (estimate, estimate(probe)) if callable(estimate) else (None, estimate)
+    first = None  # guess: inf where rdp is provably above the probe (:func:`_estimate`)
+    if probe < guess:
         try:
-            first, estimate = at(probe), probe
+            first, guess = at(probe), probe
         except accountants.CannotAnswer:
             if lazy is not None:  # needed after all
-                estimate = lazy(math.inf)
+                guess = lazy(math.inf)
     if first is None:
-        first = at(estimate)
-    if coarseness == 1.0 and 0 < first < estimate / 2:  # not in calibration's coarse solve
+        first = at(guess)
+    if coarseness == 1.0 and 0 < first < guess / 2:  # not in calibration's coarse solve
         try:
             return min(first, at(first))
         except accountants.CannotAnswer:

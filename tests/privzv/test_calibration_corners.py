@@ -89,6 +89,19 @@ ROW_65 = dict(z=0.20414156657663074, k=7801, q=1.1646493821309954e-06, delta=0.0
 ROW_152 = dict(z=0.4865450403135612, k=80352, q=0.00010805348027487288, delta=5.076226245624563e-07)
 
 
+def _epsilon(z, k, q, delta, neighbors="add-remove", accountant="pld"):
+    """privzv.epsilon of the eavesdropper at noise multiplier z, T = k, sample rate q."""
+    return privzv.epsilon(
+        noise_multiplier=z,
+        delta=delta,
+        steps=k,
+        sample_rate=q,
+        threat="eavesdropper",
+        neighbors=neighbors,
+        accountant=accountant,
+    )
+
+
 def _full_compositions(monkeypatch, row, accountant="pld"):
     """(epsilon, number of compositions of a release grid above PLD_SKIP_POINTS points) of one
     cold evaluation at ``row``."""
@@ -97,15 +110,7 @@ def _full_compositions(monkeypatch, row, accountant="pld"):
     monkeypatch.setattr(
         tilted_pld, "self_compose", lambda pmf, *a: sizes.append(len(pmf.probs)) or original(pmf, *a)
     )
-    found = privzv.epsilon(
-        noise_multiplier=row["z"],
-        delta=row["delta"],
-        steps=row["k"],
-        sample_rate=row["q"],
-        threat="eavesdropper",
-        neighbors="add-remove",
-        accountant=accountant,
-    )
+    found = _epsilon(row["z"], row["k"], row["q"], row["delta"], accountant=accountant)
     return found.epsilon, sum(n > accountants.PLD_SKIP_POINTS + 2 for n in sizes)
 
 
@@ -133,15 +138,7 @@ def test_the_answer_is_the_larger_direction_on_the_fine_grid(row):
     to 1e-6: skipping the bounded direction changes nothing but the time."""
     accountants.clear_caches()
     k, q, delta, z = row["k"], row["q"], row["delta"], row["z"]
-    eps = privzv.epsilon(
-        noise_multiplier=z,
-        delta=delta,
-        steps=k,
-        sample_rate=q,
-        threat="eavesdropper",
-        neighbors="add-remove",
-        accountant="pld",
-    ).epsilon
+    eps = _epsilon(z, k, q, delta).epsilon
     disc = accountants.pld_grid_step(z, Exposure(k, q), delta, accountants.pld_discretization(eps, k, delta))
     both = max(accountants._direction_epsilon(z, k, q, kind, delta, disc, True) for kind in ("remove", "add"))
     assert eps == pytest.approx(both, rel=1e-6)
@@ -343,19 +340,12 @@ def test_pld_does_not_compute_rdp_where_its_floor_is_above_the_probe(monkeypatch
     z, k, q, delta = 0.008876726266585816, case["steps"], case["sample_rate"], case["delta"]
     exp = Exposure(k, q)
     accountants.clear_caches()
-    eager = registry._pld(z, exp, "replace-one", delta, accountants.rdp_epsilon(z, exp, "replace-one", delta), 1.0)
+    rdp = accountants.rdp_epsilon(z, exp, "replace-one", delta)
+    eager = registry._pld(z, exp, "replace-one", delta, rdp, 1.0)
     accountants.clear_caches()
     calls, original = [], accountants.rdp_epsilon
     monkeypatch.setattr(accountants, "rdp_epsilon", lambda *a: calls.append(a) or original(*a))
-    found = privzv.epsilon(
-        noise_multiplier=z,
-        delta=delta,
-        steps=k,
-        sample_rate=q,
-        threat="eavesdropper",
-        neighbors="replace-one",
-        accountant="pld",
-    )
+    found = _epsilon(z, k, q, delta, neighbors="replace-one")
     assert found.accountant == "pld" and found.epsilon == eager
     assert calls == []
 
