@@ -23,9 +23,15 @@ enough for its remainder to be negligible, so every mass has a small RELATIVE er
 
 - quadrature: the Gauss-Legendre remainder (Abramowitz & Stegun 25.4.30) of n = 3 points on a
   piece of width w is w^7 (3!)^4 / (7 (6!)^3) f^(6), about 5e-7 w^7 f^(6); the integrand is a
-  Gaussian density times a split share made of e^{+-a u}, whose sixth derivative is at most about
-  (|u| + 2a + 3)^6 times its size, so pieces of width w <= 0.05 / (|u| + 2a + 3) keep it under
-  5e-7 0.05^6 = 8e-15 of the piece's mass (QUADRATURE_ERROR allows 1e-13);
+  Gaussian density, whose sixth derivative is at most about (|u| + 3)^6 times its size, times a
+  split share (e^{c - L(u)} - 1) / (e^D - 1), c a grid point, whose sixth derivative is about
+  |L'|^6 e^{c - L} / (e^D - 1), |L'| <= a: up to 1 / (e^D - 1) times larger than the share near a
+  bucket's edge. Pieces of width w <= 0.05 / (|u| + 2a + 3) keep the density's part under
+  5e-7 0.05^6 = 8e-15 of the piece's mass. For the share's part, a piece never crosses a cut
+  point (the pieces are cut at every grid loss), so it also spans at most one bucket, w a <= D as
+  well as w a <= 0.025; summed over a bucket of u-width about D / a, against the bucket's mass
+  (about the density times D / a), its remainder is about 1e-6 (w a)^6 / D <= 1e-6 min(D,
+  0.025)^6 / D <= 1e-14 relative (QUADRATURE_ERROR allows 1e-13);
 - round-off: each node's density and share are a few float64 operations (at most about
   (64 + u^2) ulps, the u^2 from exp(-u^2 / 2)).
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import hashlib
 import math
 import pickle
 import random
@@ -337,6 +338,18 @@ def public_shape(dataset: VerticalDataset) -> dict:
         "num_classes": dataset.num_classes,
         "features_shape": [list(x.shape[1:]) for x in dataset.x_train],
     }
+
+
+def digest(dataset: VerticalDataset) -> str:
+    """SHA-256 of every value of the dataset (each array's dtype, shape and bytes, in a fixed
+    order). A secret: a party knowing all records but one could test candidates for it against
+    the digest, so it is kept in ``private/secrets.json`` only (``RunFolder.write_secrets``)."""
+    h = hashlib.sha256()
+    for t in (*dataset.x_train, dataset.y_train, *dataset.x_test, dataset.y_test):
+        a = np.ascontiguousarray(t.detach().cpu().numpy())
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def check_same(dataset: VerticalDataset, saved: dict | None, where: str) -> None:

@@ -297,7 +297,7 @@ def _train(
     secret = secret_seed if secret_seed is not None else new_secret_seed()
     checkpoint_every = checkpoint_every or CHECKPOINT_EVERY
     with RunFolder.create(out, overwrite=overwrite) as folder:
-        folder.write_secrets(secret, given=secret_seed is not None)
+        folder.write_secrets(secret, given=secret_seed is not None, data_sha256=data.digest(dataset))
         if ledger is not None:
             ledger = folder.start_ledger(ledger, _platform(config))
         sched = build(
@@ -442,6 +442,7 @@ def _resume(
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config, engine, python.dataset)
     data.check_same(dataset, saved.get("data"), f"--resume {str(folder.path)!r}")
+    _check_same_values(dataset, secret.get("data_sha256"), folder.path)
     expected = rounds_for(saved_config, len(dataset.y_train))
     if saved["rounds"] != expected:
         raise PrivzvError(
@@ -485,6 +486,18 @@ def _resume(
 
 INPROCESS, FLOWER = "inprocess", "flower"  # config.json's engine: where the devices lived
 ENGINE_NAMES = {INPROCESS: "in-process", FLOWER: "Flower"}
+
+
+def _check_same_values(dataset, saved: object, path: Path) -> None:
+    """A resume continues on the very records the run was trained on: the same shape
+    (``data.check_same``) and the same values (their digest in ``private/secrets.json``; a
+    folder written before it was kept is not checked). Another file at a relative ``--data-file``
+    path from another working directory is refused here."""
+    if saved is not None and saved != data.digest(dataset):
+        raise PrivzvError(
+            f"--resume {str(path)!r}: the data loaded now has other values than the run was "
+            "trained on (its digest in private/secrets.json); give the files it was trained on"
+        )
 
 
 def engine_name(engine: Callable | None) -> str:

@@ -15,7 +15,8 @@ a party, an attack or a reader of the results may see):
 
 Private (``private/``, mode 0700, files 0600; never read by an attack, see :func:`public_config`):
 
-``private/secrets.json``        ``secret_seed`` (from OS entropy, or given for a study) and its source
+``private/secrets.json``        ``secret_seed`` (from OS entropy, or given for a study), its source,
+                                and the data's digest (``data.digest``: a resume must load the same)
 ``private/ledger.journal``      private runs: one JSON line per release (its batch ids), appended and
                                 fsync'd before the release leaves the server, plus checkpoint and
                                 resume markers
@@ -573,13 +574,15 @@ class RunFolder:
     def private(self) -> Path:
         return self.path / PRIVATE
 
-    def write_secrets(self, secret_seed: int, given: bool) -> None:
+    def write_secrets(self, secret_seed: int, given: bool, data_sha256: str) -> None:
+        """``data_sha256``: the run's data (``data.digest``), which a resume must load again."""
         text = _dumps(
             {
                 "format": FORMAT,
                 "run_id": self.run_id,
                 "secret_seed": secret_seed,
                 "source": "given" if given else "os-entropy",
+                "data_sha256": data_sha256,
             },
             SECRETS,
             indent=1,

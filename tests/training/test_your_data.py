@@ -549,3 +549,40 @@ def test_train_on_token_ids_of_a_text_csv(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "run"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["dataset"] == "text-csv" and 0 <= summary["test_accuracy"] <= 1
+
+
+def test_a_resume_refuses_other_values_of_the_same_shape(tmp_path, capsys, monkeypatch):
+    """A relative --data-file read from another working directory, same shape, other values:
+    refused by its digest (the old code resumed on it). The digest is in private/ only."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(60, 4))
+    for where, values in (("a", x), ("b", -x)):
+        (tmp_path / where).mkdir()
+        write_csv(tmp_path / where / "t.csv", values, np.where(values[:, 0] > 0, "yes", "no"))
+    out = tmp_path / "run"
+    monkeypatch.chdir(tmp_path / "a")
+    args = ["--dataset", "csv", "--data-file", "t.csv", "--device-columns", "a,b;c,d", "--label-column", "y"]
+    args += [
+        "--labels",
+        "no,yes",
+        "--ranges",
+        "*=-4:4",
+        "--devices",
+        "2",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+    ]
+    assert main(["train", *args, "--out", str(out)]) == 0
+    digest = json.loads((out / "private" / "secrets.json").read_text())["data_sha256"]
+    public = "".join(
+        p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and "private" not in p.parts
+    )
+    assert len(digest) == 64 and digest not in public
+    assert main(["train", "--resume", str(out), "--extend", "--epochs", "2"]) == 0  # the same file
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path / "b")
+    assert main(["train", "--resume", str(out), "--extend", "--epochs", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other values than the run was trained on" in err
