@@ -142,7 +142,9 @@ class Repacking(Loopback):
         replies = super().wait(ids, what)
         for mid, packed in replies.items():
             kind = f"{self.kinds.pop(mid)} reply"
-            self.repacked[kind] = self.repacked.get(kind, 0) + codec.wire_bytes(codec.pack(codec.unpack(packed)))
+            self.repacked[kind] = self.repacked.get(kind, 0) + codec.wire_bytes(
+                codec.pack(codec.unpack(packed))
+            )
         return replies
 
 

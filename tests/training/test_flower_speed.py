@@ -339,6 +339,39 @@ def test_the_event_log_layers_run_only_while_the_app_has_their_plugin():
     assert called == ["/v1/fleet/push-messages"]
 
 
+def test_the_superlinks_reading_dependencies_run_in_its_event_loop(monkeypatch):
+    """``control.inline_dependencies``: a route dependency of Flower's that only reads the request
+    or the app's state (here whether node authentication is on) is called in the event loop, with
+    the same result; any other plain-function dependency still goes to a worker thread."""
+    import fastapi.dependencies.utils as solver
+    from fastapi import Depends, FastAPI
+    from fastapi.testclient import TestClient
+    from flwr.superlink.routers.fleet.router import get_enable_supernode_auth
+
+    from privzv.training.engines.flower import control
+
+    hops = []
+
+    async def hop(func, *args, **kwargs):  # starlette's run_in_threadpool, noted
+        hops.append(func)
+        return func(*args, **kwargs)
+
+    def other() -> int:
+        return 3
+
+    monkeypatch.setattr(solver, "run_in_threadpool", hop)
+    control.inline_dependencies()
+    app = FastAPI()
+    app.state.enable_supernode_auth = True
+
+    @app.get("/x")
+    async def x(auth: bool = Depends(get_enable_supernode_auth), three: int = Depends(other)):  # noqa: B008
+        return {"auth": auth, "three": three}
+
+    assert TestClient(app).get("/x").json() == {"auth": True, "three": 3}
+    assert hops == [other] and get_enable_supernode_auth not in hops
+
+
 def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_path, monkeypatch):
     """``executor.in_node``: once Flower's ``_pull_and_store_message`` has stored a message and
     made its ClientApp task, the task is claimed and answered in that same call, through the

@@ -16,7 +16,9 @@ Flower's SuperLink runs every request through nine middleware layers, most of th
 others on untouched: each of those (:func:`_scopes`) runs here only for its API's paths
 (:class:`Scoped`), the same layers in the same order for those paths. The two event-log layers
 also pass every request on untouched while the app has no event-log plugin (Flower loads one
-only with ``FLWR_ENABLE_EVENT_LOG=1``): they run only while it has one (:func:`_plugins`).
+only with ``FLWR_ENABLE_EVENT_LOG=1``): they run only while it has one (:func:`_plugins`). FastAPI runs each plain-function dependency of a route in a worker
+thread (a hop there and back a dependency, three a Fleet request); the four of Flower's that only
+read the request or the app's state run in the event loop (:func:`inline_dependencies`).
 """
 
 from __future__ import annotations
@@ -120,6 +122,36 @@ def scoped(layers: list) -> list:
     ]
 
 
+def _readers() -> tuple[tuple, tuple]:
+    """(functions, classes) of Flower 1.41's route dependencies that only read the request or the
+    app's state (no I/O, no lock held): the request's parsed protobuf, the LinkState made at the
+    app's start (``create_app`` makes it before serving), whether node authentication is on,
+    the peer's version headers."""
+    from flwr.supercore.dependencies.version import VersionDependency
+    from flwr.supercore.protobuf.translation import get_protobuf_request
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.routers.fleet.router import get_enable_supernode_auth
+
+    return (get_protobuf_request, get_linkstate, get_enable_supernode_auth), (VersionDependency,)
+
+
+def inline_dependencies() -> None:
+    """FastAPI's dependency solver (``fastapi.dependencies.utils.run_in_threadpool``) calls the
+    dependencies of :func:`_readers` at once, in the event loop; any other plain function as
+    before, in a worker thread. The same calls, results and errors, without the hop."""
+    import fastapi.dependencies.utils as solver
+
+    functions, classes = _readers()
+    hop = solver.run_in_threadpool
+
+    async def run(func, *args, **kwargs):
+        if any(func is f for f in functions) or isinstance(func, classes):
+            return func(*args, **kwargs)
+        return await hop(func, *args, **kwargs)
+
+    solver.run_in_threadpool = run
+
+
 class _Header:
     """Client interceptor: the control secret on every Control API request."""
 
@@ -139,6 +171,7 @@ def superlink() -> None:
     from privzv.training.engines.flower import waits
 
     waits.long_polls(waits.SUPERLINK)
+    inline_dependencies()
     secret, middleware = _secret(), link._get_middleware  # pylint: disable=protected-access
     link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *scoped(middleware())]
     sys.argv[0] = "flower-superlink"

@@ -150,8 +150,8 @@ class FlowerEngine:
             raise
 
     def _replies(self, ids: list[str], what: str) -> dict[str, tuple[RecordDict, RecordDict]]:
-        """The replies to ``ids``, by id: (the content unpacked, as it came); Failed if one is not
-        a packed record dict."""
+        """The replies to ``ids``, by id: (its content unpacked, its content as it came, packed);
+        Failed if one is not a packed record dict."""
         replies = {}
         for mid, packed in self.transport.wait(ids, what).items():
             try:
