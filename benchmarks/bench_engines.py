@@ -29,8 +29,9 @@ per round): a before/after comparison on the same machine at the same load.
 the benchmark's own; Flower: ``superlink``, the SuperLink with its ServerApp thread, and
 ``device<m>``, device m's SuperNode; the rows' child processes found in /proc by command line):
 its user + system CPU seconds (``/proc/PID/stat``) from the run's first metrics line (the
-evaluation at round 0) to its last (the final evaluation), divided by the rounds. CPU time is what
-a round costs a process whatever the machine's load; wall time grows with the load.
+evaluation at round 0) to its last (the final evaluation), divided by the rounds (a tick is
+1/``SC_CLK_TCK`` s). A process's CPU time a round moves far less with the machine's load than the
+wall time does, though it is not free of it (caches, frequency, lock hand-offs).
 Run: ``python benchmarks/bench_engines.py [--rounds 4] [--devices 1 2 4] [--method dpzv]
 [--modes deployment ...] [--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
