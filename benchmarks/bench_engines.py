@@ -25,6 +25,13 @@ commit, e.g. ``git archive main | tar -x -C TREE``), run in a subprocess that im
 in the same session (row ``flower_baseline``, and ``speedup_vs_baseline`` of the loop's seconds
 per round): a before/after comparison on the same machine at the same load.
 ``seconds_per_round``: loop_seconds / rounds of each row.
+``--cpu``: each row also gets ``cpu_seconds_per_round``, per process of the run (``inprocess``:
+the benchmark's own; Flower: ``superlink``, the SuperLink with its ServerApp thread, and
+``device<m>``, device m's SuperNode; the rows' child processes found in /proc by command line):
+its user + system CPU seconds (``/proc/PID/stat``) from the run's first metrics line (the
+evaluation at round 0) to its last (the final evaluation), divided by the rounds (a tick is
+1/``SC_CLK_TCK`` s). A process's CPU time a round moves far less with the machine's load than the
+wall time does, though it is not free of it (caches, frequency, lock hand-offs).
 Run: ``python benchmarks/bench_engines.py [--rounds 4] [--devices 1 2 4] [--method dpzv]
 [--modes deployment ...] [--baseline TREE]`` (needs privzv[flower]; simulation: privzv[flower-sim]).
 """
@@ -39,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,11 +55,87 @@ from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import launcher
 
 SECRET = 5
+TICK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's CPU times are in these units a second
+ROLES = {"flower.serverlink": "superlink", "flower.supernode": "device"}  # command line -> process
 
 
-def _row(summary: dict, total: float) -> dict:
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _processes(root: int) -> dict[str, int]:
+    """The Flower processes below ``root`` by role (:data:`ROLES`; ``device<m>`` by partition id)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for key, role in ROLES.items():
+            if any(arg.endswith(key) for arg in args):
+                part = next((a.split()[0] for a in args if a.startswith("partition-id=")), None)
+                found[role if part is None else f"{role}{part.split('=')[1]}"] = pid
+    return found
+
+
+class CpuWatch(threading.Thread):
+    """Per process (the Flower processes below this one, else this process as ``inprocess``), the
+    CPU seconds between the first and the second line of ``folder/metrics.jsonl``."""
+
+    def __init__(self, folder: Path, flower: bool):
+        super().__init__(daemon=True)
+        self.metrics, self.flower, self.done = folder / "metrics.jsonl", flower, threading.Event()
+        self.seconds: dict[str, float] = {}
+
+    def _lines(self) -> int:
+        try:
+            return self.metrics.read_bytes().count(b"\n")
+        except OSError:
+            return 0
+
+    def run(self) -> None:
+        pids, found = ({} if self.flower else {"inprocess": os.getpid()}), 0.0
+        while not self.done.is_set() and self._lines() < 1:
+            if self.flower and time.monotonic() > found + 0.25:
+                pids, found = _processes(os.getpid()), time.monotonic()
+            time.sleep(0.002)
+        start = {name: _cpu(pid) for name, pid in pids.items()}
+        while not self.done.is_set() and self._lines() < 2:
+            time.sleep(0.002)
+        self.seconds = {name: _cpu(pid) - start[name] for name, pid in pids.items()}
+
+
+def _watched(args, folder: Path, flower: bool, work):
+    """``work()``'s result and, with ``--cpu``, a :class:`CpuWatch` of run folder ``folder``'s CPU."""
+    watch = CpuWatch(folder, flower)
+    if args.cpu:
+        watch.start()
+    try:
+        result = work()
+    finally:
+        watch.done.set()
+        if args.cpu:
+            watch.join()
+    return result, watch.seconds
+
+
+def _row(summary: dict, total: float, cpu: dict[str, float]) -> dict:
     loop = summary["wall_seconds"]
     return {
+        **({"cpu_seconds_per_round": {k: v / summary["rounds"] for k, v in cpu.items()}} if cpu else {}),
         "rounds": summary["rounds"],
         "loop_seconds": loop,
         "total_seconds": total,
@@ -76,33 +160,38 @@ print(json.dumps(launcher.run(TrainConfig.from_dict(json.loads(sys.argv[1])), Pa
 )
 
 
-def _baseline(tree: Path, config: TrainConfig, tmp: Path) -> dict:
+def _baseline(args, config: TrainConfig, tmp: Path) -> dict:
     """The Flower deployment row of the privzv in ``tree`` (its privzv/, training/ and attacks/
     folders arranged as the installed package, first on PYTHONPATH of a subprocess)."""
-    farm = tmp / "baseline-package"
+    tree, farm = args.baseline, tmp / "baseline-package"
     shutil.copytree(tree / "privzv", farm / "privzv")
     for sub in ("training", "attacks"):
         (farm / "privzv" / sub).symlink_to((tree / sub).resolve())
     start = time.perf_counter()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            BASELINE,
-            json.dumps(config.to_dict()),
-            str(tmp / "baseline"),
-            str(farm.resolve()),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp,
-        env={**os.environ, "PYTHONPATH": str(farm)},
+    done, cpu = _watched(
+        args,
+        tmp / "baseline",
+        True,
+        lambda: subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                BASELINE,
+                json.dumps(config.to_dict()),
+                str(tmp / "baseline"),
+                str(farm.resolve()),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": str(farm)},
+        ),
     )  # not a cwd with privzv/
     if done.returncode != 0:
         raise SystemExit(f"the baseline run failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {
-        **_row(result["summary"], time.perf_counter() - start),
+        **_row(result["summary"], time.perf_counter() - start, cpu),
         "wire_bytes": result["wire"],
         "tree": str(tree),
     }
@@ -114,15 +203,26 @@ def _compare(args, devices: int, tmp: Path) -> dict:
         dataset="digits", method=args.method, devices=devices, epochs=args.rounds / 90, evals=1, epsilon=8.0
     )
     start = time.perf_counter()
-    inproc = _row(run.train(config, tmp / "inprocess", secret_seed=SECRET), time.perf_counter() - start)
+    summary, cpu = _watched(
+        args, tmp / "inprocess", False, lambda: run.train(config, tmp / "inprocess", secret_seed=SECRET)
+    )
+    inproc = _row(summary, time.perf_counter() - start, cpu)
     rows = {"inprocess": inproc}
     for mode in args.modes:
         name = "flower" if mode == "deployment" else f"flower_{mode.replace('-', '_')}"
         start = time.perf_counter()
-        result = launcher.run(config, tmp / name, secret_seed=SECRET, timeout=1200, mode=mode)
-        rows[name] = {**_row(result["summary"], time.perf_counter() - start), "wire_bytes": result["wire"]}
+        result, cpu = _watched(
+            args,
+            tmp / name,
+            True,
+            lambda: launcher.run(config, tmp / name, secret_seed=SECRET, timeout=1200, mode=mode),  # noqa: B023
+        )
+        rows[name] = {
+            **_row(result["summary"], time.perf_counter() - start, cpu),
+            "wire_bytes": result["wire"],
+        }
     if args.baseline is not None:
-        rows["flower_baseline"] = _baseline(args.baseline, config, tmp)
+        rows["flower_baseline"] = _baseline(args, config, tmp)
     per_round = {name: row["loop_seconds"] / row["rounds"] for name, row in rows.items()}
     return {
         **rows,
@@ -156,6 +256,7 @@ def main() -> None:
         "(privzv[flower-sim])",
     )
     ap.add_argument("--baseline", type=Path, help="a checkout of another commit: its Flower row too")
+    ap.add_argument("--cpu", action="store_true", help="each process's CPU seconds a round, too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         by_devices = {}

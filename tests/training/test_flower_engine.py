@@ -62,8 +62,8 @@ class Loopback:
     def nodes(self, count: int) -> list[int]:
         return [900 - m for m in range(count)]
 
-    def push(self, node: int, kind: str, content: RecordDict) -> str:
-        m = 900 - node
+    def push(self, node: int, kind: str, packed: RecordDict) -> str:
+        m, content = 900 - node, codec.unpack(packed)
         self.received[m].append((kind, content))
         mid = f"{len(self.replies)}-{node}-{kind}-{sum(map(len, self.received))}"
         reply = apps.handle(kind, content, self.node[m], self.state[m], self.live)
@@ -71,7 +71,7 @@ class Loopback:
         return mid
 
     def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
-        return {i: self.replies.pop(i) for i in ids}
+        return {i: codec.pack(self.replies.pop(i)) for i in ids}
 
 
 def _runs(tmp_path, method: str, live: bool = True, **changes):
@@ -121,6 +121,47 @@ def test_flower_engine_equals_in_process(tmp_path, method, live):
         and kinds["train.receive"]["bytes"] == engine.wire["down"]
     )
     assert kinds["query.send"]["messages"] == kinds["query.send reply"]["messages"] == ref["rounds"]
+
+
+class Repacking(Loopback):
+    """A Loopback that notes, per message kind, the serialised bytes of its replies re-packed from
+    their records (``codec.pack`` of the unpacked content: the engine's count before issue 23's
+    profile)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kinds: dict[str, str] = {}
+        self.repacked: dict[str, int] = {}
+
+    def push(self, node: int, kind: str, packed: RecordDict) -> str:
+        mid = super().push(node, kind, packed)
+        self.kinds[mid] = kind
+        return mid
+
+    def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
+        replies = super().wait(ids, what)
+        for mid, packed in replies.items():
+            kind = f"{self.kinds.pop(mid)} reply"
+            self.repacked[kind] = self.repacked.get(kind, 0) + codec.wire_bytes(
+                codec.pack(codec.unpack(packed))
+            )
+        return replies
+
+
+def test_a_replys_count_is_its_bytes_as_they_came_equal_to_the_repacked_ones(tmp_path):
+    """The engine counts a reply's bytes from the packed content that came (no second pack):
+    per kind, the same bytes as re-packing each reply from its records."""
+    made = []
+
+    def engine(cfg):
+        made.append(FlowerEngine(Repacking(cfg, tmp_path / "devices", SECRET), cfg, keys(cfg.devices)))
+        return made[-1]
+
+    run.train(CONFIG, tmp_path / "flower", secret_seed=SECRET, engine=engine)
+    repacked = made[0].transport.repacked
+    assert {"query.hello reply", "query.send reply", "query.embed reply"} <= set(repacked)
+    counted = {k: v["bytes"] for k, v in made[0].wire["kinds"].items() if k.endswith(" reply")}
+    assert counted == repacked and all(v > 0 for v in counted.values())
 
 
 def _same_runs(tmp_path, ref: dict, flower: dict, devices: int, folders=None) -> None:

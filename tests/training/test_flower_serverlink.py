@@ -5,6 +5,7 @@ launcher looks for it."""
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
@@ -118,3 +119,83 @@ def test_the_end_of_each_task_is_written_for_the_launcher(tmp_path, monkeypatch)
     with pytest.raises(SystemExit):
         serverlink.serve(types.SimpleNamespace(state=lambda: None))
     assert [p.name for p in tmp_path.iterdir()] == [f"{serverlink.EXIT_PREFIX}5.exit"]
+
+
+@pytest.fixture
+def http_grid(monkeypatch):
+    """Flower's ``http_grid`` module as the ServerApp's grid finds it (``serverlink._grid``),
+    its functions put back after the test."""
+    import flwr.superlink.grid.http_grid as module
+
+    for name in ("pull_objects", "push_objects"):
+        monkeypatch.setattr(module, name, getattr(module, name))
+    serverlink._grid(Client(executor.APP_ID))
+    return module
+
+
+def _no_new_threads(monkeypatch) -> list:
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self) or start(self))
+    return started
+
+
+def test_the_serverapps_grid_pulls_and_pushes_objects_in_its_own_thread(http_grid, monkeypatch):
+    """The ServerApp's calls are in process: its grid pulls and pushes a message's objects one
+    after the other in its own thread, starting none (Flower's start a thread pool per call);
+    an object not stored yet is asked again."""
+    from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+
+    started, here, calls = _no_new_threads(monkeypatch), threading.current_thread(), []
+    missing = {"b": 2}  # b is not stored for its first two pulls
+
+    def pull(object_id: str) -> bytes:
+        calls.append((object_id, threading.current_thread()))
+        if missing.get(object_id, 0) > 0:
+            missing[object_id] -= 1
+            raise ObjectUnavailableError(object_id)
+        return object_id.encode()
+
+    assert http_grid.pull_objects(["a", "b", "c"], pull) == {"a": b"a", "b": b"b", "c": b"c"}
+    assert [c[0] for c in calls] == ["a", "b", "b", "b", "c"] and {c[1] for c in calls} == {here}
+
+    class Object:
+        def __init__(self, name: str):
+            self.name = name
+
+        def deflate(self) -> bytes:
+            return self.name.encode()
+
+    pushed, objects = [], {name: Object(name) for name in "xyz"}
+    http_grid.push_objects(
+        objects,
+        lambda object_id, content: pushed.append((object_id, content, threading.current_thread())),
+        object_ids_to_push={"x", "z"},
+    )
+    assert pushed == [("x", b"x", here), ("z", b"z", here)] and list(objects) == ["y"]
+    assert started == []
+
+
+def test_an_object_that_never_comes_or_cannot_be_pulled_fails_the_pull(http_grid, monkeypatch):
+    """As Flower's: ``ObjectPullError`` once an object is still not stored after Flower's tries
+    (``PULL_MAX_TRIES_PER_OBJECT``); any other error of a pull is raised as it is."""
+    import flwr.supercore.constant as constant
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError, ObjectUnavailableError
+
+    monkeypatch.setattr(constant, "PULL_MAX_TRIES_PER_OBJECT", 3)
+    monkeypatch.setattr(serverlink.time, "sleep", lambda s: None)
+    tries = []
+
+    def never(object_id: str) -> bytes:
+        tries.append(object_id)
+        raise ObjectUnavailableError(object_id)
+
+    with pytest.raises(ObjectPullError, match="retry limit"):
+        http_grid.pull_objects(["a", "b"], never)
+    assert tries == ["a"] * 3
+
+    def broken(object_id: str) -> bytes:
+        raise ObjectPullError(object_id, "not found")
+
+    with pytest.raises(ObjectPullError, match="not found"):
+        http_grid.pull_objects(["a"], broken)

@@ -213,10 +213,14 @@ class Grid:
 
 
 def test_a_reply_that_is_not_packed_stops_the_run_in_one_line(task):
+    from privzv.training.config import TrainConfig
+    from privzv.training.engines.flower.server import FlowerEngine
+
     transport = GridTransport(Grid(_uplink()), timeout=5)
-    mid = transport.push(5, "query.send", RecordDict({}))
+    engine = FlowerEngine(transport, TrainConfig(dataset="digits", devices=1), [b"\x01" * 32])
+    mid = transport.push(5, "query.send", codec.pack(RecordDict({})))
     with pytest.raises(Failed, match="not a packed record dict.*the reply to round 1 refused"):
-        transport.wait([mid], "round 1")
+        engine._replies([mid], "round 1")
 
 
 def test_a_device_writes_its_transcript_before_its_reply_and_fsyncs_it_after(tmp_path, monkeypatch):
@@ -292,6 +296,80 @@ def test_the_superlinks_one_api_middleware_runs_for_that_apis_paths_only():
     assert [m.kwargs.get("layer", m).cls for m in ours] == [m.cls for m in flowers]  # same layers, same order
     (auth,) = [m for m in ours if m.kwargs.get("layer", m).cls is NodeAuthMiddleware]
     assert auth.cls is control.Scoped and auth.kwargs["prefix"] == "/v1/fleet/"
+
+
+def test_the_event_log_layers_run_only_while_the_app_has_their_plugin():
+    """``control.scoped``: Flower's Fleet and Control event-log layers pass every request on
+    untouched while the app has no event-log plugin (Flower's default), so a Fleet request skips
+    the Fleet layer (a ``BaseHTTPMiddleware``: a task and a stream a request) then, and goes
+    through it, writing its events, once the app has a plugin."""
+    import asyncio
+
+    import flwr.superlink.main as link
+    from flwr.superlink.routers.control.middlewares import ControlEventLogMiddleware
+    from flwr.superlink.routers.fleet.middlewares import FleetEventLogMiddleware
+    from starlette.middleware import Middleware
+
+    from privzv.training.engines.flower import control
+
+    ours = {m.kwargs["layer"].cls: m for m in control.scoped(link._get_middleware()) if "layer" in m.kwargs}
+    assert ours[FleetEventLogMiddleware].kwargs["plugin"] == "fleet_event_log_plugin"
+    assert ours[ControlEventLogMiddleware].kwargs["plugin"] == "control_event_log_plugin"
+    fleet = ours[FleetEventLogMiddleware]
+    called = []
+
+    class Layer:
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            called.append(scope["path"])
+            await self.app(scope, receive, send)
+
+    async def app(scope, receive, send):
+        pass
+
+    layer = control.Scoped(app, fleet.kwargs["prefix"], Middleware(Layer), fleet.kwargs["plugin"])
+    state = types.SimpleNamespace(fleet_event_log_plugin=None)
+    scope = {"type": "http", "path": "/v1/fleet/push-messages", "app": types.SimpleNamespace(state=state)}
+    asyncio.run(layer(dict(scope), None, None))
+    assert called == []
+    state.fleet_event_log_plugin = object()
+    asyncio.run(layer(dict(scope), None, None))
+    assert called == ["/v1/fleet/push-messages"]
+
+
+def test_the_superlinks_reading_dependencies_run_in_its_event_loop(monkeypatch):
+    """``control.inline_dependencies``: a route dependency of Flower's that only reads the request
+    or the app's state (here whether node authentication is on) is called in the event loop, with
+    the same result; any other plain-function dependency still goes to a worker thread."""
+    import fastapi.dependencies.utils as solver
+    from fastapi import Depends, FastAPI
+    from fastapi.testclient import TestClient
+    from flwr.superlink.routers.fleet.router import get_enable_supernode_auth
+
+    from privzv.training.engines.flower import control
+
+    hops = []
+
+    async def hop(func, *args, **kwargs):  # starlette's run_in_threadpool, noted
+        hops.append(func)
+        return func(*args, **kwargs)
+
+    def other() -> int:
+        return 3
+
+    monkeypatch.setattr(solver, "run_in_threadpool", hop)
+    control.inline_dependencies()
+    app = FastAPI()
+    app.state.enable_supernode_auth = True
+
+    @app.get("/x")
+    async def x(auth: bool = Depends(get_enable_supernode_auth), three: int = Depends(other)):  # noqa: B008
+        return {"auth": auth, "three": three}
+
+    assert TestClient(app).get("/x").json() == {"auth": True, "three": 3}
+    assert hops == [other] and get_enable_supernode_auth not in hops
 
 
 def test_a_supernode_answers_its_devices_task_in_the_step_that_stored_it(tmp_path, monkeypatch):

@@ -38,7 +38,7 @@ from flwr.serverapp import Grid, ServerApp
 from privzv.cliutil import Failed
 from privzv.errors import PrivzvError
 from privzv.training.config import TrainConfig
-from privzv.training.engines.flower import codec, devicestate, users, waits
+from privzv.training.engines.flower import codec, devicestate, users
 from privzv.training.engines.flower.device import DeviceParty
 from privzv.training.engines.flower.server import (
     ABORT,
@@ -90,9 +90,6 @@ def main(grid: Grid, context: Context) -> None:
         return engines[-1]
 
     try:
-        import flwr.superlink.grid.http_grid as http_grid
-
-        waits.quick_pulls(http_grid)  # the replies' objects: no 1 s wait for one not yet stored
         torch.set_num_threads(1)
         secret = env.get("PRIVZV_FLOWER_SECRET_SEED_FILE")
         every = env.get("PRIVZV_FLOWER_CHECKPOINT_EVERY")

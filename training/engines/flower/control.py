@@ -14,7 +14,11 @@ their pulls are long polls (``waits.SUPERLINK``).
 Flower's SuperLink runs every request through nine middleware layers, most of them Starlette
 ``BaseHTTPMiddleware`` (a task and a stream each), though seven act on one API only and pass the
 others on untouched: each of those (:func:`_scopes`) runs here only for its API's paths
-(:class:`Scoped`), the same layers in the same order for those paths.
+(:class:`Scoped`), the same layers in the same order for those paths. The two event-log layers
+also pass every request on untouched while the app has no event-log plugin (Flower loads one
+only with ``FLWR_ENABLE_EVENT_LOG=1``): they run only while it has one (:func:`_plugins`). FastAPI runs each plain-function dependency of a route in a worker
+thread (a hop there and back a dependency, three a Fleet request); the four of Flower's that only
+read the request or the app's state run in the event loop (:func:`inline_dependencies`).
 """
 
 from __future__ import annotations
@@ -53,15 +57,20 @@ class ControlGate:
 
 
 class Scoped:
-    """ASGI middleware: ``layer`` (a Starlette ``Middleware``) for the HTTP paths under ``prefix``;
-    any other request goes straight on to ``app``."""
+    """ASGI middleware: ``layer`` (a Starlette ``Middleware``) for the HTTP paths under ``prefix``,
+    while the app's state has the attribute ``plugin`` not None (if ``plugin`` is given); any other
+    request goes straight on to ``app``."""
 
-    def __init__(self, app, prefix: str, layer):
+    def __init__(self, app, prefix: str, layer, plugin: str | None = None):
         cls, args, kwargs = layer
         self.app, self.prefix, self.layer = app, prefix, cls(app, *args, **kwargs)
+        self.plugin = plugin
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and not scope["path"].startswith(self.prefix):
+        if scope["type"] == "http" and (
+            not scope["path"].startswith(self.prefix)
+            or (self.plugin is not None and getattr(scope["app"].state, self.plugin, None) is None)
+        ):
             await self.app(scope, receive, send)
         else:
             await self.layer(scope, receive, send)
@@ -87,15 +96,60 @@ def _scopes() -> dict:
     }
 
 
+def _plugins() -> dict:
+    """Flower 1.41's event-log layers -> the app state's plugin without which each passes every
+    request on untouched (``dispatch``: ``if plugin is None ...: return await call_next(request)``)."""
+    from flwr.superlink.routers.control.middlewares import ControlEventLogMiddleware
+    from flwr.superlink.routers.fleet.middlewares import FleetEventLogMiddleware
+
+    return {
+        ControlEventLogMiddleware: "control_event_log_plugin",
+        FleetEventLogMiddleware: "fleet_event_log_plugin",
+    }
+
+
 def scoped(layers: list) -> list:
-    """``layers`` (Starlette ``Middleware``), each in :func:`_scopes` run for its API's paths only."""
+    """``layers`` (Starlette ``Middleware``), each in :func:`_scopes` run for its API's paths only,
+    each in :func:`_plugins` only while the app has its plugin."""
     from starlette.middleware import Middleware
 
-    scopes = _scopes()
+    scopes, plugins = _scopes(), _plugins()
     return [
-        Middleware(Scoped, prefix=scopes[layer.cls], layer=layer) if layer.cls in scopes else layer
+        Middleware(Scoped, prefix=scopes[layer.cls], layer=layer, plugin=plugins.get(layer.cls))
+        if layer.cls in scopes
+        else layer
         for layer in layers
     ]
+
+
+def _readers() -> tuple[tuple, tuple]:
+    """(functions, classes) of Flower 1.41's route dependencies that only read the request or the
+    app's state (no I/O, no lock held): the request's parsed protobuf, the LinkState made at the
+    app's start (``create_app`` makes it before serving), whether node authentication is on,
+    the peer's version headers."""
+    from flwr.supercore.dependencies.version import VersionDependency
+    from flwr.supercore.protobuf.translation import get_protobuf_request
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.routers.fleet.router import get_enable_supernode_auth
+
+    return (get_protobuf_request, get_linkstate, get_enable_supernode_auth), (VersionDependency,)
+
+
+def inline_dependencies() -> None:
+    """FastAPI's dependency solver (``fastapi.dependencies.utils.run_in_threadpool``) calls the
+    dependencies of :func:`_readers` at once, in the event loop; any other plain function as
+    before, in a worker thread. The same calls, results and errors, without the hop."""
+    import fastapi.dependencies.utils as solver
+
+    functions, classes = _readers()
+    hop = solver.run_in_threadpool
+
+    async def run(func, *args, **kwargs):
+        if any(func is f for f in functions) or isinstance(func, classes):
+            return func(*args, **kwargs)
+        return await hop(func, *args, **kwargs)
+
+    solver.run_in_threadpool = run
 
 
 class _Header:
@@ -117,6 +171,7 @@ def superlink() -> None:
     from privzv.training.engines.flower import waits
 
     waits.long_polls(waits.SUPERLINK)
+    inline_dependencies()
     secret, middleware = _secret(), link._get_middleware  # pylint: disable=protected-access
     link._get_middleware = lambda: [Middleware(ControlGate, secret=secret), *scoped(middleware())]
     sys.argv[0] = "flower-superlink"

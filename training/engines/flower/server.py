@@ -42,7 +42,8 @@ POLL_SECONDS = 0.1  # the longest pause between looks for replies that the Super
 
 
 class GridTransport:
-    """Messages to SuperNodes through a ServerApp's ``grid`` (push, then poll for the replies)."""
+    """Messages to SuperNodes through a ServerApp's ``grid`` (push, then poll for the replies); each
+    content as it travels, packed (``codec.pack``)."""
 
     def __init__(self, grid, timeout: float):
         self.grid, self.timeout = grid, timeout
@@ -62,14 +63,14 @@ class GridTransport:
             raise PrivzvError(f"flower: {len(nodes)} SuperNodes connected, the run has {count} devices")
         return nodes
 
-    def push(self, node: int, kind: str, content: RecordDict) -> str:
-        packed = codec.pack(content)
+    def push(self, node: int, kind: str, packed: RecordDict) -> str:
         (mid,) = self.grid.push_messages([FlowerMessage(packed, dst_node_id=node, message_type=kind)])
         self.sent[mid] = node
         return mid
 
     def wait(self, ids: list[str], what: str) -> dict[str, RecordDict]:
-        """The replies' contents to message ``ids``, by id (PrivzvError on an error or timeout)."""
+        """The replies' contents to message ``ids`` (packed, as they came), by id (Failed on an
+        error or timeout)."""
         replies: dict[str, RecordDict] = {}
         deadline = time.monotonic() + self.timeout
         backoff = waits.Backoff(POLL_SECONDS)
@@ -84,10 +85,7 @@ class GridTransport:
                     )
                 if reply.has_error():
                     raise Failed(f"flower: {what} failed on a device: {reply.error.reason}")
-                try:
-                    replies[mid] = codec.unpack(reply.content)
-                except PrivzvError as exc:
-                    raise Failed(f"{exc}: the reply to {what} refused") from None
+                replies[mid] = reply.content
                 del self.sent[mid]
             if len(replies) < len(ids):
                 if time.monotonic() > deadline:
@@ -98,8 +96,8 @@ class GridTransport:
 
 class FlowerEngine:
     """The devices' part of each round, one device per node of ``transport`` (a
-    :class:`GridTransport`, or any object with its ``nodes``, ``push`` and ``wait``); ``keys[m]``:
-    device m's reply key (``codec.sign``).
+    :class:`GridTransport`, or any object with its ``nodes``, ``push`` and ``wait``, which carry
+    packed contents); ``keys[m]``: device m's reply key (``codec.sign``).
 
     One Flower message per round: a downlink (or a refusal) is not sent on its own; it rides on
     the device's next message (its next round's request, an evaluation's ``query.embed``, or at
@@ -128,15 +126,17 @@ class FlowerEngine:
 
     def _push(self, m: int, kind: str, content: RecordDict, counted: str = "control") -> str:
         """Push ``content`` (kind ``kind``) to device m, with the downlink or refusal it carries."""
-        before = self.carried.pop(m, None)
+        before, minus = self.carried.pop(m, None), 0
         if before is not None:
             carried, records = before
-            self._count(_COUNTED[carried], records, carried)
+            self._count(_COUNTED[carried], codec.wire_bytes(codec.pack(records)), carried)
+            minus = codec.wire_bytes(records)  # the carried records, counted apart
             for name, record in records.items():
                 content[name] = record
             content[CARRIED] = ConfigRecord({"kind": carried})
-        self._count(counted, content, kind, minus=None if before is None else before[1])
-        mid = self.transport.push(self.nodes[m], kind, content)
+        packed = codec.pack(content)
+        self._count(counted, codec.wire_bytes(packed) - minus, kind)
+        mid = self.transport.push(self.nodes[m], kind, packed)
         self.kinds[mid] = kind
         return mid
 
@@ -144,26 +144,38 @@ class FlowerEngine:
         self, ids: list[str], what: str, devices: list[int], counted: str = "control"
     ) -> dict[str, RecordDict]:
         try:
-            return self._accept(self.transport.wait(ids, what), ids, what, devices, counted)
+            return self._accept(self._replies(ids, what), ids, what, devices, counted)
         except Failed:
             self.failed = True  # close() then sends nothing more
             raise
 
+    def _replies(self, ids: list[str], what: str) -> dict[str, tuple[RecordDict, RecordDict]]:
+        """The replies to ``ids``, by id: (its content unpacked, its content as it came, packed);
+        Failed if one is not a packed record dict."""
+        replies = {}
+        for mid, packed in self.transport.wait(ids, what).items():
+            try:
+                replies[mid] = (codec.unpack(packed), packed)
+            except PrivzvError as exc:
+                raise Failed(f"{exc}: the reply to {what} refused") from None
+        return replies
+
     def _accept(self, replies: dict, ids: list[str], what: str, devices: list[int], counted: str) -> dict:
-        """``replies`` to ``ids`` (sent to ``devices``), each signed by its device, else refused."""
+        """The contents of ``replies`` (:meth:`_replies`) to ``ids`` (sent to ``devices``), each
+        signed by its device, else refused; each counted as it came."""
         for mid, m in zip(ids, devices, strict=True):
-            if not codec.verify(self.keys[m], mid, replies[mid]):
+            content, packed = replies[mid]
+            if not codec.verify(self.keys[m], mid, content):
                 raise Failed(
                     f"flower: the reply to {what} is not signed by device {m}'s key "
                     "(not from its own process): refused"
                 )
-            self._count(counted, replies[mid], f"{self.kinds.pop(mid)} reply")
-        return replies
+            self._count(counted, codec.wire_bytes(packed), f"{self.kinds.pop(mid)} reply")
+        return {mid: content for mid, (content, _) in replies.items()}
 
-    def _count(self, key: str, content: RecordDict, kind: str, minus: RecordDict | None = None) -> None:
-        """Count ``content``'s serialised bytes as sent (``codec.pack``; less those of ``minus``'s
-        records, counted apart) under ``key`` (up, down, control) and its kind."""
-        size = codec.wire_bytes(codec.pack(content)) - (0 if minus is None else codec.wire_bytes(minus))
+    def _count(self, key: str, size: int, kind: str) -> None:
+        """Count a message of ``size`` serialised bytes (``codec.wire_bytes`` of what it carries,
+        packed) under ``key`` (up, down, control) and its kind."""
         self.wire[key] += size
         self.wire["messages"] += 1
         per = self.wire["kinds"].setdefault(kind, {"messages": 0, "bytes": 0})
@@ -183,8 +195,8 @@ class FlowerEngine:
             }
         )
         ids = [self._push(i, "query.hello", hello) for i in range(self.count)]
-        replies = self.transport.wait(ids, "hello")
-        claimed = [int(replies[mid]["node"]["partition-id"]) for mid in ids]
+        replies = self._replies(ids, "hello")
+        claimed = [int(replies[mid][0]["node"]["partition-id"]) for mid in ids]
         if sorted(claimed) != list(range(self.count)):
             raise PrivzvError(
                 f"flower: SuperNode partition ids {sorted(claimed)}: need 0..{self.count - 1}"

@@ -23,13 +23,22 @@ file, no ``--token`` argument), the Control API keeps its gate (``control.Contro
 
 When a task ends, the file ``serverapp-<task id>.exit`` in the working directory (the run's work
 folder) says so, with or without a result (``launcher.Stack.check_alive``).
+
+The ServerApp's ``HttpGrid`` pushes and pulls a message's objects with :func:`push_objects` and
+:func:`pull_objects` (:func:`in_thread`): one after the other in its own thread, as its calls are
+in process, where Flower's start a thread pool per call (made to overlap HTTP requests).
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 import traceback
+import types
 from pathlib import Path
+
+from privzv.training.engines.flower import waits
 
 EXIT_PREFIX = "serverapp-"
 
@@ -53,6 +62,62 @@ def _handlers() -> dict:
     }
 
 
+def pull_objects(
+    object_ids: list[str],
+    pull_object_fn,
+    *,
+    initial_backoff: float = waits.PULL_BACKOFF,
+    backoff_cap: float = waits.PULL_BACKOFF_CAP,
+    **_,
+) -> dict[str, bytes]:
+    """``flwr.supercore.inflatable.inflatable_utils.pull_objects`` in the calling thread, object by
+    object: one not stored yet (``ObjectUnavailableError``) is asked again after a backoff
+    (``waits``' short one, doubling, +-20% jitter) until Flower's limits (``PULL_MAX_TIME`` s in
+    all, ``PULL_MAX_TRIES_PER_OBJECT`` tries), then ``ObjectPullError``; any other error is raised."""
+    from flwr.supercore.constant import PULL_MAX_TIME, PULL_MAX_TRIES_PER_OBJECT
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError, ObjectUnavailableError
+
+    start, results = time.monotonic(), {}
+    for object_id in object_ids:
+        tries, delay = 0, initial_backoff
+        while object_id not in results:
+            try:
+                results[object_id] = pull_object_fn(object_id)
+            except ObjectUnavailableError:
+                tries += 1
+                if tries >= PULL_MAX_TRIES_PER_OBJECT or time.monotonic() - start >= PULL_MAX_TIME:
+                    raise ObjectPullError(object_id, "timeout or retry limit reached") from None
+                time.sleep(delay * (1 + random.uniform(-0.2, 0.2)))
+                delay = min(delay * 2, backoff_cap)
+    return results
+
+
+def push_objects(
+    objects: dict,
+    push_object_fn,
+    *,
+    object_ids_to_push: set[str] | None = None,
+    keep_objects: bool = False,
+    **_,
+) -> None:
+    """``flwr.supercore.inflatable.inflatable_utils.push_objects`` in the calling thread: each object
+    of ``objects`` (those in ``object_ids_to_push``, if given) deflated and pushed in turn, dropped
+    from ``objects`` unless ``keep_objects``; the first error is raised."""
+    for object_id in list(objects):
+        if object_ids_to_push is not None and object_id not in object_ids_to_push:
+            continue
+        content = objects[object_id].deflate()
+        if not keep_objects:
+            del objects[object_id]
+        push_object_fn(object_id, content)
+
+
+def in_thread(module: types.ModuleType) -> None:
+    """``module``'s ``pull_objects`` and ``push_objects`` (Flower's, imported by name): this
+    module's, in the calling thread."""
+    module.pull_objects, module.push_objects = pull_objects, push_objects
+
+
 def serve(factory) -> None:
     """Run each ServerApp task of the SuperLink's state (``factory.state()``), one at a time."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
@@ -73,7 +138,10 @@ def serve(factory) -> None:
 
 
 def _grid(client):
+    import flwr.superlink.grid.http_grid as http_grid
     from flwr.superlink.grid import HttpGrid
+
+    in_thread(http_grid)
 
     class LinkGrid(HttpGrid):
         """Flower's ``HttpGrid`` over ``client`` (in process): no connection to make or close."""
