@@ -346,7 +346,7 @@ def digest(dataset: VerticalDataset) -> str:
     the digest, so it is kept in ``private/secrets.json`` only (``RunFolder.write_secrets``)."""
     h = hashlib.sha256()
     for t in (*dataset.x_train, dataset.y_train, *dataset.x_test, dataset.y_test):
-        a = np.ascontiguousarray(t.detach().cpu().numpy())
+        a = np.ascontiguousarray(t.detach().numpy(force=True))
         h.update(f"{a.dtype.str}{a.shape};".encode())
         h.update(a.tobytes())
     return h.hexdigest()

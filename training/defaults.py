@@ -5,7 +5,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 
 * ``clip`` C: the method's ``default_clip`` where it declares one (the methods that noise a
   per-record gradient vector on the downlink, and VAFL's noised embeddings in a private run:
-  0.1, ``methods.common.VECTOR_CLIP``), else 10
+  0.1, ``methods.common.VECTOR_CLIP``; zoo-vfl's scalar loss differences: 1,
+  ``methods.zoo_vfl``), else 10
   (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm
@@ -110,7 +111,7 @@ def _default(name: str, config, dataset, entry: dict, where: str, given=None) ->
         return value, source
     own_clip = method.default_clip(config) if name == "clip" else None
     if own_clip is not None:
-        return own_clip, f"{method.__name__}.DEFAULT_CLIP (methods.common.VECTOR_CLIP)"
+        return own_clip, f"{method.__name__}.DEFAULT_CLIP (methods.{method.__module__.rsplit('.', 1)[-1]})"
     if name in FALLBACK:
         return FALLBACK[name]
     if name == "lr_device" and zo_device:

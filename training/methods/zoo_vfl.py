@@ -14,6 +14,14 @@ server   delta_i = (L_i(h) - L_i(h^)) / lam with the stale table for the other d
          in a private run with clipped per-example derivatives and noise (``methods.head``).
 device   w <- w + (lam - eta*Delta) * u: restores and updates in one pass (DPZV's step).
 
+Defaults of a private run (issue 22 item 5; docs/results.md, "Stable defaults"). Where no C is
+given or tuned, ``DEFAULT_CLIP`` = 1: the loss differences are small (median |delta_i| 0.11 to
+0.51 at initialisation on the embedded datasets) and the noise is proportional to C, so DPZV's
+C = 10 clips nothing and cuts the release's signal-to-noise ratio 7 to 11 times against C = 1
+(``benchmarks/zoo_vfl_diagnostics.py --loss-differences``). Where no device rate is given or tuned:
+:meth:`ZooVFL.device_rate`, the published step eta C at any C, capped so that the noise alone moves
+each device weight by at most ``NOISE_DRIFT`` over the run.
+
 DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
 +-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the sum / B:
 ``Release(clip=C, batch_size=B, aggregate="mean")``. Dividing by B, not by the batch's length,
@@ -24,12 +32,24 @@ as published). arXiv:2502.20565v2 instead evaluated this baseline with VAFL's fo
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from privzv.training import zo
 from privzv.training.messages import SERVER
 from privzv.training.methods import common
 from privzv.training.methods.czofo import only_device_threats
 from privzv.training.methods.dpzv import DPZV
+
+# A private device step moves the weights by eta Delta u, |Delta| <= C before noise and the noise
+# proportional to C, so the step scales as eta C: the published rate LR_DEVICE at the paper's C = 10
+# (arXiv:2502.20565v2, App. G) is this product at any C.
+RATE_TIMES_CLIP = 0.05
+# The noise's drift over a run: a device step moves each weight by eta z u_j (u_j of variance 1 on
+# the sqrt(d) sphere, z ~ N(0, sigma^2)); heavy-ball momentum mu sums n such steps into a random
+# walk of standard deviation eta sigma sqrt(n) / (1 - mu) per weight, whatever d. Measured on
+# mnist1d (seed 0, secret seed 0, C = 1; docs/results.md, "Stable defaults"): a drift of 2 ends at
+# test loss 163, 0.49 learns (accuracy 0.157, test loss 2.79).
+NOISE_DRIFT = 0.5
 
 
 class ZooVFL(DPZV):
@@ -38,7 +58,8 @@ class ZooVFL(DPZV):
     LR_SERVER = 0.005
     UPLINK = ("h", "h_perturbed")
     MULTI_DIRECTION = False  # one direction, as published
-    ZO_DEVICE_RATE = False  # its published rate LR_DEVICE
+    ZO_DEVICE_RATE = False  # its own rule (device_rate)
+    DEFAULT_CLIP = 1.0  # where none is given or tuned (module docstring)
 
     @classmethod
     def release(cls, config):
@@ -59,6 +80,26 @@ class ZooVFL(DPZV):
         super().setup(devices, server)
         self.clip = common.dp_clip(self.config, self.sigma)
         self.keep = None
+        self.device_steps = self.config.epochs * math.ceil(len(server.labels) / self.config.batch_size)
+        self.lr_device = common.lr(self.config.lr_device, self.device_rate())
+
+    def device_rate(self) -> float:
+        """The device rate where ``--lr-device`` is open: ``LR_DEVICE`` without noise; in a private
+        run RATE_TIMES_CLIP / C, capped at NOISE_DRIFT (1 - mu) / (sigma sqrt(n)), n = epochs
+        ceil(D / B) the steps of each device, mu the device momentum, so that the noise's random
+        walk moves each device weight by at most NOISE_DRIFT (a standard deviation) over the run."""
+        if not (self.sigma and self.clip):
+            return self.LR_DEVICE
+        cap = NOISE_DRIFT * (1 - self.config.device_momentum) / (self.sigma * math.sqrt(self.device_steps))
+        return min(RATE_TIMES_CLIP / self.clip, cap)
+
+    def default_rate(self, name: str) -> tuple[float, str]:
+        if name != "lr_device" or self.device_rate() == self.LR_DEVICE:
+            return super().default_rate(name)
+        return self.device_rate(), (
+            f"min({RATE_TIMES_CLIP:g} / C, {NOISE_DRIFT:g} (1 - mu) / (sigma sqrt(n))), n = "
+            f"{self.device_steps:g} steps of each device (methods.zoo_vfl.device_rate)"
+        )
 
     def shifts(self) -> tuple[float, float]:
         """h at w itself, then h^ after moving the parameters by -lam u."""
