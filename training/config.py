@@ -134,7 +134,8 @@ class TrainConfig:
     clip: float | None = field(
         None,
         "C of the DP release; default: the tuned value (training/tuned.py), else the method's "
-        "DEFAULT_CLIP (0.1 where it noises a per-record gradient vector, 1 for zoo-vfl), else 10",
+        "DEFAULT_CLIP (0.1 where it noises a per-record gradient vector, 1 where it releases scalar "
+        "loss differences), else 10",
         low=0,
         low_open=True,
         cap=1e6,

@@ -5,8 +5,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
 
 * ``clip`` C: the method's ``default_clip`` where it declares one (the methods that noise a
   per-record gradient vector on the downlink, and VAFL's noised embeddings in a private run:
-  0.1, ``methods.common.VECTOR_CLIP``; zoo-vfl's scalar loss differences: 1,
-  ``methods.zoo_vfl``), else 10
+  0.1, ``methods.common.VECTOR_CLIP``; a method releasing scalar loss differences: 1, its
+  ``DEFAULT_CLIP``), else 10
   (arXiv:2502.20565v2, App. G).
 * ``lr_device`` of a zeroth-order device step (DPZV): ``ZO_RATE / sqrt(d)``, d the largest device
   model's parameter count. A ZO step moves the weights by eta * |Delta| * sqrt(d) (u has norm

@@ -80,7 +80,10 @@ class ZooVFL(DPZV):
         super().setup(devices, server)
         self.clip = common.dp_clip(self.config, self.sigma)
         self.keep = None
-        self.device_steps = self.config.epochs * math.ceil(len(server.labels) / self.config.batch_size)
+        records = max([len(server.labels), *(len(d.x) for d in devices)])  # D, public: the server's
+        # labels, or a device's own rows (a Flower device process sets up with an empty server;
+        # the Flower server with no devices)
+        self.device_steps = self.config.epochs * math.ceil(records / self.config.batch_size)
         self.lr_device = common.lr(self.config.lr_device, self.device_rate())
 
     def device_rate(self) -> float:
