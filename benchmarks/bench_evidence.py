@@ -68,6 +68,12 @@ SETTINGS = {
         "tuned_on": "mnist1d-e2",
         "epsilons": (5.0,),
     },
+    # issue 20's prototype setting: embeddings 16 (training.config's default), 20 epochs
+    "mnist1d-100k": {
+        "config": dict(dataset="mnist1d", records=100_000, embed_dim=16, batch_size=500, epochs=20),
+        "tune_epsilon": 5.0,
+        "epsilons": (1.0, 2.0, 5.0, 10.0, INF),
+    },
     "digits": {
         "config": dict(dataset="digits", batch_size=32, epochs=10),
         "tune_epsilon": 1.0,
@@ -139,6 +145,18 @@ TUNING = {
         "fo-vector": _NS,
         "czofo": _NS,
         "dpzv-batch": _BATCH_RATES,
+    },
+    # docs/results.md at 100k: noise step 0.07-0.10 best at epsilon 1, 0.10-0.12 ahead at 5 and 20
+    "mnist1d-100k": {
+        "dpzv": [
+            {"noise_step": 0.1},
+            {"noise_step": 0.2},
+            {"noise_step": 0.1, "lr_device_scale": 1 / 3},
+        ],
+        "frozen": [{"noise_step": s} for s in (0.05, 0.1, 0.2)],
+        "dpzv-batch": _BATCH_RATES,
+        "fo-vector": _NS,
+        "czofo": _NS,
     },
     "digits": {
         "dpzv": [

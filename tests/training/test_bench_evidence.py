@@ -185,3 +185,17 @@ def test_a_collapsed_run_is_marked_in_the_table():
     s = bench.summarize("digits", rows)
     assert s["cells"][0]["collapsed"] == [1]
     assert "| czofo, sampled head () | 0.300 [0.500 / 0.100* / -] |" in bench.markdown(s)
+
+
+def test_the_100k_setting_is_the_issues_prototype():
+    """mnist1d-100k: 100,000 records (80,000 train), the default embeddings, 4 devices, B 500,
+    20 epochs: 12,800 rounds, tuned at epsilon 5 on the issue's epsilons."""
+    from privzv.training import run
+    from privzv.training.config import TrainConfig
+
+    cell = bench.tune_cells("mnist1d-100k", ["frozen"])[0]
+    config = cell.base_config()
+    assert config.embed_dim == TrainConfig().embed_dim == 16
+    assert (config.records, config.devices, config.batch_size, config.epochs) == (100_000, 4, 500, 20)
+    assert run.rounds_for(config, 80_000) == 12_800 and cell.epsilon == 5.0
+    assert bench.SETTINGS["mnist1d-100k"]["epsilons"] == (1.0, 2.0, 5.0, 10.0, math.inf)
