@@ -97,9 +97,10 @@ class ZooVFL(DPZV):
         return min(RATE_TIMES_CLIP / self.clip, cap)
 
     def default_rate(self, name: str) -> tuple[float, str]:
-        if name != "lr_device" or self.device_rate() == self.LR_DEVICE:
+        rate = self.device_rate() if name == "lr_device" else self.LR_DEVICE
+        if rate == self.LR_DEVICE:
             return super().default_rate(name)
-        return self.device_rate(), (
+        return rate, (
             f"min({RATE_TIMES_CLIP:g} / C, {NOISE_DRIFT:g} (1 - mu) / (sigma sqrt(n))), n = "
             f"{self.device_steps:g} steps of each device (methods.zoo_vfl.device_rate)"
         )
