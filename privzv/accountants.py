@@ -138,7 +138,7 @@ PLD_MIN_DELTA = 1e-12
 
 def clear_caches() -> None:
     """Forget every remembered evaluation (benchmarks and tests measure cold calls)."""
-    for cached in (_pld_epsilon, _cheap_epsilon, _tilted_release, _rdp_epsilon):
+    for cached in (_pld_epsilon, _direction_epsilon, _cheap_epsilon, _tilted_release, _rdp_epsilon):
         cached.cache_clear()
 
 
@@ -197,12 +197,23 @@ def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: fl
     next rigorous accountant answers, faster)."""
     span = release_span(z, exposure, delta)
     step = min(discretization, span / 20.0)
-    if not span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS:
+    if not _fits(span, step):
         raise CannotAnswer(
             f"one release's privacy-loss grid would need about "
             f"{span / step:.3g} points at discretisation {step:.3g}"
         )
     return float(max(step, span / PLD_MAX_POINTS))
+
+
+def pld_grid_fits(z: float, exposure: Exposure, delta: float, discretization: float) -> bool:
+    """False where :func:`pld_grid_step` declines ``discretization`` (a release grid more than
+    PLD_MAX_COARSENING times over PLD_MAX_POINTS), and so every finer one."""
+    span = release_span(z, exposure, delta)
+    return _fits(span, min(discretization, span / 20.0))
+
+
+def _fits(span: float, step: float) -> bool:
+    return span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS
 
 
 def sampled_at_all(exposure: Exposure) -> float:
@@ -242,6 +253,7 @@ def pld_epsilon(
     discretization: float,
     *,
     extended: bool = True,
+    beyond: float = math.inf,
 ) -> float:
     """Pessimistic PLD epsilon of the exposure.
 
@@ -260,6 +272,8 @@ def pld_epsilon(
     Raises CannotAnswer when a grid would be too large or overflows, and for
     delta < PLD_MIN_DELTA. ``extended=False``: the two-stage composition's first stage in
     float64, not long double (a looser upper bound, cheaper: calibration's coarse solve).
+    ``beyond``: where a direction's epsilon exceeds it, that epsilon (a lower bound of the answer,
+    above ``beyond``) without composing the other direction (calibration's infeasible side).
     """
     if exposure.sampling_rate is None:
         return unamplified_epsilon(z, exposure, delta)
@@ -277,6 +291,7 @@ def pld_epsilon(
             pld_grid_step(z, exposure, delta, discretization),
             fit=True,
             extended=extended,
+            beyond=beyond,
         )
     except (OverflowError, FloatingPointError, MemoryError, ValueError) as exc:
         raise CannotAnswer(f"the PLD failed ({type(exc).__name__})") from None
@@ -333,14 +348,16 @@ def _directions(q: float, neighbors: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False, extended=True):
+def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False, extended=True, beyond=math.inf):
     """pld at grid step ``discretization``: the largest over the pair's directions of
     :func:`_direction_epsilon`. With ``fit``, every direction is sized on its probe before any is
     composed (CannotAnswer where the composition would need more than PLD_PROBE_MARGIN x
     PLD_MAX_COARSENING times PLD_COMPOSED_BUDGET points), and the add direction is not built on
     the fine grid where a cheaper grid's epsilon of it (an upper bound of its true epsilon,
     :func:`_bounded_by`) is at most the remove direction's answer: it cannot raise the maximum
-    (add is the smaller direction in the fuzz's slow corners, by 1.3 to 4.3 times)."""
+    (add is the smaller direction in the fuzz's slow corners, by 1.3 to 4.3 times). Once a
+    direction's epsilon exceeds ``beyond``, the next one is not evaluated (:func:`pld_epsilon`);
+    each direction's answer is cached, so the full evaluation reuses it."""
     directions = _directions(q, neighbors)
     guess = fit and max(_probed_ratio(z, k, q, kind, delta, discretization) for kind in directions)
     if guess > PLD_PROBE_MARGIN * PLD_MAX_COARSENING:  # every direction sized before any is composed
@@ -352,6 +369,8 @@ def _pld_epsilon(z, k, q, neighbors, delta, discretization, fit=False, extended=
     for kind in directions:
         if not (fit and math.isfinite(eps) and _bounded_by(z, k, q, kind, delta, eps, discretization)):
             eps = max(eps, _direction_epsilon(z, k, q, kind, delta, discretization, fit, extended))
+        if eps > beyond:  # a lower bound of the maximum, already above it
+            break
     if not math.isfinite(eps):
         raise CannotAnswer("the PLD gave no finite epsilon at this delta")
     return float(eps)
@@ -380,6 +399,7 @@ def _bounded_by(z, k, q, kind, delta, eps, discretization) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=4096)
 def _direction_epsilon(z, k, q, kind, delta, discretization, fit, extended=True):
     """One direction's pld at grid step ``discretization``. With ``fit``, where the composition
     would need more than PLD_COMPOSED_BUDGET points at that step (estimated on the probe's grid,

@@ -145,14 +145,18 @@ def evaluate(
     delta: float,
     accountant: str,
     coarseness: float = 1.0,
+    beyond: float = math.inf,
 ) -> Bound:
     """The Bound of noise multiplier z for an exposure: the registered accountant's
     (:mod:`privzv.registry`). ``best`` evaluates pld and rdp (each where it answers) and keeps
     the smaller; ``pld`` falls back to rdp, ``rdp`` to pld, and both to the unamplified closed
     form (:func:`privzv.accountants.unamplified_epsilon`), naming which answered. pld
     discretises at ``coarseness`` times :func:`privzv.accountants.pld_discretization` of the rdp
-    estimate of the answer (> 1 only for calibration's cheap first solve)."""
-    return registry.get(accountant).epsilon(z, Question(release, schedule, exp, delta), coarseness)
+    estimate of the answer (> 1 only for calibration's cheap first solve). Where the answer
+    exceeds ``beyond`` (calibration's target), it may be a lower bound of it above ``beyond``
+    (:class:`privzv.registry.Question`)."""
+    question = Question(release, schedule, exp, delta, beyond)
+    return registry.get(accountant).epsilon(z, question, coarseness)
 
 
 def epsilon_for_exposure(
@@ -262,8 +266,8 @@ def _calibrate_exposure(
     delta, epsilon = _check(delta, accountant), _check_epsilon(epsilon)
     acc = registry.get(accountant)
 
-    def bound(z, coarseness=1.0):
-        return evaluate(z, release, schedule, exp, delta, accountant, coarseness)
+    def bound(z, coarseness=1.0, beyond=math.inf):
+        return evaluate(z, release, schedule, exp, delta, accountant, coarseness, beyond)
 
     z0 = acc.solve(gdp.mu_from_epsilon(epsilon, delta), Question(release, schedule, exp, delta))
     if z0 is not None:  # a closed form; it can land a rounding error above the target
@@ -291,8 +295,8 @@ def _calibrate_exposure(
     try:
         if acc.coarse_start:
             start, first_step = _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse)
-        z, _ = smallest_feasible(
-            lambda z: bound(z).epsilon,
+        z, _ = smallest_feasible(  # an infeasible z needs no more than a lower bound above the target
+            lambda z: bound(z, beyond=epsilon).epsilon,
             epsilon,
             delta,
             model_mu,

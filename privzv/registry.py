@@ -37,12 +37,14 @@ class Bound:
 @dataclasses.dataclass(frozen=True)
 class Question:
     """What an accountant is asked about: the release, its schedule, the record's exposure under
-    the schedule's threat, and delta."""
+    the schedule's threat, and delta. ``beyond`` (calibration's target): where the answer
+    exceeds it, an accountant may answer any lower bound of it that still exceeds it."""
 
     release: Release
     schedule: Schedule
     exp: Exposure
     delta: float
+    beyond: float = math.inf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +135,7 @@ def _pld(
     delta: float,
     estimate: float | Callable[[float], float],
     coarseness: float,
+    beyond: float = math.inf,
 ) -> float:
     """pld at ``coarseness`` times the discretisation that an estimate of the answer calls for
     (a function of z alone, so that calibrate, account and the ledger agree exactly): pld on the
@@ -142,11 +145,14 @@ def _pld(
     at the discretisation of the answer itself, keeping the smaller (both are upper bounds). An
     rdp estimate 12x too large left the step 12x too coarse: 0.12% looser than dp-accounting at
     q = 1.2e-4, T = 1071. ``estimate`` may be a function of the probe's epsilon giving it
-    (:func:`_estimate`: computed only where it decides the step)."""
+    (:func:`_estimate`: computed only where it decides the step). Above ``beyond`` the answer may
+    be a lower bound of it (:func:`privzv.accountants.pld_epsilon`), still above ``beyond``."""
 
-    def at(guess):
-        disc = coarseness * accountants.pld_discretization(guess, exp.compositions, delta)
-        return accountants.pld_epsilon(z, exp, neighbors, delta, disc)
+    def disc(guess):
+        return coarseness * accountants.pld_discretization(guess, exp.compositions, delta)
+
+    def at(guess, beyond=math.inf):
+        return accountants.pld_epsilon(z, exp, neighbors, delta, disc(guess), beyond=beyond)
 
     try:
         probe = accountants.probe_pld_epsilon(z, exp, neighbors, delta)
@@ -156,25 +162,38 @@ def _pld(
     first = None  # guess: inf where rdp is provably above the probe (:func:`_estimate`)
     if probe < guess:
         try:
-            first, guess = at(probe), probe
+            first, guess = at(probe, beyond), probe
         except accountants.CannotAnswer:
             if lazy is not None:  # needed after all
                 guess = lazy(math.inf)
     if first is None:
-        first = at(guess)
+        first = at(guess, beyond)
     if coarseness == 1.0 and 0 < first < guess / 2:  # not in calibration's coarse solve
-        try:
-            return min(first, at(first))
+        if first > beyond:  # maybe a lower bound: the grid for the answer needs the answer,
+            if not accountants.pld_grid_fits(z, exp, delta, disc(guess / 2)):
+                return first  # unless no grid that fine fits (every smaller guess's is finer)
+            first = at(guess)
+        try:  # min(first, a lower bound above beyond) is one too
+            return min(first, at(first, beyond))
         except accountants.CannotAnswer:
             pass
     return first
 
 
 def _rigorous_bound(
-    z: float, exp: Exposure, neighbors: str, delta: float, order: tuple[str, ...], coarseness: float
+    z: float,
+    exp: Exposure,
+    neighbors: str,
+    delta: float,
+    order: tuple[str, ...],
+    coarseness: float,
+    beyond: float = math.inf,
 ) -> Bound:
     """The first of ``order`` (pld, rdp) that answers, else the unamplified closed form; for
-    ``order`` of length 2 under "best", the smaller of both. Each is a rigorous upper bound."""
+    ``order`` of length 2 under "best", the smaller of both. Each is a rigorous upper bound; pld
+    above ``beyond`` maybe a lower bound of its own, above ``beyond`` (:func:`_pld`), and so the
+    smallest (the smallest of numbers, one of them replaced by a lower bound above ``beyond``,
+    is above ``beyond`` exactly where the true smallest is)."""
     answers: dict[str, float] = {}
     failures = []
     for name in order:
@@ -189,6 +208,7 @@ def _rigorous_bound(
                     if "rdp" in answers
                     else lambda probe: _estimate(z, exp, neighbors, delta, probe),
                     coarseness,
+                    beyond,
                 )
             else:
                 answers[name] = accountants.rdp_epsilon(z, exp, neighbors, delta)
@@ -231,7 +251,7 @@ def _grid_epsilon(name: str) -> Callable[[float, Question, float], Bound]:
             return Bound(accountants.unamplified_epsilon(z, exp, q.delta), "pld")
         if accountants.any_noise_suffices(exp, q.delta):
             return Bound(0.0, "sampling")
-        bound = _rigorous_bound(z, exp, neighbors, q.delta, used, coarseness)
+        bound = _rigorous_bound(z, exp, neighbors, q.delta, used, coarseness, q.beyond)
         if not acc.smallest and bound.fallback:  # it could not answer: the next one does
             other = _rigorous_bound(z, exp, neighbors, q.delta, acc.order[1:], coarseness)
             bound = dataclasses.replace(other, fallback=f"{bound.fallback}; {other.accountant} answered")

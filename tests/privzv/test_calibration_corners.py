@@ -418,3 +418,75 @@ def test_a_float64_first_stage_is_a_looser_bound_of_the_same_composition(row):
     extended = accountants.pld_epsilon(z, exp, "add-remove", delta, step)
     plain = accountants.pld_epsilon(z, exp, "add-remove", delta, step, extended=False)
     assert extended <= plain <= 1.02 * extended
+
+
+def _fine_add_evaluations(monkeypatch):
+    """A list that collects, from now on (cold caches), the noise multiplier of each evaluation
+    of the add direction on a grid finer than PLD_SKIP_POINTS points a release."""
+    accountants.clear_caches()
+    seen, original = [], accountants._direction_epsilon
+
+    def direction(z, k, q, kind, delta, discretization, *a):
+        skip_step = accountants._probe_step(z, k, q, kind, delta, 0.0, accountants.PLD_SKIP_POINTS)
+        if kind == "add" and discretization < skip_step:
+            seen.append(z)
+        return original(z, k, q, kind, delta, discretization, *a)
+
+    direction.cache_clear = getattr(original, "cache_clear", None)  # type: ignore[attr-defined]
+    monkeypatch.setattr(accountants, "_direction_epsilon", direction)
+    return seen
+
+
+def test_the_add_direction_is_not_composed_where_the_remove_one_misses_the_target(monkeypatch):
+    """Fuzz row 148 (best, add-remove): of the 5 fine evaluations, 3 are above the target on the
+    remove direction alone; their add direction (0.09 s each on twice the step) cannot make them
+    feasible, so it is bounded only at the 2 feasible ones (at all 5 on the old code). The answer
+    is the one of the full evaluations, re-evaluated, and 0.1% less noise misses the target."""
+    from privzv import accounting
+
+    case = _fuzz_row(148)
+    fine = []
+    original = accounting.evaluate
+    added = _fine_add_evaluations(monkeypatch)
+    monkeypatch.setattr(
+        accounting,
+        "evaluate",
+        lambda z, *a, **kw: (a[5:6] or [1.0])[0] == 1.0 and fine.append(z) or original(z, *a, **kw),
+    )
+    found = privzv.noise_multiplier(**case)
+    assert found.epsilon <= case["epsilon"] and found.accountant == "pld"
+    infeasible = [z for z in fine if z < found.noise_multiplier]
+    assert len(infeasible) == 3 and not set(infeasible) & set(added)
+    assert 1 <= len(set(added)) <= 2
+    accountants.clear_caches()
+    again = privzv.epsilon(
+        noise_multiplier=found.noise_multiplier, **{k: v for k, v in case.items() if k != "epsilon"}
+    )
+    assert again.epsilon == found.epsilon
+    less = privzv.epsilon(
+        noise_multiplier=found.noise_multiplier * (1 - 1e-3),
+        **{k: v for k, v in case.items() if k != "epsilon"},
+    )
+    assert less.epsilon > case["epsilon"]
+
+
+@pytest.mark.parametrize("z, feasible", [(0.587156685, False), (0.599122771, False), (0.6035120, True)])
+@pytest.mark.parametrize("accountant", ["best", "pld"])
+def test_an_evaluation_beyond_the_target_is_a_lower_bound_above_it(z, feasible, accountant):
+    """The premise of the shortcut, at row 148's fine evaluations: with ``beyond`` the target, an
+    evaluation is the full one where that is at most the target, and above the target a lower
+    bound of the full one still above the target: the search sees the same feasibility."""
+    from privzv import accounting
+    from privzv.api import describe
+
+    case = _fuzz_row(148)
+    target, delta = case["epsilon"], case["delta"]
+    release, schedule, exp = describe(
+        steps=case["steps"], sample_rate=case["sample_rate"], threat="eavesdropper", neighbors=case["neighbors"]
+    )
+    accountants.clear_caches()
+    cut = accounting.evaluate(z, release, schedule, exp, delta, accountant, 1.0, target).epsilon
+    accountants.clear_caches()
+    full = accounting.evaluate(z, release, schedule, exp, delta, accountant).epsilon
+    assert (full <= target) == feasible
+    assert cut == full if feasible else target < cut <= full
