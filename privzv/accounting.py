@@ -376,9 +376,9 @@ def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
 def _coarse_step(coarse, z, e, aim):
     """The z where the coarse solve's curve (``coarse``: its (z, epsilon) points, by z) times
     e / coarse(z) meets ``aim``, by interpolating log epsilon against log z between the two
-    points around it nearest to z: the coarse grid's epsilon is 1.8 to 2.4 times the fine one's
-    in the fuzz's slow corners (rows 71, 148), in a ratio that changes more slowly in z than
-    either. Where no two points surround it, the slope of the two nearest to z. coarse(z), where
+    points around it nearest to z: the fine epsilon is a ratio of the coarse one (0.38 and 0.54
+    at fuzz rows 148 and 71 on 20,000 points, 0.993 and 0.999 on COARSE_STAGED_POINTS) that
+    changes more slowly in z than either. Where no two points surround it, the slope of the two nearest to z. coarse(z), where
     z is not a point, is interpolated between the two around it."""
     points = [(math.log(x), math.log(v)) for x, v in coarse if 0 < v < math.inf]
     pairs = list(zip(points, points[1:]))
