@@ -483,7 +483,10 @@ def test_an_evaluation_beyond_the_target_is_a_lower_bound_above_it(z, feasible, 
     case = _fuzz_row(148)
     target, delta = case["epsilon"], case["delta"]
     release, schedule, exp = describe(
-        steps=case["steps"], sample_rate=case["sample_rate"], threat="eavesdropper", neighbors=case["neighbors"]
+        steps=case["steps"],
+        sample_rate=case["sample_rate"],
+        threat="eavesdropper",
+        neighbors=case["neighbors"],
     )
     accountants.clear_caches()
     cut = accounting.evaluate(z, release, schedule, exp, delta, accountant, 1.0, target).epsilon
