@@ -22,7 +22,8 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
   noise, so E Delta^2 <= C^2 + sigma^2: scaled so, the step's RMS size stays within its
   noise-free bound (``ZO_RATE * C`` for the size-normalised rate) whatever sigma. On digits at
   epsilon 1 (sigma 0.264, C 0.1: factor 0.354) the tuned 0.003 ended with its test loss above
-  the untrained model's on secret seeds 0-2; 0.00106 does not (docs/training.md, "Methods").
+  the untrained model's on 4 of secret seeds 0-4; 0.00106 on none (docs/training.md, "DPZV's
+  device rate under noise").
 * every other open rate: the method's own default (``Method.default_rate``: ``LR_DEVICE``, or
   for a device fed a noised downlink gradient ``methods.common.DEVICE_NOISE_STEP`` over that
   noise's norm where smaller; the head's ``methods.head.default_lr`` with a DP head: 0.1 /

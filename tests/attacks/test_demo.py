@@ -58,6 +58,13 @@ def test_demo_refuses_a_foreign_non_empty_folder(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
+def test_demo_refuses_a_bad_secret_seed_before_writing_anything(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "d"), "--secret-seed", "-3"]) == 2
+    err = capsys.readouterr().err
+    assert err == "privzv demo: error: --secret-seed '-3': must be an integer >= 0\n"
+    assert not (tmp_path / "d").exists()
+
+
 def test_demo_shows_a_runs_divergence_warning():
     from privzv.attacks import demo
 
