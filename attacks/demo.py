@@ -123,7 +123,7 @@ def _human(o: dict) -> str:
     lines.append(
         f"   DPZV minus the frozen-devices control: {gap:+.3f} accuracy on this draw of the secret "
         "noise (fresh each demo; --secret-seed S repeats one; whole-run DP: the head is private "
-        "too; secret seeds 0-4 of both: docs/training.md, \"DPZV's device rate under noise\")"
+        'too; secret seeds 0-4 of both: docs/training.md, "DPZV\'s device rate under noise")'
     )
     lines.append(f"results, plots and transcripts: {o['out']}")
     return "\n".join(lines)

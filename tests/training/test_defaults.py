@@ -149,7 +149,8 @@ def test_downlink_noise_scales_an_open_zo_device_rate_so_its_rms_step_keeps_the_
         free = defaults.resolve(config, ds)[0].lr_device
         noised, sources = defaults.resolve(config, ds, sigma=sigma)
         assert noised.lr_device * math.hypot(0.1, sigma) == pytest.approx(free * 0.1)
-        assert f"C / sqrt(C^2 + sigma^2) = {0.1 / math.hypot(0.1, sigma):.3g}" in sources["lr_device"]["source"]
+        factor = 0.1 / math.hypot(0.1, sigma)
+        assert f"C / sqrt(C^2 + sigma^2) = {factor:.3g}" in sources["lr_device"]["source"]
         assert defaults.resolve(noised, ds, sigma=sigma)[0] == noised  # idempotent
         given = dataclasses.replace(config, lr_device=0.002)
         assert defaults.resolve(given, ds, sigma=sigma)[0].lr_device == 0.002
