@@ -16,14 +16,6 @@ Order, per field: the user's value (flag or ``--config``); else the tuned value 
   embeddings and C = 10 the old 0.03 diverges within 12 epochs, this rate does not).
   ``ZO_RATE`` gives 5e-4 on digits with 2-dim embeddings (d = 610), the paper's rate with momentum
   0.9 (arXiv:2502.20565v3, App. C).
-* a ZO device rate left open (tuned or ``ZO_RATE / sqrt(d)``) in a run with downlink noise sigma:
-  times :func:`noise_factor` C / sqrt(C^2 + sigma^2). A step moves the weights by
-  eta |Delta| sqrt(d), and Delta is the clipped mean (|.| <= C) plus independent N(0, sigma^2)
-  noise, so E Delta^2 <= C^2 + sigma^2: scaled so, the step's RMS size stays within its
-  noise-free bound (``ZO_RATE * C`` for the size-normalised rate) whatever sigma. On digits at
-  epsilon 1 (sigma 0.264, C 0.1: factor 0.354) the tuned 0.003 ended with its test loss above
-  the untrained model's on 4 of secret seeds 0-4; 0.00106 on none (docs/training.md, "DPZV's
-  device rate under noise").
 * every other open rate: the method's own default (``Method.default_rate``: ``LR_DEVICE``, or
   for a device fed a noised downlink gradient ``methods.common.DEVICE_NOISE_STEP`` over that
   noise's norm where smaller; the head's ``methods.head.default_lr`` with a DP head: 0.1 /
@@ -66,11 +58,10 @@ RATES = ("lr_device", "lr_server")  # swept at the entry's C and setting (``unfi
 FALLBACK = {"clip": (CLIP, "arXiv:2502.20565v2, App. G"), "head_clip": (HEAD_CLIP, "training/defaults.py")}
 
 
-def resolve(config, dataset, given=None, sigma: float = 0.0):
+def resolve(config, dataset, given=None):
     """(config with ``FIELDS`` filled, {field: {"value", "source"}}) for a run of ``config`` on
     ``dataset`` (a ``VerticalDataset``) with the models ``given`` from Python (``models.Given``,
-    or None) and downlink noise std ``sigma`` (the calibrated one; 0: none, or not known yet);
-    fields the user gave are reported as ``"given"``.
+    or None); fields the user gave are reported as ``"given"``.
     Idempotent: a resolved config comes back unchanged, its sources all ``"given"``."""
     entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
@@ -86,19 +77,10 @@ def resolve(config, dataset, given=None, sigma: float = 0.0):
                 untuned = {k: v for k, v in entry.items() if k not in RATES}
                 value, source = _default(name, config, dataset, untuned, where, given)
                 source += f"; not the rate of {where}: {why_not}"
-            if name == "lr_device" and sigma and methods.get(config.method).ZO_DEVICE_RATE:
-                factor = noise_factor(values["clip"], sigma)
-                value, source = value * factor, f"{source}; times C / sqrt(C^2 + sigma^2) = {factor:.3g}"
         if value is not None:
             values[name] = value
         sources[name] = {"value": value, "source": source}
     return dataclasses.replace(config, **values), sources
-
-
-def noise_factor(clip: float, sigma: float) -> float:
-    """C / sqrt(C^2 + sigma^2): what a ZO device rate left open is multiplied by under downlink
-    noise sigma, so that the step's RMS size stays within its noise-free bound (module docstring)."""
-    return clip / math.hypot(clip, sigma)
 
 
 def unfit(config, entry: dict, classes: int) -> str | None:

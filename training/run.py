@@ -70,11 +70,10 @@ def build(
     named ones.
     """
     secret = new_secret_seed() if secret_seed is None else secret_seed
-    method_cls, records = methods.get(config.method), len(dataset.y_train)
-    release = privacy.noised_release(config, method_cls, sigma, release, records)
-    config, _ = defaults.resolve(config, dataset, given, sigma=release.sigma if release else 0.0)
+    config, _ = defaults.resolve(config, dataset, given)
     place = _place(config, engine)
-    m_count = config.devices
+    m_count, records = config.devices, len(dataset.y_train)
+    method_cls = methods.get(config.method)
     devices = []
     for m in range(m_count if engine is None else 0):
         torch.manual_seed(seeds.derive(config.seed, "init", m))
@@ -120,7 +119,7 @@ def build(
         "contains": {"raw_embeddings": [device_name(m) for m in range(m_count)] if raw else []},
     }
     recorder = Recorder(parties, meta, enabled=config.transcripts)
-    method = method_cls(config, release=release)
+    method = method_cls(config, release=privacy.noised_release(config, method_cls, sigma, release, records))
     return Scheduler(
         method,
         devices,
@@ -287,10 +286,8 @@ def _train(
     config.validate(own_data=python.dataset is not None)
     torch.set_num_threads(config.threads)
     dataset, method_cls, rounds = _setup(config, engine, python.dataset)
-    asked = config
-    config, chosen = defaults.resolve(asked, dataset, python.given)
+    config, chosen = defaults.resolve(config, dataset, python.given)
     p = privacy.plan(_release_config(config), method_cls, len(dataset.y_train), rounds)
-    config, chosen = defaults.resolve(asked, dataset, python.given, sigma=p.sigma)  # rates under noise
     ledger = privacy.ledger(config, p)
     if ledger is not None and ledger.would_exceed(0, np.arange(method_cls.uplink_batch(config))):
         raise PrivzvError(

@@ -30,7 +30,7 @@ def test_demo_end_to_end_and_rerun(tmp_path, capsys):
     # the head's z (never sent), not the private run's split
     assert frozen["sigma"] > 0 and frozen["epsilon_spent"] <= 1.0
     # no run ends with its test loss above the untrained model's (the epsilon-1 run did, at the
-    # tuned device rate 0.003, on secret seeds 0-2; secret seeds 1 and 2: the test below)
+    # default device rate 0.003, on secret seeds 0-2; secret seed 1: the test below)
     assert [s["diverged"] for s in runs.values()] == [None, None, None]
     assert (out / "demo.json").is_file() and (out / "epsilon-1" / "private" / "ledger.json").is_file()
     # running the README command again replaces the earlier demo
@@ -38,10 +38,10 @@ def test_demo_end_to_end_and_rerun(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("secret_seed", [1, 2])
+@pytest.mark.parametrize("secret_seed", [1])
 def test_the_demos_private_run_does_not_diverge(secret_seed, tmp_path):
-    """The demo's epsilon-1 DPZV run at its defaults: on secret seeds 0-2 (0: the test above) it
-    used to end with the collapse warning (test loss 2.96-3.05 against the untrained 2.31)."""
+    """The demo's epsilon-1 DPZV run: at the default device rate (0.003) it ended with the collapse
+    warning on secret seeds 0-2 (0: the test above; test loss 2.96-3.05 against the untrained 2.31)."""
     from privzv.attacks import demo
     from privzv.training import run
 
