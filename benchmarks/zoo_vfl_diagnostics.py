@@ -10,11 +10,17 @@ unclipped one, over sigma = z 2C / B, z the noise multiplier of a default zoo-vf
 
 ``--head``: the zeroth-order head alone (``methods.head.ZerothOrderHead``, P = 4,810 parameters on
 mnist1d) trained for the default run's rounds on the devices' frozen initial embeddings, at each
-``--rates``, without noise and with the default run's head noise sigma_h (C_h 0.1) at each
-``--epsilons``; prints the test accuracy and loss at five points.
+``--rates``, without noise and with the default run's head noise multiplier at each ``--epsilons``
+for each ``--head-clips`` C_h (sigma_h = z_h 2 C_h / B); prints the test accuracy and loss at five
+points.
+
+``--head-derivatives``: per dataset, the |d_i| quantiles of the head's per-example directional
+derivatives d_i = (l_i(theta + lam v) - l_i(theta - lam v)) / (2 lam) at initialisation (what
+C_h clips).
 
     python benchmarks/zoo_vfl_diagnostics.py --loss-differences [--datasets ...]
-    python benchmarks/zoo_vfl_diagnostics.py --head [--dataset mnist1d] [--rates 0.005 0.05]
+    python benchmarks/zoo_vfl_diagnostics.py --head [--dataset mnist1d] [--rates 0.005 0.05] [--head-clips 0.1]
+    python benchmarks/zoo_vfl_diagnostics.py --head-derivatives [--datasets ...]
 """
 
 from __future__ import annotations
@@ -112,7 +118,7 @@ def head_derivatives(dataset: str, seed: int) -> dict:
             "head_abs_d_median_p90_p99": [round(v, 3) for v in q]}  # fmt: skip
 
 
-def zo_head(dataset: str, rates: list[float], epsilons: list[float], seed: int, clips: list[float] = [0.1]):
+def zo_head(dataset: str, rates: list[float], epsilons: list[float], seed: int, clips: list[float]):
     """The ZO head alone on frozen initial embeddings: one row per (sigma_h, C_h, rate)."""
     ds, rounds, _ = plan(dataset, epsilons[0])
     devices, _ = models_at_init(ds, seed)
