@@ -125,9 +125,10 @@ def zo_head(dataset: str, rates: list[float], epsilons: list[float], seed: int, 
     with torch.no_grad():
         train = [d(ds.x_train[m].float()) for m, d in enumerate(devices)]
         test = [d(ds.x_test[m].float()) for m, d in enumerate(devices)]
-    z_h = {e: plan(dataset, e)[2].release.head for e in epsilons}
-    z_h = {e: u.sigma / u.sensitivity for e, u in z_h.items()}
-    noises = [("none", 0.0, None)] + [(f"epsilon {e:g}", z * 2 * c / B, c) for e, z in z_h.items() for c in clips]
+    heads = {e: plan(dataset, e)[2].release.head for e in epsilons}
+    z_h = {e: u.sigma / u.sensitivity for e, u in heads.items()}  # sigma_h at C_h: z_h 2 C_h / B
+    noises = [("none", 0.0, None)]
+    noises += [(f"epsilon {e:g}", z * 2 * c / B, c) for e, z in z_h.items() for c in clips]
     for label, sigma_h, clip in noises:
         for rate in rates:
             torch.manual_seed(seed + 1)

@@ -102,6 +102,8 @@ class ZooVFL(DPZV):
         zeros = [torch.zeros(1, self.config.embed_dim, device=place)] * self.config.devices
         with torch.no_grad():  # K: the head's outputs (public, its architecture)
             self.classes = server.head(zeros).shape[-1]
+        self.head_size = sum(p.numel() for p in self.head.params)  # P
+        self.head_steps = self.config.devices * self.device_steps  # T: one a round
         self.head.lr = common.lr(self.config.lr_server, self.head_rate())
 
     def device_rate(self) -> float:
@@ -126,26 +128,23 @@ class ZooVFL(DPZV):
         dp = self.head_dp
         if dp is None or not dp.sigma:
             return self.LR_SERVER
-        size, steps = sum(p.numel() for p in self.head.params), self.config.devices * self.device_steps
         return min(
             HEAD_RATE_TIMES_CLIP / dp.clip,
-            math.log(self.classes) / (dp.sigma**2 * size),
-            HEAD_DRIFT / (dp.sigma * math.sqrt(steps)),
+            math.log(self.classes) / (dp.sigma**2 * self.head_size),
+            HEAD_DRIFT / (dp.sigma * math.sqrt(self.head_steps)),
         )
 
     def default_rate(self, name: str) -> tuple[float, str]:
-        if name == "lr_server":
-            rate = self.head_rate()
-            if rate == self.LR_SERVER:
-                return super().default_rate(name)
+        head = name == "lr_server"
+        rate = self.head_rate() if head else self.device_rate()
+        if rate == (self.LR_SERVER if head else self.LR_DEVICE):
+            return super().default_rate(name)
+        if head:
             return rate, (
                 f"min({HEAD_RATE_TIMES_CLIP:g} / C_h, ln(K) / (sigma_h^2 P), {HEAD_DRIFT:g} / (sigma_h "
-                f"sqrt(T))), K = {self.classes}, P = {sum(p.numel() for p in self.head.params)}, T = "
-                f"{self.config.devices * self.device_steps:g} (methods.zoo_vfl.head_rate)"
+                f"sqrt(T))), K = {self.classes}, P = {self.head_size}, T = {self.head_steps:g} "
+                "(methods.zoo_vfl.head_rate)"
             )
-        rate = self.device_rate()
-        if rate == self.LR_DEVICE:
-            return super().default_rate(name)
         return rate, (
             f"min({RATE_TIMES_CLIP:g} / C, {NOISE_DRIFT:g} (1 - mu) / (sigma sqrt(n))), n = "
             f"{self.device_steps:g} steps of each device (methods.zoo_vfl.device_rate)"
