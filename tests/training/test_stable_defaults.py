@@ -48,6 +48,14 @@ def test_a_private_run_of_a_listed_cell_warns_up_to_its_epsilon_and_others_do_no
     assert defaults.warning(TrainConfig(dataset="digits", method="dpzv", epsilon=2.0)) is None
 
 
+def test_a_listed_cell_at_another_data_size_is_not_warned(monkeypatch):
+    """The listing measured the default size; MNIST-1D 100k is a different setting."""
+    monkeypatch.setattr(tuned, "BELOW_MAJORITY", {("mnist1d", "dpzv"): (2.0, "0.097 at epsilon 2")})
+    listed = TrainConfig(dataset="mnist1d", method="dpzv", epsilon=2.0)
+    assert "0.097 at epsilon 2" in defaults.warning(listed)
+    assert defaults.warning(dataclasses.replace(listed, records=100_000)) is None
+
+
 def test_the_banner_of_a_listed_cell_prints_the_warning(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "BELOW_MAJORITY", LISTED)
     lines: list[str] = []

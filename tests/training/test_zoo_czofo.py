@@ -1,16 +1,17 @@
 """The ZO baselines zoo-vfl and czofo: estimators, DP noise and clipping, learning, determinism."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from privzv.errors import PrivzvError
-from privzv.release import Release
+from privzv.release import HeadUpdate, Release
 from privzv.training import data, methods, run, zo
 from privzv.training.config import TrainConfig
-from privzv.training.methods import common, czofo
+from privzv.training.methods import common, czofo, zoo_vfl
 
 C, B = 0.5, 16
 
@@ -236,3 +237,57 @@ def test_same_seed_same_run(digits, method):
     a, b, c = final(1), final(1), final(2)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not all(torch.equal(x, y) for x, y in zip(a, c))  # the noise comes from the secret seed
+
+
+def _head_weights(sched) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in sched.server.head.parameters()])
+
+
+@pytest.mark.parametrize(("sigma_h", "bound"), [(0.05, "drift"), (5.0, "noise")])
+def test_zoo_vfl_head_rate_is_the_noise_limited_zo_step_and_moves_the_head_as_it_says(
+    sigma_h, bound, tiny_scheduler, tiny_config
+):
+    """A private run's zeroth-order head rate is min(HEAD_RATE_TIMES_CLIP / C_h, ln(K) /
+    (sigma_h^2 P), HEAD_DRIFT / (sigma_h sqrt(T))), P its parameters, T its steps (one a round).
+    Run to its end with C_h far below the noise, the head's change (noise alone) has a standard
+    deviation per weight near eta sigma_h sqrt(T) (HEAD_DRIFT where that cap binds) and not above
+    it beyond the spread of T squared draws; at the old fixed 0.005 it was 0.0078 at sigma_h
+    0.05 (the head stood still) and 0.78 at 5 (a random head). The rate printed is the rate
+    applied, and ``--lr-server`` still wins."""
+    config = dict(method="zoo-vfl", epochs=40, epsilon=2.0, clip=1.0)
+    dp = HeadUpdate(clip=1e-4, batch_size=8, sigma=sigma_h)
+    release = dataclasses.replace(methods.get("zoo-vfl").release(tiny_config(**config)), sigma=0.5, head=dp)
+    sched = tiny_scheduler(release=release, **config)
+    method, cfg = sched.method, sched.method.config
+    steps = run.rounds_for(cfg, len(sched.server.labels))
+    size, classes = _head_weights(sched).numel(), 3  # the tiny dataset's
+    caps = {
+        "noise": math.log(classes) / (sigma_h**2 * size),
+        "drift": zoo_vfl.HEAD_DRIFT / (sigma_h * math.sqrt(steps)),
+    }
+    assert method.head.lr == pytest.approx(caps[bound]) == pytest.approx(min(caps.values()))
+    assert method.default_rate("lr_server")[0] == method.head.lr
+    start = _head_weights(sched)
+    for _ in range(steps):
+        assert sched.step()
+    drift = float((_head_weights(sched) - start).std())
+    expected = method.head.lr * sigma_h * math.sqrt(steps)
+    assert 0.5 * expected < drift <= expected * (1 + 4 * math.sqrt(2 / steps))
+    assert expected <= zoo_vfl.HEAD_DRIFT * (1 + 1e-9)
+    given = tiny_scheduler(release=release, lr_server=0.02, **config).method
+    assert given.head.lr == 0.02
+
+
+def test_zoo_vfl_head_keeps_the_step_eta_c_h_where_the_noise_allows_and_its_rate_without_dp(
+    tiny_scheduler, tiny_config
+):
+    """HEAD_RATE_TIMES_CLIP / C_h where the noise is small; the published LR_SERVER without a DP
+    head (no noise, or a downlink-only sigma)."""
+    config = dict(method="zoo-vfl", epsilon=2.0, clip=1.0)
+    release = methods.get("zoo-vfl").release(tiny_config(**config))
+    for clip in (0.1, 1.0):
+        dp = HeadUpdate(clip=clip, batch_size=8, sigma=1e-6)
+        sched = tiny_scheduler(release=dataclasses.replace(release, sigma=0.5, head=dp), **config)
+        assert sched.method.head.lr == pytest.approx(zoo_vfl.HEAD_RATE_TIMES_CLIP / clip)
+    assert tiny_scheduler(method="zoo-vfl").method.head.lr == zoo_vfl.ZooVFL.LR_SERVER
+    assert tiny_scheduler(method="zoo-vfl", sigma=0.5).method.head.lr == zoo_vfl.ZooVFL.LR_SERVER

@@ -20,7 +20,8 @@ given or tuned, ``DEFAULT_CLIP`` = 1: the loss differences are small (median |de
 C = 10 clips nothing and cuts the release's signal-to-noise ratio 7 to 11 times against C = 1
 (``benchmarks/zoo_vfl_diagnostics.py --loss-differences``). Where no device rate is given or tuned:
 :meth:`ZooVFL.device_rate`, the published step eta C at any C, capped so that the noise alone moves
-each device weight by at most ``NOISE_DRIFT`` over the run.
+each device weight by at most ``NOISE_DRIFT`` over the run. Where no head rate is given:
+:meth:`ZooVFL.head_rate`, the ZO step limited by the head's noise and its parameter count.
 
 DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
 +-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the sum / B:
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+import torch
 
 from privzv.training import zo
 from privzv.training.messages import SERVER
@@ -50,6 +53,16 @@ RATE_TIMES_CLIP = 0.05
 # mnist1d (seed 0, secret seed 0, C = 1; docs/results.md, "Stable defaults"): a drift of 2 ends at
 # test loss 163, 0.49 learns (accuracy 0.157, test loss 2.79).
 NOISE_DRIFT = 0.5
+# The head's step eta C_h: with C_h below its per-example derivatives (medians 0.62 to 1.05 at
+# initialisation, ``benchmarks/zoo_vfl_diagnostics.py --head-derivatives``) a clipped step is about
+# the step of the unclipped head at rate eta C_h, and 0.01 is the largest such rate that learned
+# without noise on mnist1d (``--head --rates``: 0.01 ends at 0.230, 0.03 oscillates, 0.06 diverges).
+HEAD_RATE_TIMES_CLIP = 0.01
+# The head's noise drift over a run (one step a round, no momentum: eta sigma_h sqrt(T) per
+# weight), as NOISE_DRIFT for the devices but 0.1: at the noise bound alone (drift 0.3 on the
+# 5,000-round runs) mnist-5k at epsilon 2 fell from 0.190 to 0.124; at 0.1 it ends at 0.177
+# (docs/results.md, "Stable defaults").
+HEAD_DRIFT = 0.1
 
 
 class ZooVFL(DPZV):
@@ -85,6 +98,13 @@ class ZooVFL(DPZV):
         # the Flower server with no devices)
         self.device_steps = self.config.epochs * math.ceil(records / self.config.batch_size)
         self.lr_device = common.lr(self.config.lr_device, self.device_rate())
+        place = next((p.device for p in server.head.parameters()), None)
+        zeros = [torch.zeros(1, self.config.embed_dim, device=place)] * self.config.devices
+        with torch.no_grad():  # K: the head's outputs (public, its architecture)
+            self.classes = server.head(zeros).shape[-1]
+        self.head_size = sum(p.numel() for p in self.head.params)  # P
+        self.head_steps = self.config.devices * self.device_steps  # T: one a round
+        self.head.lr = common.lr(self.config.lr_server, self.head_rate())
 
     def device_rate(self) -> float:
         """The device rate where ``--lr-device`` is open: ``LR_DEVICE`` without noise; in a private
@@ -96,10 +116,35 @@ class ZooVFL(DPZV):
         cap = NOISE_DRIFT * (1 - self.config.device_momentum) / (self.sigma * math.sqrt(self.device_steps))
         return min(RATE_TIMES_CLIP / self.clip, cap)
 
+    def head_rate(self) -> float:
+        """The head rate where ``--lr-server`` is open: ``LR_SERVER`` without a DP head; else
+        HEAD_RATE_TIMES_CLIP / C_h, capped at ln(K) / (sigma_h^2 P), P the head's parameters, and
+        at HEAD_DRIFT / (sigma_h sqrt(T)), T = M n its steps. A ZO step along v on the sqrt(P)
+        sphere with a clipped scalar plus N(0, sigma_h^2) gains eta |g|^2 and loses
+        (L/2) eta^2 sigma_h^2 P to the noise (Nesterov and Spokoiny 2017: the ZO rate shrinks like
+        1/P), so the best rate is |g|^2 / (L sigma_h^2 P), and |g|^2 / (2L), at most what one step
+        can remove, is below the initial cross-entropy ln K: half that bound. The last cap keeps
+        the noise's random walk to HEAD_DRIFT per weight (docs/results.md, "Stable defaults")."""
+        dp = self.head_dp
+        if dp is None or not dp.sigma:
+            return self.LR_SERVER
+        return min(
+            HEAD_RATE_TIMES_CLIP / dp.clip,
+            math.log(self.classes) / (dp.sigma**2 * self.head_size),
+            HEAD_DRIFT / (dp.sigma * math.sqrt(self.head_steps)),
+        )
+
     def default_rate(self, name: str) -> tuple[float, str]:
-        rate = self.device_rate() if name == "lr_device" else self.LR_DEVICE
-        if rate == self.LR_DEVICE:
+        head = name == "lr_server"
+        rate = self.head_rate() if head else self.device_rate()
+        if rate == (self.LR_SERVER if head else self.LR_DEVICE):
             return super().default_rate(name)
+        if head:
+            return rate, (
+                f"min({HEAD_RATE_TIMES_CLIP:g} / C_h, ln(K) / (sigma_h^2 P), {HEAD_DRIFT:g} / (sigma_h "
+                f"sqrt(T))), K = {self.classes}, P = {self.head_size}, T = {self.head_steps:g} "
+                "(methods.zoo_vfl.head_rate)"
+            )
         return rate, (
             f"min({RATE_TIMES_CLIP:g} / C, {NOISE_DRIFT:g} (1 - mu) / (sigma sqrt(n))), n = "
             f"{self.device_steps:g} steps of each device (methods.zoo_vfl.device_rate)"
