@@ -157,6 +157,8 @@ TUNING = {
         "dpzv-batch": _BATCH_RATES,
         "fo-vector": _NS,
         "czofo": _NS,
+        # digits and mnist-5k chose 0.05; 0.15 collapsed there (mnist-5k) and on one 30k emb-2 seed
+        "first-order": _RATES,
     },
     "digits": {
         "dpzv": [
