@@ -43,7 +43,9 @@ def _row_log_sums(log_w: np.ndarray, w: np.ndarray, e: np.ndarray, lengths: np.n
     this keeps the digits a log-sum-exp loses near a sum of 1 (it sums numbers near 1, an absolute
     error of n ulps). A term is w expm1(e) where |e| < 1, else e^{log_w + e} - w (no cancellation,
     and no term lost to w underflowing). A row with a term above e^600 (its sum might overflow)
-    is a plain log-sum-exp instead: its log is above 600, where n ulps are relatively negligible."""
+    is a plain log-sum-exp instead: its log is above 600, where n ulps are relatively negligible.
+    Each other sum gets a bound on its rounding added (below), so that it is never below the sum of
+    the computed terms."""
     starts = np.cumsum(lengths) - lengths
     t = log_w + e
     top = np.maximum.reduceat(t, starts)
@@ -52,7 +54,11 @@ def _row_log_sums(log_w: np.ndarray, w: np.ndarray, e: np.ndarray, lengths: np.n
     terms = np.exp(t - np.repeat(np.where(big, top, 0.0), lengths)) - np.where(element, 0.0, w)
     near = (np.abs(e) < 1.0) & ~element
     terms[near] = w[near] * np.expm1(e[near])
-    sums = np.add.reduceat(terms, starts)
+    # plus a bound on the float sum's rounding, (n + 4) u sum |terms| (Higham 2002, "Accuracy and
+    # Stability of Numerical Algorithms", eq. (4.4), recursive summation; 4 ulps a term): the
+    # terms cancel where e < 0, so it can exceed the absolute margin; never below the exact sum
+    slack = (lengths + 4.0) * 2.0**-53 * np.add.reduceat(np.abs(terms), starts)
+    sums = np.add.reduceat(terms, starts) + slack
     with np.errstate(invalid="ignore", divide="ignore"):  # the branch not taken
         return np.where(big, top + np.log(sums), np.log1p(np.maximum(sums, 0.0)))
 

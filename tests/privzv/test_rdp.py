@@ -165,7 +165,8 @@ def test_round_off_in_the_fractional_series_never_gives_epsilon_0():
 def test_fractional_orders_bound_the_exact_renyi_divergence(q, z, alpha):
     """log A_alpha = log E_{x ~ N(0, z^2)} (1 - q + q e^{(2x - 1) / (2 z^2)})^alpha (Mironov,
     Talwar & Zhang 2019, add-remove, sensitivity 1) by 40-digit quadrature: privzv's trapezoid
-    sum is above it by at most its margins (1e-9 relative, 1e-18 absolute)."""
+    sum is above it by at most its margins (1e-9 relative, 1e-18 absolute) and the float sum's
+    rounding bound (``rdp._row_log_sums``: 2.7e-9 relative at q 0.01, z 50, order 1.1)."""
     import mpmath as mp
 
     with mp.workdps(40):
@@ -173,4 +174,4 @@ def test_fractional_orders_bound_the_exact_renyi_divergence(q, z, alpha):
         integrand = lambda x: mp.npdf(x, 0, zz) * (1 - qq + qq * mp.exp((2 * x - 1) / (2 * zz * zz))) ** alpha  # noqa: E731
         exact = float(mp.log(mp.quad(integrand, [-mp.inf, 0, 0.5, 1, mp.inf])) / (alpha - 1))
     ours = float(rdp.gaussian_rdp(z, np.array([alpha]), q)[0])
-    assert exact <= ours <= exact * (1 + 2e-9) + 2e-18
+    assert exact <= ours <= exact * (1 + 5e-9) + 2e-18
