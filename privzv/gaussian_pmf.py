@@ -127,8 +127,11 @@ class _Pair:
 
 
 def _log1p_mix(q: float, x: np.ndarray) -> np.ndarray:
-    """log((1-q) + q e^x) = log1p(q expm1(x)), by log-sum-exp where e^x would overflow."""
+    """log((1-q) + q e^x) = log1p(q expm1(x)), by log-sum-exp where e^x would overflow; x itself
+    at q = 1 (where expm1(x) rounds to -1 below x = -37 and log1p(-1) would give -inf)."""
     x = np.asarray(x, dtype=float)
+    if q == 1.0:
+        return x
     big = x > 30.0
     out = np.log1p(q * np.expm1(np.minimum(x, 30.0)))
     if np.any(big):

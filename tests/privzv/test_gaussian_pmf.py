@@ -143,3 +143,12 @@ def test_the_epsilon_walk_is_dp_accountings(sd, q, replace_one, disc):
 def _walk(pmf, delta):
     losses = (pmf._lower_loss + np.arange(len(pmf._probs))) * pmf._discretization
     return tilted_pld.walk_epsilon(np.flip(losses), np.flip(pmf._probs), pmf._infinity_mass, delta)
+
+
+def test_the_unsampled_mixture_log_is_exact_far_below_zero():
+    """log((1-q) + q e^x) at q = 1 is x: log1p(expm1(x)) gave -inf below x = -37 (expm1 rounds to
+    -1), so a tiny noise multiplier's loss span was infinite (0 * inf and inf - inf downstream)."""
+    x = np.array([-1000.0, -40.0, 0.0, 50.0, 800.0])
+    np.testing.assert_array_equal(gaussian_pmf._log1p_mix(1.0, x), x)
+    span = gaussian_pmf.loss_span(1e-6, sampling_prob=1.0, kind="remove", log_truncation=-50.0)
+    assert np.isfinite(span) and span > 0
