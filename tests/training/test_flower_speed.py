@@ -510,3 +510,63 @@ def test_the_hop_profile_reads_flowers_log_lines(tmp_path):
         "ms": {"push_to_node": 100.0, "device": 40.0, "node_to_server": 160.0, "server": 450.0},
         "requests_per_round": 2.0,
     }
+
+
+def _served(layer):
+    """(status, headers, body) of three requests through ``layer`` (a Starlette ``Middleware``)
+    over an app that echoes its body: one the layer refuses itself, one it passes on after
+    reading the body and adding a header, one whose route raises (the layer turns it into 500)."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    async def echo(request):
+        if request.url.path == "/boom":
+            raise LookupError("the route failed")
+        return Response(b"echo:" + await request.body(), headers={"x-route": "1"}, media_type="text/plain")
+
+    app = Starlette(routes=[Route("/echo", echo, methods=["POST"]), Route("/boom", echo, methods=["POST"])])
+    with TestClient(type(app)(routes=app.routes, middleware=[layer])) as client:
+        replies = [
+            client.post("/echo", content=b"no"),
+            client.post("/echo", content=b"yes"),
+            client.post("/boom", content=b"yes"),
+        ]
+    return [(r.status_code, sorted(r.headers.items()), r.content) for r in replies]
+
+
+def test_a_base_http_middleware_inline_answers_as_starlettes():
+    """``control.Inline``: a ``BaseHTTPMiddleware``'s ``dispatch`` with ``call_next`` run inline
+    gives the same statuses, headers and bodies as Starlette's task-and-stream ``call_next``: a
+    request the layer refuses without calling the app, one it reads (the route reads the same
+    body again) and passes on with a header added, one whose route raises (the exception reaches
+    ``dispatch`` through ``call_next``); and ``control.scoped`` makes every Flower layer that is
+    a ``BaseHTTPMiddleware`` run inline."""
+    import flwr.superlink.main as link
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.responses import JSONResponse
+
+    from privzv.training.engines.flower import control
+
+    class Gate(BaseHTTPMiddleware):
+        async def dispatch(self, request, call_next):
+            if await request.body() == b"no":
+                return JSONResponse({"refused": True}, status_code=401)
+            try:
+                response = await call_next(request)
+            except LookupError as failed:
+                return JSONResponse({"error": str(failed)}, status_code=500)
+            response.headers["x-gate"] = str(len(await request.body()))
+            return response
+
+    theirs = _served(Middleware(Gate))
+    assert [status for status, _, _ in theirs] == [401, 200, 500]
+    assert theirs[1][2] == b"echo:yes" and ("x-gate", "3") in theirs[1][1]
+    assert _served(Middleware(control.Inline, layer=Middleware(Gate))) == theirs
+    assert _served(Middleware(control.Scoped, prefix="/", layer=Middleware(Gate))) == theirs
+    for made in control.scoped(link._get_middleware()):
+        inner = made.kwargs.get("layer", made)
+        if issubclass(inner.cls, BaseHTTPMiddleware):
+            assert made.cls in (control.Inline, control.Scoped)

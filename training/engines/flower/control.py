@@ -56,14 +56,64 @@ class ControlGate:
         await self.app(scope, receive, send)
 
 
+class Inline:
+    """ASGI middleware: ``layer`` (a Starlette ``Middleware`` of a ``BaseHTTPMiddleware``) with
+    its ``dispatch`` unchanged and its ``call_next`` running the rest of the app inline: the
+    request body is cached and replayed as Starlette's ``_CachedRequest`` does, the response is
+    collected into a ``Response`` with the same status, headers and body, and an exception the
+    app raises reaches ``dispatch`` from ``call_next``, as Starlette's. Starlette's ``call_next``
+    runs the app in a task of a task group and streams its response through a memory stream, to
+    let the response stream while ``dispatch`` waits; the SuperLink's responses are single
+    protobuf bodies, so that machinery (most of a Fleet request's event-loop time) buys nothing."""
+
+    def __init__(self, app, layer):
+        cls, args, kwargs = layer
+        self.app, self.dispatch = app, cls(app, *args, **kwargs).dispatch_func
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.middleware.base import _CachedRequest
+        from starlette.responses import Response
+
+        request = _CachedRequest(scope, receive)
+
+        async def call_next(_request):
+            start, body = {}, []
+
+            async def collect(message):
+                if message["type"] == "http.response.start":
+                    start.update(message)
+                elif message["type"] == "http.response.body":
+                    body.append(message.get("body", b""))
+
+            await self.app(scope, request.wrapped_receive, collect)
+            if not start:
+                raise RuntimeError("No response returned.")
+            response = Response(b"".join(body), status_code=start["status"])
+            response.raw_headers = list(start["headers"])
+            return response
+
+        response = await self.dispatch(request, call_next)
+        await response(scope, request.wrapped_receive, send)
+
+
+def _layer(app, layer):
+    """``layer`` made on ``app``: a ``BaseHTTPMiddleware`` as :class:`Inline`."""
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    cls, args, kwargs = layer
+    return Inline(app, layer) if issubclass(cls, BaseHTTPMiddleware) else cls(app, *args, **kwargs)
+
+
 class Scoped:
-    """ASGI middleware: ``layer`` (a Starlette ``Middleware``) for the HTTP paths under ``prefix``,
-    while the app's state has the attribute ``plugin`` not None (if ``plugin`` is given); any other
-    request goes straight on to ``app``."""
+    """ASGI middleware: ``layer`` (a Starlette ``Middleware``; a ``BaseHTTPMiddleware`` as
+    :class:`Inline`) for the HTTP paths under ``prefix``, while the app's state has the attribute
+    ``plugin`` not None (if ``plugin`` is given); any other request goes straight on to ``app``."""
 
     def __init__(self, app, prefix: str, layer, plugin: str | None = None):
-        cls, args, kwargs = layer
-        self.app, self.prefix, self.layer = app, prefix, cls(app, *args, **kwargs)
+        self.app, self.prefix, self.layer = app, prefix, _layer(app, layer)
         self.plugin = plugin
 
     async def __call__(self, scope, receive, send):
@@ -110,13 +160,17 @@ def _plugins() -> dict:
 
 def scoped(layers: list) -> list:
     """``layers`` (Starlette ``Middleware``), each in :func:`_scopes` run for its API's paths only,
-    each in :func:`_plugins` only while the app has its plugin."""
+    each in :func:`_plugins` only while the app has its plugin, each ``BaseHTTPMiddleware`` as
+    :class:`Inline`."""
     from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
 
     scopes, plugins = _scopes(), _plugins()
     return [
         Middleware(Scoped, prefix=scopes[layer.cls], layer=layer, plugin=plugins.get(layer.cls))
         if layer.cls in scopes
+        else Middleware(Inline, layer=layer)
+        if issubclass(layer.cls, BaseHTTPMiddleware)
         else layer
         for layer in layers
     ]
