@@ -140,27 +140,96 @@ def test_the_servers_hold_flowers_pulls_and_count_its_pushes():
         module = importlib.import_module(path)
         for name in [name for name, *_ in held + pushes]:
             assert callable(getattr(module, name)), (path, name)
-        counted |= {id(changes) for _, changes in pushes}
-    assert {id(changes) for _, held, _ in waits.SUPERLINK for *_, changes in held} <= counted
+        counted |= {id(changes) for _, changes, _ in pushes}
+    assert {id(changes) for _, held, _ in waits.SUPERLINK for _, _, changes, _ in held} <= counted
 
 
 def test_a_held_pull_wakes_only_for_the_pushes_that_may_answer_it():
-    """In the SuperLink a held pull for messages wakes for pushed messages only (not for each of
-    their objects), a pull for an object for pushed objects, the SuperExec's wait for a task for
-    a started run only: a push no longer reruns every held request."""
-    wakes: dict[tuple[str, str], set[str]] = {}
+    """In the SuperLink a SuperNode's held pull for messages wakes for the ServerApp's pushed
+    messages only, the ServerApp's for the SuperNodes' (not for each of their objects, nor for
+    its own pushes), a pull for an object for pushed objects, a wait for a task for a started run
+    only: a push no longer reruns every held request."""
+    wakes: dict[tuple[str, str], set[tuple[str, str]]] = {}
     for path, held, _ in waits.SUPERLINK:
-        for name, _, changes in held:
+        for name, _, changes, _ in held:
             wakes[(path.rsplit(".", 1)[1], name)] = {
-                push for _, _, counted in waits.SUPERLINK for push, c in counted if c is changes
+                (p.rsplit(".", 1)[1], push)
+                for p, _, counted in waits.SUPERLINK
+                for push, c, _ in counted
+                if c is changes
             }
     assert wakes == {
-        ("fleet_handlers", "pull_messages"): {"push_messages"},
-        ("fleet_handlers", "pull_object"): {"push_object"},
-        ("runtime_handlers", "pull_messages"): {"push_messages"},
-        ("runtime_handlers", "pull_object"): {"push_object"},
-        ("runtime_handlers", "acquire_task"): {"start_run"},
+        ("fleet_handlers", "pull_messages"): {("runtime_handlers", "push_messages")},
+        ("fleet_handlers", "pull_object"): {
+            ("fleet_handlers", "push_object"),
+            ("runtime_handlers", "push_object"),
+        },
+        ("runtime_handlers", "pull_messages"): {("fleet_handlers", "push_messages")},
+        ("runtime_handlers", "pull_object"): {
+            ("fleet_handlers", "push_object"),
+            ("runtime_handlers", "push_object"),
+        },
+        ("runtime_handlers", "acquire_task"): {("control_handlers", "start_run")},
     }
+
+
+def test_a_supernodes_held_pull_wakes_only_for_a_message_to_that_node():
+    """``waits.SUPERLINK``'s keys: the ServerApp's push of a message for node 2 leaves node 1's
+    held pull waiting (its handler is not run again), and a push for node 1 answers it at once;
+    the key comes from the request, whether Flower's router passes it by position or by name."""
+    from flwr.proto.fleet_pb2 import PullMessagesRequest
+    from flwr.proto.message_pb2 import Message as ProtoMessage
+    from flwr.proto.node_pb2 import Node
+    from flwr.proto.runtime_pb2 import PushAppMessagesRequest
+
+    (fleet_pull,) = [
+        entry
+        for path, held, _ in waits.SUPERLINK
+        if path.endswith("fleet_handlers")
+        for entry in held
+        if entry[0] == "pull_messages"
+    ]
+    (server_push,) = [
+        entry
+        for path, _, pushes in waits.SUPERLINK
+        if path.endswith("runtime_handlers")
+        for entry in pushes
+        if entry[0] == "push_messages"
+    ]
+    _, _, changes, key = fleet_pull
+    assert changes is server_push[1]
+    store, queued = Store(), {1: [], 2: []}
+    module = store.module()
+    store.changes = changes = waits.Changes()
+
+    def pull(request, state=None, store_=None):
+        store.pulls += 1
+        return list(queued[request.node.node_id])
+
+    def push(request, state=None, task=None):
+        for m in request.messages_list:
+            queued[m.metadata.dst_node_id].append(m.metadata.message_id)
+
+    module.pull, module.push = pull, push
+    waits.hold(module, "pull", lambda answer: not answer, changes, seconds=600, key=key)
+    waits.after(module, "push", changes, server_push[2])
+
+    def to(node: int, name: str) -> PushAppMessagesRequest:
+        message = ProtoMessage()
+        message.metadata.dst_node_id, message.metadata.message_id = node, name
+        return PushAppMessagesRequest(messages_list=[message])
+
+    thread, out = _in_thread(lambda: module.pull(request=PullMessagesRequest(node=Node(node_id=1))))
+    deadline = time.monotonic() + BOUND
+    while store.pulls < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    module.push(to(2, "for two"), None, None)
+    time.sleep(0.2)  # long enough for a wrongly woken pull to run its handler again
+    assert store.pulls == 1 and thread.is_alive()
+    module.push(to(1, "for one"), None, None)
+    thread.join(BOUND)
+    assert not thread.is_alive() and out == [["for one"]] and store.pulls == 2
 
 
 def _uplink() -> RecordDict:

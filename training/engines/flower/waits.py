@@ -5,8 +5,9 @@ every message, not once per batch of messages as in Flower's horizontal rounds):
 * Polls answered at once with nothing: a SuperNode asks the SuperLink for a message, the
   ServerApp asks for a reply, and each asks again after a sleep. :func:`hold` makes such a pull
   in privzv's SuperLink (``control.py``) a long poll: a pull that finds nothing is held in the
-  server until something that may answer it is pushed there (:class:`Changes`: messages,
-  objects, tasks, each counted by :func:`after`) or
+  server until something that may answer it is pushed there (:class:`Changes`: messages to a
+  SuperNode, counted per node, messages to the ServerApp, objects, tasks, each counted by
+  :func:`after`) or
   :data:`HOLD` s pass, and is then answered as Flower answers it; an object of a message that is
   not stored yet (a message becomes visible before all of its objects are) is held likewise. A
   message is passed on when it is pushed, with one request, not a poll every few ms
@@ -24,6 +25,7 @@ Nothing else changes: the same messages, answers, authentication and time limits
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import threading
@@ -37,30 +39,61 @@ HOLD = 1.0  # seconds a server holds a pull that finds nothing (Flower's HTTP cl
 
 
 class Changes:
-    """A count of one kind of push a server took, which the pulls that it can answer wait on."""
+    """Counts of one kind of push a server took, by key (a SuperNode's id, or None for any), which
+    the pulls that it can answer wait on: a held pull wakes only when its key's count moves."""
 
     def __init__(self):
-        self.count = 0
+        self.counts: collections.Counter = collections.Counter()
         self._changed = threading.Condition()
 
-    def bump(self) -> None:
+    def count(self, key=None) -> int:
+        return self.counts[key]
+
+    def bump(self, keys=(None,)) -> None:
         with self._changed:
-            self.count += 1
+            self.counts.update(keys)
             self._changed.notify_all()
 
-    def wait(self, seen: int, seconds: float) -> int:
-        """Wait until the count is not ``seen`` (at once if it is not already), at most ``seconds``."""
+    def wait(self, seen: int, seconds: float, key=None) -> int:
+        """Wait until ``key``'s count is not ``seen`` (at once if it is not already), at most ``seconds``."""
         with self._changed:
-            self._changed.wait_for(lambda: self.count != seen, timeout=max(seconds, 0.0))
-            return self.count
+            self._changed.wait_for(lambda: self.counts[key] != seen, timeout=max(seconds, 0.0))
+            return self.counts[key]
 
 
-# this process's, one per kind of push: a held pull wakes only for a push that may answer it
-MESSAGES, OBJECTS, TASKS = Changes(), Changes(), Changes()
+def _anyone(*args, **kwargs) -> None:
+    """The key of a push or pull that concerns every pull of its kind."""
+    return None
 
 
-def after(module: types.ModuleType, name: str, changes: Changes) -> None:
-    """``module.name`` counts a change in ``changes`` after each call."""
+def _everyone(*args, **kwargs) -> tuple:
+    """The keys of a push that may answer any pull of its kind."""
+    return (None,)
+
+
+def _request(args, kwargs):
+    """A Flower handler's request (Flower's routers pass it by position or as ``request``)."""
+    return kwargs["request"] if "request" in kwargs else args[0]
+
+
+def _node(*args, **kwargs) -> int:
+    """A SuperNode's pull for messages concerns that node only."""
+    return _request(args, kwargs).node.node_id
+
+
+def _destinations(*args, **kwargs) -> set:
+    """The ServerApp's push of messages concerns the nodes they are for."""
+    return {m.metadata.dst_node_id for m in _request(args, kwargs).messages_list}
+
+
+# this process's, one per kind of push: a held pull wakes only for a push that may answer it,
+# a SuperNode's only for a message to that node
+TO_NODES, TO_SERVER, OBJECTS, TASKS = Changes(), Changes(), Changes(), Changes()
+
+
+def after(module: types.ModuleType, name: str, changes: Changes, keys=_everyone) -> None:
+    """``module.name`` counts a change in ``changes`` for each of ``keys(*args, **kwargs)`` (by
+    default one for any pull) after each call."""
     original = getattr(module, name)
 
     @functools.wraps(original)
@@ -68,27 +101,29 @@ def after(module: types.ModuleType, name: str, changes: Changes) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            changes.bump()
+            changes.bump(keys(*args, **kwargs))
 
     setattr(module, name, counted)
 
 
-def hold(module: types.ModuleType, name: str, empty, changes: Changes, seconds: float = HOLD) -> None:
-    """``module.name`` called again after each change in ``changes`` while ``empty(answer)``, for at most
-    ``seconds``; then its last answer. A call whose answer is empty changes nothing in Flower's
-    handlers, so repeating it is as if the client had asked later."""
+def hold(
+    module: types.ModuleType, name: str, empty, changes: Changes, seconds: float = HOLD, key=_anyone
+) -> None:
+    """``module.name`` called again after each change in ``changes`` for ``key(*args, **kwargs)``
+    while ``empty(answer)``, for at most ``seconds``; then its last answer. A call whose answer is
+    empty changes nothing in Flower's handlers, so repeating it is as if the client had asked later."""
     original = getattr(module, name)
 
     @functools.wraps(original)
     def held(*args, **kwargs):
-        deadline = time.monotonic() + seconds
+        deadline, mine = time.monotonic() + seconds, key(*args, **kwargs)
         while True:
-            seen = changes.count  # before the call: a push during it ends the wait at once
+            seen = changes.count(mine)  # before the call: a push during it ends the wait at once
             answer = original(*args, **kwargs)
             left = deadline - time.monotonic()
             if left <= 0 or not empty(answer):
                 return answer
-            changes.wait(seen, left)
+            changes.wait(seen, left, mine)
 
     setattr(module, name, held)
 
@@ -105,24 +140,27 @@ def _no_task(answer) -> bool:
     return not answer.HasField("task")
 
 
-# (module, [handlers held: (name, empty, the pushes that wake it)], [handlers that push: (name,
-# the pushes they count)]) of the SuperLink
+# (module, [handlers held: (name, empty, the pushes that wake it, the key of a call)], [handlers
+# that push: (name, the pushes they count, the keys of a call)]) of the SuperLink
 SUPERLINK = [
     (
         "flwr.superlink.servicer.fleet.fleet_handlers",  # the SuperNodes'
-        [("pull_messages", _no_messages, MESSAGES), ("pull_object", _not_stored_yet, OBJECTS)],
-        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
+        [
+            ("pull_messages", _no_messages, TO_NODES, _node),
+            ("pull_object", _not_stored_yet, OBJECTS, _anyone),
+        ],
+        [("push_messages", TO_SERVER, _everyone), ("push_object", OBJECTS, _everyone)],
     ),
     (
-        "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's, its SuperExec's
+        "flwr.superlink.servicer.runtime.runtime_handlers",  # the ServerApp's
         [
-            ("pull_messages", _no_messages, MESSAGES),
-            ("pull_object", _not_stored_yet, OBJECTS),
-            ("acquire_task", _no_task, TASKS),
+            ("pull_messages", _no_messages, TO_SERVER, _anyone),
+            ("pull_object", _not_stored_yet, OBJECTS, _anyone),
+            ("acquire_task", _no_task, TASKS, _anyone),
         ],
-        [("push_messages", MESSAGES), ("push_object", OBJECTS)],
+        [("push_messages", TO_NODES, _destinations), ("push_object", OBJECTS, _everyone)],
     ),
-    ("flwr.superlink.servicer.control.control_handlers", [], [("start_run", TASKS)]),  # a ServerApp task
+    ("flwr.superlink.servicer.control.control_handlers", [], [("start_run", TASKS, _everyone)]),
 ]
 
 
@@ -130,10 +168,10 @@ def long_polls(table: list) -> None:
     """Hold the pulls and count the pushes of ``table`` (:data:`SUPERLINK`)."""
     for path, held, pushes in table:
         module = importlib.import_module(path)
-        for name, empty, changes in held:
-            hold(module, name, empty, changes)
-        for name, changes in pushes:
-            after(module, name, changes)
+        for name, empty, changes, key in held:
+            hold(module, name, empty, changes, key=key)
+        for name, changes, keys in pushes:
+            after(module, name, changes, keys)
 
 
 def poll(module: types.ModuleType, seconds: float) -> None:
