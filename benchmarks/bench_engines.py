@@ -24,7 +24,10 @@ the uplink, ``train.receive`` the downlink, ...), its count and serialised bytes
 commit, e.g. ``git archive main | tar -x -C TREE``), run in a subprocess that imports that tree,
 in the same session (row ``flower_baseline``, and ``speedup_vs_baseline`` of the loop's seconds
 per round): a before/after comparison on the same machine at the same load.
-``seconds_per_round``: loop_seconds / rounds of each row.
+``seconds_per_round``: loop_seconds / rounds of each row; ``speedup_vs_issue``: the Flower row's
+against :data:`ISSUE_SECONDS_PER_ROUND` (2.0 s a round, this setting at M = 2 when issue 23 was
+filed); ``flower_rounds_per_second``: the Flower row's rounds per second by M (devices compute
+concurrently: rounds of idle devices start while one is served).
 ``--cpu``: each row also gets ``cpu_seconds_per_round``, per process of the run (``inprocess``:
 the benchmark's own; Flower: ``superlink``, the SuperLink with its ServerApp thread, and
 ``device<m>``, device m's SuperNode; the rows' child processes found in /proc by command line):
@@ -54,6 +57,7 @@ from privzv.training import run
 from privzv.training.config import TrainConfig
 from privzv.training.engines.flower import launcher
 
+ISSUE_SECONDS_PER_ROUND = 2.0  # a Flower round of this setting (M = 2) on main when issue 23 was filed
 SECRET = 5
 TICK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's CPU times are in these units a second
 ROLES = {"flower.serverlink": "superlink", "flower.supernode": "device"}  # command line -> process
@@ -235,6 +239,7 @@ def _compare(args, devices: int, tmp: Path) -> dict:
             if "flower_baseline" in rows and "flower" in rows
             else {}
         ),
+        **({"speedup_vs_issue": ISSUE_SECONDS_PER_ROUND / per_round["flower"]} if "flower" in rows else {}),
         "same_metrics": all(
             (inproc["test_accuracy"], inproc["epsilon_spent"]) == (row["test_accuracy"], row["epsilon_spent"])
             for row in rows.values()
@@ -274,6 +279,11 @@ def main() -> None:
                     "epsilon": 8.0,
                 },
                 "devices": by_devices,
+                "flower_rounds_per_second": {
+                    m: rows["flower"]["rounds_per_second"]
+                    for m, rows in by_devices.items()
+                    if "flower" in rows
+                },
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
             },

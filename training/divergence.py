@@ -61,9 +61,12 @@ def check(sched, evaluation) -> None:
 
 # A finite run "collapsed" when its last evaluation gave back much of what it had gained: its
 # accuracy fell below best - max(DROP, DROP_SHARE * (best - chance)), or its test loss rose above
-# the untrained model's (round 0) after having been below it. Reported in the summary, not an error.
+# the untrained model's (round 0) by more than LOSS_MARGIN of it, after having been below it.
+# Reported in the summary, not an error. (Without the margin a run whose loss barely moved was
+# told "test loss 2.31 is above the untrained model's 2.31".)
 DROP = 0.10
 DROP_SHARE = 0.5
+LOSS_MARGIN = 0.01
 
 
 def collapse(
@@ -89,7 +92,8 @@ def collapse(
             f"test accuracy fell from {best['test_accuracy']:.3f} (round {best['round']}) "
             f"to {last['test_accuracy']:.3f} (chance {chance:.3f})"
         )
-    if learned and last["round"] > first["round"] and last["test_loss"] > first["test_loss"]:
+    risen = last["test_loss"] > first["test_loss"] * (1 + LOSS_MARGIN)
+    if learned and last["round"] > first["round"] and risen:
         reasons.append(
             f"test loss {last['test_loss']:.3g} is above the untrained model's {first['test_loss']:.3g}"
         )

@@ -156,6 +156,9 @@ def test_collapse_reports_the_issues_digits_run_and_not_a_steady_one():
     assert "fell from 0.578" in found["reason"] and "above the untrained model's" in found["reason"]
     steady = [(0, 0.1, 2.3), (100, 0.6, 1.2), (200, 0.85, 0.6), (300, 0.82, 0.7)]
     assert divergence.collapse(_rows(steady), chance=0.1) is None
+    # a loss that barely moved is not a rise (the old check printed "2.31 above 2.31")
+    assert divergence.collapse(_rows([(0, 0.1, 2.3026), (5, 0.11, 2.3020), (9, 0.11, 2.3052)]), 0.1) is None
+    assert divergence.collapse(_rows([(0, 0.1, 2.3026), (5, 0.11, 2.3020), (9, 0.11, 2.34)]), 0.1)
     # a fall of less than half the gain over chance is noise, not divergence
     assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.35, 1.8)]), 0.1) is None
     assert divergence.collapse(_rows([(0, 0.1, 2.3), (100, 0.5, 1.5), (200, 0.25, 1.8)]), 0.1)
