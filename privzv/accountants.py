@@ -341,6 +341,9 @@ def _tail(delta: float) -> float:
 
 # the directions of one release's pair, per neighbour relation (q = 1: REMOVE and ADD coincide)
 _DIRECTIONS = {"replace-one": ("replace",), "add-remove": ("remove", "add")}
+# as pld's ``beyond``: stop after the first direction of _DIRECTIONS (every finite epsilon is
+# above it), a lower bound of the pair's epsilon: calibration's coarse start
+FIRST_DIRECTION = -math.inf
 
 
 def _directions(q: float, neighbors: str) -> tuple[str, ...]:

@@ -356,7 +356,7 @@ def _coarse_start(epsilon, delta, release, exp, bound, model_mu, model_inverse):
         try:  # a start, not an answer: one direction, float64, at most `points` a release
             step = max(disc, accountants.release_span(z, exp, delta) / points)
             seen[z] = accountants.pld_epsilon(
-                z, exp, release.neighbors, delta, step, extended=False, beyond=-math.inf
+                z, exp, release.neighbors, delta, step, extended=False, beyond=accountants.FIRST_DIRECTION
             )
         except accountants.CannotAnswer:
             seen[z] = bound(z, COARSE_FACTOR).epsilon
@@ -378,8 +378,8 @@ def _coarse_step(coarse, z, e, aim):
     e / coarse(z) meets ``aim``, by interpolating log epsilon against log z between the two
     points around it nearest to z: the fine epsilon is a ratio of the coarse one (0.38 and 0.54
     at fuzz rows 148 and 71 on 20,000 points, 0.993 and 0.999 on COARSE_STAGED_POINTS) that
-    changes more slowly in z than either. Where no two points surround it, the slope of the two nearest to z. coarse(z), where
-    z is not a point, is interpolated between the two around it."""
+    changes more slowly in z than either. Where no two points surround it, the slope of the two
+    nearest to z. coarse(z), where z is not a point, is interpolated between the two around it."""
     points = [(math.log(x), math.log(v)) for x, v in coarse if 0 < v < math.inf]
     pairs = list(zip(points, points[1:]))
     x = math.log(z)
@@ -418,7 +418,8 @@ class Unanswered:
 
 def _side_by_side(release: Release, schedule: Schedule, delta: float, run) -> list[Result | Unanswered]:
     """``run(release, schedule, accountant)`` once for each accountant of the ``--all`` table
-    that ignores the threat (the seed), then every threat x the others (secret-subsampling only when the schedule has a super_batch). A row whose
+    that ignores the threat (the seed), then every threat x the others (secret-subsampling only
+    when the schedule has a super_batch). A row whose
     accountant has no finite answer becomes an :class:`Unanswered` saying why (the callers
     check the input first, so bad input still raises PrivzvError)."""
     table = [a for a in registry.REGISTRY.values() if a.table]
