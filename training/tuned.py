@@ -76,12 +76,6 @@ BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {
         "0.122 at secret seeds 1-3 (the old defaults 0.077 to 0.132): a draw of the noise; device "
         "rates 23 times lower reach 0.114 to 0.144 but leave breast-cancer at its majority class",
     ),
-    ("mnist1d", "dpzv"): (
-        2.0,
-        "final accuracy 0.097 at epsilon 2 on secret seed 0 (best 0.157), majority class 0.106 "
-        "(0.216 at epsilon 10, with the collapse warning; 0.137 on a fresh secret seed); a third of "
-        "the DP head's rate gave 0.110 (docs/training.md, \"DPZV's device rate under noise\")",
-    ),
 }
 
 
