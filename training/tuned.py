@@ -30,9 +30,9 @@ HPARAMS: dict[tuple[str, str], dict] = {
     ("mnist-5k", "fo-vector"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.844
     ("mnist-5k", "zoo-vfl"): {"clip": 3.0, "lr_device": 5e-3, "lr_server": 5e-3},  # 0.197
     ("mnist-5k", "czofo"): {"clip": 0.1, "lr_device": 5e-4, "lr_server": 0.05, "head_clip": 1.0},  # 0.694
-    # issue 22 item 5: the sweep's stages 1-2 in the stable-defaults setting (the trainer's
-    # defaults: 10 epochs, B 32, momentum 0.9, the sampled DP head), C_h and the rates not swept
-    # (the default device rate won stage 2; docs/results.md, "MNIST-1D's DPZV entry")
+    # issue 22 item 5: stages 1-2 (seed 100, epsilon 1) in the stable-defaults setting (the
+    # trainer's defaults: 10 epochs, B 32, momentum 0.9, the sampled DP head); the default device
+    # rate won stage 2; C_h and the head's rate not swept (docs/results.md, "MNIST-1D's DPZV entry")
     ("mnist1d", "dpzv"): {"clip": 0.1},  # 0.214
 }
 
