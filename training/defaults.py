@@ -1,7 +1,8 @@
 """The values a run uses where its config leaves them open (``None``), and where each came from.
 
 Order, per field: the user's value (flag or ``--config``); else the tuned value of
-``privzv.training.tuned.lookup(dataset, method, server_kind)``; else the built-in default:
+``privzv.training.tuned.lookup(dataset, method, server_kind, records)`` (none with ``--records``:
+the entries were swept at each dataset's default size); else the built-in default:
 
 * ``clip`` C: the method's ``default_clip`` where it declares one (the methods that noise a
   per-record gradient vector on the downlink, and VAFL's noised embeddings in a private run:
@@ -63,7 +64,7 @@ def resolve(config, dataset, given=None):
     ``dataset`` (a ``VerticalDataset``) with the models ``given`` from Python (``models.Given``,
     or None); fields the user gave are reported as ``"given"``.
     Idempotent: a resolved config comes back unchanged, its sources all ``"given"``."""
-    entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
+    entry = _entry(config)
     where = f"training/tuned.py ({config.dataset}, {config.method}, server {config.server_kind})"
     why_not = unfit(config, entry, dataset.num_classes)
     values, sources = {}, {}
@@ -81,6 +82,11 @@ def resolve(config, dataset, given=None):
             values[name] = value
         sources[name] = {"value": value, "source": source}
     return dataclasses.replace(config, **values), sources
+
+
+def _entry(config) -> dict:
+    """The tuned entry of ``config``'s setting (``tuned.lookup``), else {}."""
+    return tuned.lookup(config.dataset, config.method, config.server_kind, config.records) or {}
 
 
 def unfit(config, entry: dict, classes: int) -> str | None:
@@ -130,7 +136,7 @@ def _default(name: str, config, dataset, entry: dict, where: str, given=None) ->
 def with_clip(config):
     """``config`` with C and C_h filled when open (tuned, else the fallback): enough for planning
     a release without the dataset (``privzv.training.privacy``)."""
-    entry = tuned.lookup(config.dataset, config.method, config.server_kind) or {}
+    entry = _entry(config)
     return dataclasses.replace(
         config,
         **{

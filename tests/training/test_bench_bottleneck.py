@@ -106,3 +106,17 @@ def test_report_pairs_gains_per_seed_and_reads_each_lines_own_setting(tmp_path):
     assert v["gains"] == pytest.approx([0.10, 0.03]) and v["beats_by_0.05_every_seed"] is False
     assert rep["goal_met"] is False and rep["settings"]["digits"]["epochs"] == 1.0
     assert "1 epochs" in bench.markdown(rep) and "| no |" in bench.markdown(rep)
+
+
+def test_the_mnist1d_rows_resolve_as_they_were_recorded_untuned(monkeypatch):
+    """docs/results.md's issue-10 mnist1d rows ran with no tuned entry: the (mnist1d, *) entries
+    (C and the device rate, both given by these rows) leave every row's resolved values as they were."""
+    pytest.importorskip("mnist1d")
+    from privzv.training import data
+
+    ds = data.load("mnist1d", 4)
+    configs = [_config(r, "mnist1d", e) for r in bench.ROWS for e in bench.EPSILONS]
+    configs = [c for c in configs if c is not None]
+    now = [defaults.resolve(c, ds) for c in configs]
+    monkeypatch.setattr(defaults.tuned, "lookup", lambda *a: None)
+    assert now == [defaults.resolve(c, ds) for c in configs]

@@ -199,3 +199,25 @@ def test_the_100k_setting_is_the_issues_prototype():
     assert (config.records, config.devices, config.batch_size, config.epochs) == (100_000, 4, 500, 20)
     assert run.rounds_for(config, 80_000) == 12_800 and cell.epsilon == 5.0
     assert bench.SETTINGS["mnist1d-100k"]["epsilons"] == (1.0, 2.0, 5.0, 10.0, math.inf)
+
+
+MNIST1D = [s for s, v in bench.SETTINGS.items() if v["config"]["dataset"] == "mnist1d"]
+
+
+@pytest.mark.parametrize("setting", MNIST1D)
+def test_the_mnist1d_settings_resolve_as_they_were_recorded_untuned(setting, monkeypatch):
+    """Every mnist1d setting was recorded with no tuned entry (C 10, C_h 0.1, the size-normalised
+    device rate): the (mnist1d, *) entries, swept at the default 5,000 records, leave their
+    resolved values and the printed sources unchanged, at every variant and epsilon."""
+    pytest.importorskip("mnist1d")
+    from privzv.training import data, defaults, tuned
+
+    ds = data.load("mnist1d", 4)  # shapes and classes only: the same at every --records
+    epsilons = {*bench.SETTINGS[setting]["epsilons"], bench.SETTINGS[setting].get("tune_epsilon", 5.0)}
+    configs = [
+        bench.Cell("grid", setting, v, e, 0, ()).base_config() for v in bench.VARIANTS for e in epsilons
+    ]
+    assert configs and all(c.records is not None for c in configs)
+    now = [defaults.resolve(c, ds) for c in configs]
+    monkeypatch.setattr(tuned, "lookup", lambda *a: None)
+    assert now == [defaults.resolve(c, ds) for c in configs]

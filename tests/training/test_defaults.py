@@ -245,6 +245,29 @@ def test_the_tuned_head_clip_is_applied_and_the_fallback_elsewhere(monkeypatch):
     )
 
 
+def test_mnist1d_dpzv_takes_its_tuned_c_at_the_default_size_only(tmp_path):
+    """The (mnist1d, dpzv) entry (issue 22 item 5: the untuned C 10 ended below the majority class
+    at epsilon 2) applies to a run at the default 5,000 records, printed with its source; a run
+    with --records (issue 20's evidence at 10k to 100k) takes none of it."""
+    pytest.importorskip("mnist1d")
+    ds = data.load("mnist1d", 4)
+    entry = tuned.lookup("mnist1d", "dpzv", "mlp")
+    config = TrainConfig(dataset="mnist1d", method="dpzv", epsilon=2.0)
+    resolved, sources = defaults.resolve(config, ds)
+    assert resolved.clip == entry["clip"] != defaults.CLIP
+    assert "tuned.py (mnist1d, dpzv" in sources["clip"]["source"]
+    # not swept (C_h) or won by the default (the device rate): the built-in values
+    assert resolved.lr_device == pytest.approx(_zo_default_rate(ds, config.embed_dim))
+    assert resolved.head_clip == defaults.HEAD_CLIP and resolved.lr_server is None
+    lines: list[str] = []
+    short = dataclasses.replace(config, epochs=0.01, evals=1, transcripts=False)
+    run.train(short, tmp_path / "r", secret_seed=0, announce=lines.append)
+    assert f"clip {entry['clip']:.4g} (training/tuned.py (mnist1d, dpzv" in "\n".join(lines)
+    sized, _ = defaults.resolve(dataclasses.replace(config, records=10_000), ds)
+    assert sized.clip == defaults.CLIP and sized.head_clip == defaults.HEAD_CLIP
+    assert sized.lr_device == pytest.approx(_zo_default_rate(ds, config.embed_dim))
+
+
 def test_vafl_takes_no_tuned_rates_and_keeps_the_tuned_c():
     """vafl's swept rates (0.005) ended at the majority class at epsilon 2 and 10: its rates come
     from the method (its head's from the noise, ``methods.vafl``), its C from the sweep."""
