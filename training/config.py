@@ -168,7 +168,7 @@ class TrainConfig:
     head_sampling: str | None = field(
         None,
         "DP head: table (default for a private run whose "
-        "first-order head trains): one step per round on a secret "
+        "head trains): one step per round on a secret "
         "Poisson sample of the server's table at rate B/D, amplified "
         "against every party; batch: on the round's batch (pooled "
         "per --head-window), today's comparison",
