@@ -21,7 +21,11 @@ C = 10 clips nothing and cuts the release's signal-to-noise ratio 7 to 11 times 
 (``benchmarks/zoo_vfl_diagnostics.py --loss-differences``). Where no device rate is given or tuned:
 :meth:`ZooVFL.device_rate`, the published step eta C at any C, capped so that the noise alone moves
 each device weight by at most ``NOISE_DRIFT`` over the run. Where no head rate is given:
-:meth:`ZooVFL.head_rate`, the ZO step limited by the head's noise and its parameter count.
+:meth:`ZooVFL.head_rate`, the ZO step limited by the head's noise and its parameter count. A
+private head steps on a secret sample of the table by default (``methods.head``, as the
+first-order heads, at their share ``head.TABLE_SHARE``); rule and share were derived for the head
+on the round's batch and re-measured for the sampled one on seed 100 (docs/results.md, "Stable
+defaults": shares 0.5 and 0.9 and the rule without its drift cap did no better), so kept.
 
 DP option (downlink, the same release as DPZV's): clip each delta_i to [-C, C] (NaN -> 0,
 +-inf -> +-C), add z ~ N(0, sigma^2) from the server's own generator to the sum / B:
