@@ -64,12 +64,6 @@ def lookup(dataset: str, method: str, server_kind: str) -> dict | None:
 # requires every other cell to beat it, and a listed one not to beat it by more than NEAR.
 NEAR = 0.05
 BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {
-    ("mnist1d", "zoo-vfl"): (
-        2.0,
-        "final accuracy 0.101 at epsilon 2, majority class 0.106 (0.138 at epsilon 10); 0.099 to "
-        "0.122 at secret seeds 1-3 (the old defaults 0.077 to 0.132): a draw of the noise; device "
-        "rates 23 times lower reach 0.114 to 0.144 but leave breast-cancer at its majority class",
-    ),
     ("mnist1d", "dpzv"): (
         2.0,
         "final accuracy 0.097 at epsilon 2 on secret seed 0 (best 0.157), majority class 0.106 "
