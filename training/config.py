@@ -152,7 +152,8 @@ class TrainConfig:
         None,
         "share of each round's privacy (1/z^2) on the head "
         "update; default 1 with --freeze devices (no downlink at all), "
-        "else 0.99 with --head-sampling table and 0.5 with batch",
+        "else the method's share with --head-sampling table (0.99 unless it declares "
+        "its own: docs/training.md) and 0.5 with batch",
         low=0,
         high=1,
         low_open=True,

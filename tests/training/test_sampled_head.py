@@ -18,14 +18,19 @@ from privzv.training.parties import EmbeddingTable, Server
 
 
 @pytest.mark.parametrize(
-    "changes", [dict(), dict(method="zoo-vfl"), dict(server_update="zo")], ids=["fo", "zoo-vfl", "dpzv-zo"]
+    "changes, share",
+    [(dict(), 0.99), (dict(method="zoo-vfl"), 0.9), (dict(server_update="zo"), 0.99)],
+    ids=["fo", "zoo-vfl", "dpzv-zo"],
 )
-def test_the_default_for_a_private_trained_head_is_the_table(tiny_config, changes):
+def test_the_default_for_a_private_trained_head_is_the_table(tiny_config, changes, share):
     """First or zeroth order (zoo-vfl, dpzv with a zo server update): the same sampled
-    HeadUpdate (q_h = B/D, divisor B, no window), so the same accounting."""
+    HeadUpdate (q_h = B/D, divisor B, no window), so the same accounting; the head's share is
+    head.TABLE_SHARE, zoo-vfl's its own (``HEAD_TABLE_SHARE``), ``--head-share`` wins."""
     private = tiny_config(epsilon=2.0, **changes)
-    assert head.sampling(private) == "table"
+    assert head.sampling(private) == "table" and head.share(private) == share
+    assert head.share(tiny_config(epsilon=2.0, head_share=0.7, **changes)) == 0.7
     p = privacy.plan(private, methods.get(private.method), records=96, rounds=24)
+    assert p.release.head_share == share
     assert p.release.head.sampling_rate == 8 / 96 and p.release.head.batch_size == 8
     assert p.release.head.window == 0 and p.result["head_steps"] == 24
     assert head.sampling(tiny_config(**changes)) == "batch"  # no noise

@@ -120,13 +120,17 @@ def sampling(config) -> str:
 
 def share(config) -> float:
     """The head's share of each round's 1/z^2: ``--head-share``, else 1 with ``--freeze
-    devices`` (the whole budget on the head: no downlink), else TABLE_SHARE for a sampled head,
-    else 0.5."""
+    devices`` (the whole budget on the head: no downlink), else the method's
+    ``HEAD_TABLE_SHARE`` or TABLE_SHARE for a sampled head, else 0.5."""
     if config.head_share is not None:
         return config.head_share
     if config.freeze == "devices":
         return 1.0
-    return TABLE_SHARE if sampling(config) == "table" else 0.5
+    if sampling(config) != "table":
+        return 0.5
+    from privzv.training import methods
+
+    return methods.get(config.method).HEAD_TABLE_SHARE or TABLE_SHARE
 
 
 def window(config) -> int:
