@@ -19,7 +19,7 @@ from privzv.training.parties import EmbeddingTable, Server
 
 @pytest.mark.parametrize(
     "changes, share",
-    [(dict(), 0.99), (dict(method="zoo-vfl"), 0.9), (dict(server_update="zo"), 0.99)],
+    [(dict(), 0.99), (dict(method="zoo-vfl"), 0.75), (dict(server_update="zo"), 0.99)],
     ids=["fo", "zoo-vfl", "dpzv-zo"],
 )
 def test_the_default_for_a_private_trained_head_is_the_table(tiny_config, changes, share):
