@@ -152,7 +152,8 @@ class TrainConfig:
         None,
         "share of each round's privacy (1/z^2) on the head "
         "update; default 1 with --freeze devices (no downlink at all), "
-        "else 0.99 with --head-sampling table and 0.5 with batch",
+        "else the method's share with --head-sampling table (0.99 unless it declares "
+        "its own: docs/training.md) and 0.5 with batch",
         low=0,
         high=1,
         low_open=True,
@@ -168,7 +169,7 @@ class TrainConfig:
     head_sampling: str | None = field(
         None,
         "DP head: table (default for a private run whose "
-        "first-order head trains): one step per round on a secret "
+        "head trains): one step per round on a secret "
         "Poisson sample of the server's table at rate B/D, amplified "
         "against every party; batch: on the round's batch (pooled "
         "per --head-window), today's comparison",

@@ -69,14 +69,7 @@ def lookup(dataset: str, method: str, server_kind: str, records: int | None = No
 # docs/results.md, "Stable defaults"); the reason says what else was tried. The grid test
 # requires every other cell to beat it, and a listed one not to beat it by more than NEAR.
 NEAR = 0.05
-BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {
-    ("mnist1d", "zoo-vfl"): (
-        2.0,
-        "final accuracy 0.101 at epsilon 2, majority class 0.106 (0.138 at epsilon 10); 0.099 to "
-        "0.122 at secret seeds 1-3 (the old defaults 0.077 to 0.132): a draw of the noise; device "
-        "rates 23 times lower reach 0.114 to 0.144 but leave breast-cancer at its majority class",
-    ),
-}
+BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {}
 
 
 def below_majority(dataset: str, method: str, epsilon: float) -> str | None:

@@ -17,29 +17,51 @@ from privzv.training.noise import SeededNoise
 from privzv.training.parties import EmbeddingTable, Server
 
 
-def test_the_default_for_a_private_trained_first_order_head_is_the_table(tiny_config):
-    private = tiny_config(epsilon=2.0)
-    assert head.sampling(private) == "table" and head.share(private) == head.TABLE_SHARE
-    p = privacy.plan(private, methods.get("dpzv"), records=96, rounds=24)
+@pytest.mark.parametrize(
+    "changes, share",
+    [(dict(), 0.99), (dict(method="zoo-vfl"), 0.75), (dict(server_update="zo"), 0.99)],
+    ids=["fo", "zoo-vfl", "dpzv-zo"],
+)
+def test_the_default_for_a_private_trained_head_is_the_table(tiny_config, changes, share):
+    """First or zeroth order (zoo-vfl, dpzv with a zo server update): the same sampled
+    HeadUpdate (q_h = B/D, divisor B, no window), so the same accounting; the head's share is
+    head.TABLE_SHARE, zoo-vfl's its own (``HEAD_TABLE_SHARE``), ``--head-share`` wins."""
+    private = tiny_config(epsilon=2.0, **changes)
+    assert head.sampling(private) == "table" and head.share(private) == share
+    assert head.share(tiny_config(epsilon=2.0, head_share=0.7, **changes)) == 0.7
+    p = privacy.plan(private, methods.get(private.method), records=96, rounds=24)
+    assert p.release.head_share == share
     assert p.release.head.sampling_rate == 8 / 96 and p.release.head.batch_size == 8
     assert p.release.head.window == 0 and p.result["head_steps"] == 24
-    assert head.sampling(tiny_config()) == "batch"  # no noise
-    assert head.sampling(tiny_config(epsilon=2.0, method="zoo-vfl")) == "batch"  # zeroth order
-    assert head.sampling(tiny_config(epsilon=2.0, head_window=2)) == "batch"
-    assert head.share(tiny_config(epsilon=2.0, freeze="devices")) == 1.0  # the whole budget
-    for bad in (dict(method="zoo-vfl"), dict(head_window=2)):
-        with pytest.raises(PrivzvError):
-            head.sampling(tiny_config(epsilon=2.0, head_sampling="table", **bad))
+    assert head.sampling(tiny_config(**changes)) == "batch"  # no noise
+    assert head.sampling(tiny_config(epsilon=2.0, head_window=2, **changes)) == "batch"
+    assert head.sampling(tiny_config(epsilon=2.0, head_sampling="table", **changes)) == "table"
+    assert head.share(tiny_config(epsilon=2.0, freeze="devices", **changes)) == 1.0  # the whole budget
+    with pytest.raises(PrivzvError):
+        head.sampling(tiny_config(epsilon=2.0, head_sampling="table", head_window=2, **changes))
 
 
-def _sampled_head(records=50, devices=2, dim=3, rate=0.3, sigma=0.0, seed=0):
+def test_a_zeroth_order_private_run_builds_the_sampled_zo_head(tiny_scheduler):
+    for kw in (dict(method="zoo-vfl"), dict(server_update="zo")):
+        sched = tiny_scheduler(sigma=1.0, epsilon=50.0, **kw)
+        assert type(sched.method.head) is head.SampledZerothOrderHead
+        assert sched.method.head.dp.sampled and sched.method.head.server is sched.server
+        batch = tiny_scheduler(sigma=1.0, epsilon=50.0, head_sampling="batch", **kw)
+        assert type(batch.method.head) is head.ZerothOrderHead
+
+
+def _sampled_head(records=50, devices=2, dim=3, rate=0.3, sigma=0.0, seed=0, zeroth=False, clip=0.5, lr=1.0):
+    """A sampled head on a small table (empty: fill it), first order or (``zeroth``) ZO."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(devices * dim, 4))
     wrapped = _Concat(module)
     table = EmbeddingTable(devices, records, dim)
     server = Server(wrapped, torch.randint(0, 4, (records,)), table, SeededNoise(seed, "s"))
-    dp = HeadUpdate(clip=0.5, batch_size=round(rate * records), sigma=sigma, sampling_rate=rate)
-    return head.SampledHead(wrapped, 1.0, 0.0, dp, server.noise, server=server), server
+    dp = HeadUpdate(clip=clip, batch_size=round(rate * records), sigma=sigma, sampling_rate=rate)
+    if zeroth:
+        step = head.SampledZerothOrderHead(wrapped, lr, 1e-3, server.noise.stream("head"), dp, server=server)
+        return step, server
+    return head.SampledHead(wrapped, lr, 0.0, dp, server.noise, server=server), server
 
 
 class _Concat(torch.nn.Module):
@@ -51,8 +73,9 @@ class _Concat(torch.nn.Module):
         return self.inner(torch.cat(rows, dim=1))
 
 
-def test_only_records_every_device_has_sent_are_sampled():
-    step, server = _sampled_head()
+@pytest.mark.parametrize("zeroth", [False, True])
+def test_only_records_every_device_has_sent_are_sampled(zeroth):
+    step, server = _sampled_head(zeroth=zeroth)
     assert len(step.sample()) == 0  # an empty table: nobody eligible
     server.table.update(0, torch.arange(0, 30), torch.randn(30, 3))
     server.table.update(1, torch.arange(20, 50), torch.randn(30, 3))
@@ -79,6 +102,94 @@ def test_a_step_is_the_clipped_sum_of_the_sample_over_the_fixed_divisor():
     moved = torch.cat([(b - p.detach()).reshape(-1) for b, p in zip(before, step.params)])
     assert step.rows > len(ids) > 0
     assert torch.allclose(moved, expected, atol=1e-6)
+
+
+def _fill(server, records=50, unfilled=range(40, 50)):
+    """Every device's row of every record but ``unfilled``, whose device-0 rows are huge (used,
+    they would move a step)."""
+    for m in range(2):
+        ids = torch.tensor([i for i in range(records) if m == 0 or i not in unfilled])
+        rows = torch.randn(len(ids), 3)
+        if m == 0:
+            rows[torch.isin(ids, torch.tensor(list(unfilled)))] = 1e3
+        server.table.update(m, ids, rows)
+
+
+def _recorded(step) -> list[float]:
+    """The g (released scalar) of each of ``step``'s ZO steps, as it computes them."""
+    seen = []
+    derivative = step.derivative
+    step.derivative = lambda plus, minus: seen.append(derivative(plus, minus)) or seen[-1]
+    return seen
+
+
+def test_a_sampled_zo_step_is_the_clipped_sum_of_the_eligible_sample_over_the_fixed_divisor():
+    """sigma 0: g = sum_i clip(d_i) / (q_h D) over the sample's eligible records only (the
+    padding and the round's rows add nothing), d_i the two-point derivatives along the direction
+    the ``head`` stream seeds, and the head ends at theta - lr g v: recomputed here by hand on the
+    unpadded sample."""
+    import copy
+
+    step, server = _sampled_head(zeroth=True, lr=0.5)
+    _fill(server)
+    reference = copy.deepcopy(step.module)
+    streams = [server.noise.stream(name) for name in ("head-sampling", "head")]
+    states = [s.state_dict() for s in streams]
+    seen = _recorded(step)
+    step.step([torch.full((1, 3), 1e6)] * 2, torch.zeros(1, dtype=torch.long))  # ignored
+    for stream, state in zip(streams, states):
+        stream.load_state_dict(state)
+    ids = step.sample()
+    seed = server.noise.stream("head").seed()
+    assert step.rows > len(ids) > 0 and not (ids >= 40).any()
+    params = [p for p in reference.parameters()]
+    rows, labels = server.table.gather(ids), server.labels[ids]
+    with torch.no_grad():
+        norm = head.zo.perturb_(params, seed, 1e-3)
+        plus = head.losses(reference, rows, labels)
+        head.zo.perturb_(params, seed, -2e-3, norm)
+        minus = head.losses(reference, rows, labels)
+        d = (plus - minus) / 2e-3
+        g = float(d.clamp(-0.5, 0.5).sum()) / step.dp.batch_size
+        head.zo.perturb_(params, seed, 1e-3 - 0.5 * g, norm)
+    assert (d.abs() > 0.5).any() and (d.abs() < 0.5).any()  # some clipped, some not
+    assert seen[0] == pytest.approx(g, rel=1e-5, abs=1e-7) and g != 0
+    for a, b in zip(step.module.parameters(), reference.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_sampled_zo_step_clips_each_derivative_to_the_head_clip():
+    """With C_h below every |d_i|, g is exactly C_h sum_i sign(d_i) / B: each record adds at
+    most C_h / B, whatever its rows."""
+    step, server = _sampled_head(zeroth=True, clip=1e-6, lr=0.0)
+    _fill(server)
+    seen = _recorded(step)
+    draws = []
+    sample = head.OnTable.sample
+    step.sample = lambda: draws.append(sample(step)) or draws[-1]
+    for _ in range(5):
+        step.step(None, None)
+    for g, ids in zip(seen, draws):
+        assert len(ids) and abs(g) <= 1e-6 * len(ids) / step.dp.batch_size * (1 + 1e-6)
+    assert len(set(seen)) > 1 and all(
+        round(g * step.dp.batch_size / 1e-6) % 2 == len(ids) % 2 for g, ids in zip(seen, draws)
+    )  # a sum of len(ids) signs
+
+
+def test_a_sampled_zo_step_on_no_eligible_record_is_the_noise_alone_with_sigma_h():
+    """An empty table: every row is padding (record 0, whose zero rows have non-zero
+    derivatives), so g is 0 exactly without noise, and N(0, sigma_h^2) with it."""
+    quiet, _ = _sampled_head(zeroth=True, lr=0.0)
+    seen = _recorded(quiet)
+    for _ in range(5):
+        quiet.step(None, None)
+    assert seen == [0.0] * 5
+    noisy, _ = _sampled_head(zeroth=True, lr=0.0, sigma=2.0)
+    seen = _recorded(noisy)
+    for _ in range(400):
+        noisy.step(None, None)
+    draws = torch.tensor(seen)
+    assert abs(float(draws.std()) - 2.0) < 0.2 and abs(float(draws.mean())) < 0.3
 
 
 def _public_bytes(folder) -> dict:
@@ -128,7 +239,8 @@ def _plain(value):
     return value
 
 
-def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, monkeypatch):
+@pytest.mark.parametrize("method", ["dpzv", "zoo-vfl"])
+def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, monkeypatch, method):
     """The strongest party: a device knows its own batches and everything public. Two runs with
     the same config and secrets, except that the second run's head steps use a different
     sample (the complement of the first's draw among eligible records), with the head's rate 0
@@ -138,7 +250,7 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
     differ. So the sample, its size and which records
     it holds reach no party except through the head's DP steps."""
     samples = {}
-    draw = head.SampledHead.sample
+    draw = head.OnTable.sample
 
     def recorded(flip):
         def sample(self):
@@ -152,10 +264,10 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
 
         return sample
 
-    config = tiny_config(epsilon=2.0, lr_server=0.0, transcripts=True, epochs=0.25)
+    config = tiny_config(method=method, epsilon=2.0, lr_server=0.0, transcripts=True, epochs=0.25)
     seen = {}
     for flip in (False, True):
-        monkeypatch.setattr(head.SampledHead, "sample", recorded(flip))
+        monkeypatch.setattr(head.OnTable, "sample", recorded(flip))
         folder = tmp_path / str(flip)
         run.train(dataclasses.replace(config), folder, secret_seed=7, progress=False)
         seen[flip] = _public_bytes(folder)
@@ -165,6 +277,33 @@ def test_no_party_sees_which_records_a_head_step_used(tmp_path, tiny_config, mon
     assert seen[False].keys() == seen[True].keys()
     for name in seen[False]:
         assert seen[False][name] == seen[True][name], name
+
+
+def test_a_zoo_vfl_run_with_the_sampled_head_is_accounted_as_the_first_order_one(tmp_path, tiny_config):
+    """zoo-vfl's sampled ZO head is the same mechanism as the first-order sampled head (a
+    Poisson-subsampled Gaussian of sensitivity 2C_h/B per record): the run's ledger holds the
+    sampled HeadUpdate (q_h = B/D, one step a round), its epsilon is ``account``'s for that
+    release and the public schedule, and the same config with dpzv's first-order head gets the
+    same release up to its clip and sigma."""
+    from privzv import accounting
+    from privzv.ledger import PrivacyLedger
+    from privzv.release import Schedule
+
+    config = tiny_config(method="zoo-vfl", epsilon=2.0, epochs=0.5, transcripts=False)
+    summary = run.train(config, tmp_path, secret_seed=9, progress=False)
+    state = json.loads((tmp_path / "private" / "ledger.json").read_text())
+    ledger = PrivacyLedger.from_state_dict(state)
+    records = len(state["counts"][0])
+    dp = ledger.release.head
+    assert dp.sampled and dp.sampling_rate == 8 / records and dp.batch_size == 8 and not dp.window
+    schedule = Schedule(steps=summary["rounds"], dataset_size=records, devices=2)
+    accounted = accounting.account(ledger.release, schedule, config.delta)
+    assert summary["epsilon_spent"] == pytest.approx(accounted.epsilon, rel=1e-9) and accounted.epsilon <= 2.0
+    assert accounted.head_steps == summary["rounds"] and accounted.head_sampling_rate == 8 / records
+    down, steps = summary["mechanisms"]
+    assert steps["mechanism"] == "head" and steps["count"] == summary["rounds"]
+    fo = privacy.plan(tiny_config(epsilon=2.0), methods.get("dpzv"), records, summary["rounds"]).release.head
+    assert dataclasses.replace(fo, clip=dp.clip, sigma=dp.sigma) == dp
 
 
 def test_the_ghost_clipped_sum_equals_per_example_clipping():
@@ -193,15 +332,18 @@ def test_the_ghost_clipped_sum_equals_per_example_clipping():
     )
 
 
-def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, tiny_scheduler):
+@pytest.mark.parametrize(
+    "method, kind", [("dpzv", head.SampledHead), ("zoo-vfl", head.SampledZerothOrderHead)]
+)
+def test_a_restored_scheduler_continues_the_sampled_head_exactly(tiny_config, tiny_scheduler, method, kind):
     """The head's samples come from the server's checkpointed generator and the table's
     ``filled`` marks are in its state: a scheduler restored from a state continues bit for
     bit (a checkpoint from before ``filled`` infers it from the non-zero rows)."""
     import copy
 
-    kw = dict(sigma=1.0, epsilon=50.0)
+    kw = dict(sigma=1.0, epsilon=50.0, method=method)
     first = tiny_scheduler(**kw)
-    assert type(first.method.head).__name__ == "SampledHead"
+    assert type(first.method.head) is kind
     for _ in range(10):
         first.step()
     state = copy.deepcopy(first.state_dict())

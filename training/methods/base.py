@@ -79,6 +79,9 @@ class Method(abc.ABC):
     #                                           defaults.CLIP)
     LABEL_DP: ClassVar[bool] = False  # its epsilon is spent on privatised labels by the
     #                                           method itself, not on a noised release
+    HEAD_TABLE_SHARE: ClassVar[float | None] = None  # its head's share of 1/z^2 on a sample of
+    #                                           the table where --head-share is open (None:
+    #                                           methods.head.TABLE_SHARE)
     # Paths into ``extra_state()`` that are a party's secret, with their owner (SERVER, or
     # DEVICE: the device whose index the "*" matched); the run folder keeps them private.
     SECRET_STATE: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()

@@ -89,12 +89,8 @@ class DPZV(Method):
         if cfg.server_update == "fo":
             self.head = head.first_order(cfg, server, self.head_dp, self.LR_SERVER)
         else:
-            self.head = head.ZerothOrderHead(
-                server.head,
-                common.lr(cfg.lr_server, self.LR_SERVER),
-                self.lam,
-                server.noise.stream("head"),
-                self.head_dp,
+            self.head = head.zeroth_order_step(
+                cfg, server, self.head_dp, common.lr(cfg.lr_server, self.LR_SERVER), self.lam
             )
         self.buffers = {d.index: torch.zeros_like(d.flat) for d in devices} if cfg.device_momentum else {}
 

@@ -26,10 +26,13 @@ Either way the rows are exactly the round's (kept) records: device m's fresh emb
 table's embeddings of the others (no labels but the server's own). An empty batch (Poisson)
 still makes the noisy step.
 
-The sampled head (:class:`SampledHead`, ``--head-sampling table``, the default for a private run
-whose first-order head trains) does not use the round's records: each round it draws a Poisson
+The sampled head (``--head-sampling table``, the default for a private run whose head trains:
+:class:`SampledHead`, first order; :class:`SampledZerothOrderHead`, zeroth order; what they
+share, :class:`OnTable`) does not use the round's records: each round it draws a Poisson
 sample of the server's table at q_h = B/D from the server's secret NoiseSource (``bernoulli``,
-independent of the downlink's batch) and takes one DP-SGD step on it, divisor q_h D = B. A record
+independent of the downlink's batch) and takes one DP step on it, DP-SGD or the private ZO step
+above (one clipped derivative per sampled record), divisor q_h D = B. Either way it is a
+Poisson-subsampled Gaussian of sensitivity 2C_h/B or C_h/B per record, accounted alike. A record
 is eligible once every device's row of it has reached the table (a fact of the public schedule,
 never of the sample); before that it is never in a step (the accounting's T_h steps at rate q_h
 bound it). The sample, its size and its timing stay inside the server: the per-example gradients
@@ -100,35 +103,34 @@ def zeroth_order(config) -> bool:
 
 
 def sampling(config) -> str:
-    """``--head-sampling``, else "table" for a private run whose first-order head trains, else
-    "batch". PrivzvError for a table-sampled zeroth-order or pooled head."""
+    """``--head-sampling``, else "table" for a private run whose head trains, else "batch".
+    PrivzvError for a table-sampled pooled head."""
     if config.head_sampling == "batch":
         return "batch"
     if config.head_sampling == "table":
-        if zeroth_order(config):
-            raise PrivzvError(
-                f"--head-sampling table: a zeroth-order head ({config.method}) "
-                "steps on the round's batch; use --head-sampling batch"
-            )
         if config.head_window:
             raise PrivzvError(
                 f"--head-window {config.head_window}: a head on a sample of the "
                 "table steps every round; use --head-sampling batch to pool"
             )
         return "table"
-    default = config.private and trains_head(config) and not zeroth_order(config) and not config.head_window
+    default = config.private and trains_head(config) and not config.head_window
     return "table" if default else "batch"
 
 
 def share(config) -> float:
     """The head's share of each round's 1/z^2: ``--head-share``, else 1 with ``--freeze
-    devices`` (the whole budget on the head: no downlink), else TABLE_SHARE for a sampled head,
-    else 0.5."""
+    devices`` (the whole budget on the head: no downlink), else the method's
+    ``HEAD_TABLE_SHARE`` or TABLE_SHARE for a sampled head, else 0.5."""
     if config.head_share is not None:
         return config.head_share
     if config.freeze == "devices":
         return 1.0
-    return TABLE_SHARE if sampling(config) == "table" else 0.5
+    if sampling(config) != "table":
+        return 0.5
+    from privzv.training import methods
+
+    return methods.get(config.method).HEAD_TABLE_SHARE or TABLE_SHARE
 
 
 def window(config) -> int:
@@ -349,18 +351,22 @@ def capacity(expected: float) -> int:
     return int(math.ceil(expected + 8.0 * math.sqrt(expected) + 8.0))
 
 
-class SampledHead(FirstOrderHead):
-    """DP-SGD on a secret Poisson sample of ``server``'s table (module docstring): each
-    :meth:`step` ignores the round's rows, draws keep decisions for every record at q_h =
-    ``dp.sampling_rate`` from the server's ``head-sampling`` stream (its Gaussian noise comes
-    from ``noise``, the ``head`` stream), keeps the eligible ones (every device's row reached the
-    table: ``EmbeddingTable.filled``), and makes one noisy step on them, divisor
-    ``dp.batch_size``, the per-example gradients computed on :func:`capacity` rows."""
+class OnTable:
+    """What a head step on a secret Poisson sample of ``self.server``'s table shares, first or
+    zeroth order (module docstring): each :meth:`padded_sample` draws keep decisions for every
+    record at q_h = ``self.dp.sampling_rate`` from the server's ``head-sampling`` stream, keeps
+    the eligible ones (every device's row reached the table: ``EmbeddingTable.filled``) and pads
+    them with record 0 to :func:`capacity` rows, the padding masked out of the clipped sum
+    (``self.mask``); the divisor stays ``dp.batch_size`` = q_h D."""
 
-    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise, server):
-        super().__init__(head, lr, momentum, dp, noise)
+    server: object
+    dp: HeadUpdate
+    mask: torch.Tensor
+
+    def on_table(self, server) -> None:
+        """Sample ``server``'s table from now on."""
         self.server = server
-        self.rows = capacity(dp.sampling_rate * len(server.labels))
+        self.rows = capacity(self.dp.sampling_rate * len(server.labels))
 
     def sample(self) -> torch.Tensor:
         """The ids of this step's sample (secret: never noted, logged or sent)."""
@@ -369,6 +375,24 @@ class SampledHead(FirstOrderHead):
         )
         filled = self.server.table.filled.all(dim=0)
         return torch.nonzero(keep.to(filled.device) & filled).reshape(-1)
+
+    def padded_sample(self) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The M table rows and the labels of a fresh sample padded with record 0 to at least
+        ``self.rows`` rows; ``self.mask`` is 1 on the sample, 0 on the padding."""
+        ids = self.sample()
+        padded = torch.cat((ids, ids.new_zeros(max(self.rows - len(ids), 0))))
+        self.mask = (torch.arange(len(padded), device=padded.device) < len(ids)).to(torch.get_default_dtype())
+        return self.server.table.gather(padded), self.server.labels[padded]
+
+
+class SampledHead(OnTable, FirstOrderHead):
+    """DP-SGD on a secret Poisson sample of ``server``'s table (:class:`OnTable`; its Gaussian
+    noise from ``noise``, the ``head`` stream): one noisy step per :meth:`step`, the per-example
+    gradients computed on :func:`capacity` rows."""
+
+    def __init__(self, head: nn.Module, lr: float, momentum: float, dp: HeadUpdate, noise, server):
+        super().__init__(head, lr, momentum, dp, noise)
+        self.on_table(server)
 
     def clipped_sum(self, rows, labels) -> torch.Tensor:
         """sum_i clip_{C_h}(g_i) over the padded sample, the padding masked out, flat [P]
@@ -380,14 +404,11 @@ class SampledHead(FirstOrderHead):
         return (zo.clip_rows(grads, self.dp.clip) * self.mask[:, None]).sum(0)
 
     def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
-        """One DP-SGD step on a fresh sample (the round's ``rows`` and ``labels`` are not
-        used): the sample padded with record 0 to at least ``self.rows`` rows."""
+        """One DP-SGD step on a fresh padded sample (the round's ``rows`` and ``labels`` are
+        not used)."""
         if self.optimizer is None:
             return
-        ids = self.sample()
-        padded = torch.cat((ids, ids.new_zeros(max(self.rows - len(ids), 0))))
-        self.mask = (torch.arange(len(padded), device=padded.device) < len(ids)).to(self.pool.dtype)
-        super().step(self.server.table.gather(padded), self.server.labels[padded])
+        super().step(*self.padded_sample())
 
 
 class ZerothOrderHead:
@@ -398,14 +419,17 @@ class ZerothOrderHead:
         self.module, self.lr, self.lam, self.noise, self.dp = head, lr, lam, noise, dp
         self.params = [p for p in head.parameters() if p.requires_grad]
 
+    def clipped_sum(self, d: torch.Tensor) -> torch.Tensor:
+        """sum_i clip_{C_h}(d_i) of the per-example directional derivatives ``d``."""
+        return zo.clip_scalars(d, self.dp.clip).sum()
+
     def derivative(self, plus: torch.Tensor, minus: torch.Tensor) -> float:
         """g: the mean of (plus - minus) / (2 lam) (non-finite terms -> 0), or, private, the
         clipped sum / B plus N(0, sigma_h^2)."""
         d = (plus - minus) / (2.0 * self.lam)
         if self.dp is None:
             return float(zo.clip_scalars(d, None).mean())
-        total = zo.clip_scalars(d, self.dp.clip).sum() / self.dp.batch_size
-        return float(self.noise.add_gaussian(total, self.dp.sigma))
+        return float(self.noise.add_gaussian(self.clipped_sum(d) / self.dp.batch_size, self.dp.sigma))
 
     def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
         if not self.params or (self.dp is None and not len(labels)):
@@ -423,3 +447,32 @@ class ZerothOrderHead:
 
     def load_state_dict(self, state) -> None:
         """Stateless (its direction seeds come from the server's generator)."""
+
+
+class SampledZerothOrderHead(OnTable, ZerothOrderHead):
+    """The private two-point ZO step on a secret Poisson sample of ``server``'s table
+    (:class:`OnTable`): per :meth:`step`, the directional derivatives of the padded sample's
+    rows, clipped to [-C_h, C_h], the padding masked out, summed, / B, plus one N(0, sigma_h^2)
+    from ``noise`` (the ``head`` stream, which also seeds the direction)."""
+
+    def __init__(self, head: nn.Module, lr: float, lam: float, noise, dp: HeadUpdate, server):
+        super().__init__(head, lr, lam, noise, dp)
+        self.on_table(server)
+
+    def clipped_sum(self, d: torch.Tensor) -> torch.Tensor:
+        return (zo.clip_scalars(d, self.dp.clip) * self.mask.to(d.device)).sum()
+
+    def step(self, rows: Sequence[torch.Tensor], labels: torch.Tensor) -> None:
+        """One noisy ZO step on a fresh padded sample (the round's ``rows`` and ``labels`` are
+        not used)."""
+        if self.params:
+            super().step(*self.padded_sample())
+
+
+def zeroth_order_step(config, server, dp: HeadUpdate | None, lr: float, lam: float) -> ZerothOrderHead:
+    """The zeroth-order head step of a method (dpzv ``server_update: zo``, zoo-vfl): on a sample
+    of the table when ``dp`` is sampled, else on the round's rows."""
+    noise = server.noise.stream("head")
+    if dp is not None and dp.sampled:
+        return SampledZerothOrderHead(server.head, lr, lam, noise, dp, server=server)
+    return ZerothOrderHead(server.head, lr, lam, noise, dp)
