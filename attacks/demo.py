@@ -76,15 +76,18 @@ def configs() -> dict:
 def digits_runs(out: Path, quiet: bool, secret_seed: int | None = None) -> dict:
     """DPZV on digits: no noise; at (DEMO_EPSILON, DEMO_DELTA), device threat, pld; and the
     frozen-devices control at the same budget (the server alone on random device embeddings).
-    ``secret_seed``: the root of every run's private noise (None: drawn from the OS per run)."""
-    from privzv.training import run
+    ``secret_seed``: the root from which each run's secret root is derived
+    (``seeds.secret_root(secret_seed, "demo", name)``: independent noise per run; None: drawn
+    from the OS per run)."""
+    from privzv.training import run, seeds
 
     runs = {}
     for name, config in configs().items():
         folder = out / name
         folder.mkdir()
         bar = lambda **kw: cliutil.progress(desc=f"dpzv {name}", quiet=quiet, **kw)  # noqa: E731
-        summary = run.train(config, folder, progress=bar, secret_seed=secret_seed)
+        secret = None if secret_seed is None else seeds.secret_root(secret_seed, "demo", name)
+        summary = run.train(config, folder, progress=bar, secret_seed=secret)
         summary["out"] = str(folder)
         runs[name] = summary
     return runs
@@ -152,7 +155,9 @@ def _main(argv: Sequence[str]) -> int:
         help="audit trials (default 20000)",
     )
     cliutil.add_secret_seed(
-        p, "root of the training runs' private noise, to repeat a demo (default: drawn from the OS)"
+        p,
+        "root from which each training run's private noise is derived (independent per run), "
+        "to repeat a demo (default: drawn from the OS)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(list(argv))

@@ -33,3 +33,11 @@ def key(root: int, *names: object) -> bytes:
     root (RFC 2104; a PRF, so keys of different names are independent to anyone without it)."""
     text = "/".join(str(part) for part in names).encode()
     return hmac.new(int(root).to_bytes(8, "little"), text, hashlib.sha256).digest()
+
+
+def secret_root(root: int, *names: object) -> int:
+    """A 63-bit secret root for the sub-run ``names`` under the secret ``root`` (the first 8 bytes
+    of :func:`key`): runs started from one secret seed draw independent noise, as runs with
+    independent secret seeds would (two runs on one root would share every noise draw, and their
+    releases together would not have the composed guarantee)."""
+    return int.from_bytes(key(root, *names)[:8], "little") >> 1

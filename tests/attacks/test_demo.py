@@ -93,3 +93,33 @@ def test_demo_shows_a_runs_divergence_warning():
         }
     )
     assert text.count("WARNING") == 1 and "WARNING: training diverged: test loss 4.51" in text
+
+
+def test_the_demos_runs_draw_independent_noise_from_one_secret_seed(tmp_path, monkeypatch):
+    """``privzv demo --secret-seed S``: each of the three runs gets its own secret root, derived
+    from S by HMAC (``seeds.secret_root``), the same on every demo with S; one root for all three
+    would give the DPZV run and its control the same head noise and head samples, and the two
+    runs together would not have the guarantee two independent runs have."""
+    from privzv.attacks import demo
+    from privzv.training import run, seeds
+
+    given = {}
+
+    def train(config, folder, progress=None, secret_seed=None):
+        given[folder.name] = secret_seed
+        return {}
+
+    monkeypatch.setattr(run, "train", train)
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    demo.digits_runs(tmp_path / "a", True, 7)
+    first = dict(given)
+    assert len(set(first.values())) == 3 and 7 not in first.values()
+    assert first == {name: seeds.secret_root(7, "demo", name) for name in demo.configs()}
+    assert all(0 <= root < 2**63 for root in first.values())
+    given.clear()
+    demo.digits_runs(tmp_path / "b", True, 7)
+    assert given == first  # --secret-seed S repeats a demo
+    given.clear()
+    demo.digits_runs(tmp_path / "c", True, None)
+    assert list(given.values()) == [None, None, None]  # fresh from the OS in each run
