@@ -182,20 +182,20 @@ def test_a_supernodes_held_pull_wakes_only_for_a_message_to_that_node():
     from flwr.proto.node_pb2 import Node
     from flwr.proto.runtime_pb2 import PushAppMessagesRequest
 
-    (fleet_pull,) = [
-        entry
-        for path, held, _ in waits.SUPERLINK
-        if path.endswith("fleet_handlers")
-        for entry in held
-        if entry[0] == "pull_messages"
-    ]
-    (server_push,) = [
-        entry
-        for path, _, pushes in waits.SUPERLINK
-        if path.endswith("runtime_handlers")
-        for entry in pushes
-        if entry[0] == "push_messages"
-    ]
+    def entry(module: str, column: int, name: str):
+        (found,) = [
+            e
+            for path, *lists in waits.SUPERLINK
+            if path.endswith(module)
+            for e in lists[column]
+            if e[0] == name
+        ]
+        return found
+
+    fleet_pull, server_push = (
+        entry("fleet_handlers", 0, "pull_messages"),
+        entry("runtime_handlers", 1, "push_messages"),
+    )
     _, _, changes, key = fleet_pull
     assert changes is server_push[1]
     store, queued = Store(), {1: [], 2: []}
