@@ -178,10 +178,9 @@ def describe(sources: dict, method) -> str:
 
 def warning(config) -> str | None:
     """A line warning that this private run's defaults are known not to beat the majority class
-    at its epsilon (``tuned.below_majority``), else None; the listing measured each dataset at its
-    default size, so a run with ``--records`` is not warned (MNIST-1D 100k learns at epsilon 1)."""
-    why = tuned.below_majority(config.dataset, config.method, config.epsilon)
-    if why is None or not config.private or config.records is not None:
+    at its epsilon and size (``tuned.below_majority``), else None."""
+    why = tuned.below_majority(config.dataset, config.method, config.epsilon, config.records)
+    if why is None or not config.private:
         return None
     return (
         f"warning: {config.method} on {config.dataset} does not beat the majority class at its "

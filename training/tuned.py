@@ -72,8 +72,9 @@ NEAR = 0.05
 BELOW_MAJORITY: dict[tuple[str, str], tuple[float, str]] = {}
 
 
-def below_majority(dataset: str, method: str, epsilon: float) -> str | None:
+def below_majority(dataset: str, method: str, epsilon: float, records: int | None = None) -> str | None:
     """What happened where a private run of ``method`` on ``dataset`` at ``epsilon`` is known not
-    to beat the majority class at its defaults (``BELOW_MAJORITY``), else None."""
+    to beat the majority class at its defaults (``BELOW_MAJORITY``), else None; as :func:`lookup`,
+    the listing measured each dataset at its default size, so nothing is known with ``records``."""
     bound, why = BELOW_MAJORITY.get((dataset, method), (0.0, None))
-    return why if epsilon <= bound else None
+    return why if epsilon <= bound and records is None else None

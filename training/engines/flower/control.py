@@ -67,17 +67,18 @@ class Inline:
     protobuf bodies, so that machinery (most of a Fleet request's event-loop time) buys nothing."""
 
     def __init__(self, app, layer):
+        from starlette.middleware.base import _CachedRequest
+        from starlette.responses import Response
+
         cls, args, kwargs = layer
         self.app, self.dispatch = app, cls(app, *args, **kwargs).dispatch_func
+        self.request, self.response = _CachedRequest, Response
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        from starlette.middleware.base import _CachedRequest
-        from starlette.responses import Response
-
-        request = _CachedRequest(scope, receive)
+        request, Response = self.request(scope, receive), self.response
 
         async def call_next(_request):
             start, body = {}, []
