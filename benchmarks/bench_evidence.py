@@ -121,8 +121,12 @@ VARIANTS = {
         "czofo, sampled head", {"method": "czofo"}, "labels only (its device update carries features)"
     ),
     "rr-prior": Variant("rr-prior (label DP)", {"method": "rr-prior"}, "labels only (label neighbours)"),
+    # fo-vector's protocol with neither noise nor its downlink clip (rr-prior trains unclipped)
     "first-order": Variant(
-        "first order, no noise", {"method": "fo-vector"}, "nothing (the ceiling)", private=False
+        "first order, no noise, no clip",
+        {"method": "fo-vector", "no_clip": True},
+        "nothing (the ceiling)",
+        private=False,
     ),
 }
 CONTROL = "frozen"  # the figure's band and the "DPZV - control" row
@@ -159,6 +163,7 @@ TUNING = {
         "czofo": _NS,
         # digits and mnist-5k chose 0.05; 0.15 collapsed there (mnist-5k) and on one 30k emb-2 seed
         "first-order": _RATES,
+        "rr-prior": _RATES,
     },
     "digits": {
         "dpzv": [

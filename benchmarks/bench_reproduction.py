@@ -525,7 +525,7 @@ def save(fig, ax, stem: Path) -> list[Path]:
     fig.tight_layout()
     written = [stem.with_suffix(f".{ext}") for ext in ("png", "svg")]
     for path in written:
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")  # a title wider than the axes is not cut
     plt.close(fig)
     return written
 
