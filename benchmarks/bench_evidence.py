@@ -512,19 +512,21 @@ def plot(summary: dict, folder: Path) -> list[Path]:
 
 
 def size_summary() -> dict:
-    """Accuracy vs D at SIZE_EPSILON (``SIZES``' grid rows): per variant, per D, the seeds."""
+    """Accuracy vs D at SIZE_EPSILON, and the ceiling's without noise (``SIZES``' grid rows): per
+    variant, per D, the seeds."""
     out: dict[str, dict] = {}
     for setting in SIZES:
         config = SETTINGS[setting]["config"]
         for c in summarize(setting, rows_of(setting))["cells"]:
-            if c["epsilon"] == SIZE_EPSILON and c["mean"] is not None:
+            at = SIZE_EPSILON if VARIANTS[c["variant"]].private else "inf"
+            if c["epsilon"] == at and c["mean"] is not None:
                 out.setdefault(c["variant"], {})[config["records"]] = c
     return {"epsilon": SIZE_EPSILON, "delta": DELTA, "threat": THREAT, "by_records": out}
 
 
 def plot_sizes(summary: dict, folder: Path) -> list[Path]:
     """accuracy_vs_records_evidence.{png,svg}: each variant's mean and min-max over seeds vs the
-    records N generated (80% train), at SIZE_EPSILON."""
+    records N generated (80% train), at SIZE_EPSILON; the ceiling (no noise) dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -535,7 +537,15 @@ def plot_sizes(summary: dict, folder: Path) -> list[Path]:
         xs = sorted(by)
         mean, lo, hi = ([by[x][k] for x in xs] for k in ("mean", "min", "max"))
         err = [[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]]
-        ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=VARIANTS[name].label + ", mean, min-max")
+        v = VARIANTS[name]
+        style = (
+            {}
+            if v.private
+            else {"color": "black", "ls": "--", "label": v.label + " (epsilon inf), mean, min-max"}
+        )
+        ax.errorbar(
+            xs, mean, yerr=err, marker="o", capsize=3, **{"label": v.label + ", mean, min-max", **style}
+        )
     ax.set_xscale("log")
     ax.set_xlabel("MNIST-1D records (80% train); embeddings 2, 4 devices, B 500, 10 epochs")
     ax.set_ylabel("test accuracy")

@@ -166,11 +166,17 @@ def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
     with pytest.raises(SystemExit):
         bench.main(["mnist1d-e2-10k", "--phase", "tune"])
     grid = [_row(c, 0.5) for c in bench.grid_cells("mnist1d-e2-100k", [])]
-    monkeypatch.setattr(
-        bench, "rows_of", lambda setting, path=None: grid if setting == "mnist1d-e2-100k" else []
-    )
+    files = {"mnist1d-e2": rows, "mnist1d-e2-100k": grid}
+    monkeypatch.setattr(bench, "rows_of", lambda setting, path=None: files.get(setting, []))
     by = bench.size_summary()["by_records"]
     assert set(by) == set(best) and all(set(v) == {100_000} for v in by.values())
+    assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
+    # the ceiling joins at its no-noise runs (--epsilons inf); no private variant's does
+    inf = bench.grid_cells("mnist1d-e2-100k", [], epsilons=(math.inf,))
+    assert {c.variant for c in inf} >= {"first-order", "dpzv"}
+    grid += [_row(c, 0.8) for c in inf]
+    by = bench.size_summary()["by_records"]
+    assert by["first-order"][100_000]["mean"] == pytest.approx(0.8)
     assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
 
 
