@@ -421,9 +421,14 @@ def _gap(dpzv: dict, controls: list[dict]) -> dict:
 def _fmt(c: dict | None) -> str:
     if not c or c["mean"] is None:
         return "-"
+    acc = c["accuracy"]
     per = " / ".join(
-        "-" if a is None else f"{a:.3f}" + "*" * (s in c.get("collapsed", ()))
-        for s, a in c["accuracy"].items()
+        "not run"
+        if s not in acc
+        else "-"
+        if acc[s] is None
+        else f"{acc[s]:.3f}" + "*" * (s in c.get("collapsed", ()))
+        for s in sorted({*SEEDS, *acc})
     )
     return f"{c['mean']:.3f} [{per}]"
 
@@ -458,7 +463,11 @@ def markdown(summary: dict) -> str:
             "Best control of: "
             + "; ".join(f"eps {e}: {', '.join(best[str(e)]['of'])}" for e in eps if str(e) in best),
         ]
-    out += ["", "`-` in brackets: diverged (no accuracy); `*`: the trainer's collapse warning"]
+    out += [
+        "",
+        "`-` in brackets: diverged (no accuracy); `*`: the trainer's collapse warning; "
+        "`not run`: that seed has no run (the mean is over the others)",
+    ]
     out += ["", "Tuning runs (seed 100): variant, knobs, accuracy", ""]
     out += [
         f"- {t['variant']}: {', '.join(f'{k} {x:.3g}' for k, x in t['knobs'].items())} -> "

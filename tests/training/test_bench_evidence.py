@@ -204,6 +204,16 @@ def test_a_collapsed_run_is_marked_in_the_table():
     assert "| czofo, sampled head () | 0.300 [0.500 / 0.100* / -] |" in bench.markdown(s)
 
 
+def test_a_seed_without_a_run_is_named_not_a_diverged_one():
+    """A cell with fewer seeds than the grid's names the missing one in its place."""
+    rows = [
+        _row(bench.Cell("grid", "digits", "czofo", 2.0, seed, ()), a) for seed, a in ((0, None), (2, 0.4))
+    ]
+    assert "| czofo, sampled head () | 0.400 [- / not run / 0.400] |" in bench.markdown(
+        bench.summarize("digits", rows)
+    )
+
+
 def test_the_100k_setting_is_the_issues_prototype():
     """mnist1d-100k: 100,000 records (80,000 train), the default embeddings, 4 devices, B 500,
     20 epochs: 12,800 rounds, tuned at epsilon 5 on the issue's epsilons."""
