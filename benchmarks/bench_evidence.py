@@ -547,14 +547,9 @@ def plot_sizes(summary: dict, folder: Path) -> list[Path]:
         mean, lo, hi = ([by[x][k] for x in xs] for k in ("mean", "min", "max"))
         err = [[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]]
         v = VARIANTS[name]
-        style = (
-            {}
-            if v.private
-            else {"color": "black", "ls": "--", "label": v.label + " (epsilon inf), mean, min-max"}
-        )
-        ax.errorbar(
-            xs, mean, yerr=err, marker="o", capsize=3, **{"label": v.label + ", mean, min-max", **style}
-        )
+        label = v.label + ("" if v.private else " (epsilon inf)") + ", mean, min-max"
+        style = {} if v.private else {"color": "black", "ls": "--"}
+        ax.errorbar(xs, mean, yerr=err, marker="o", capsize=3, label=label, **style)
     ax.set_xscale("log")
     ax.set_xlabel("MNIST-1D records (80% train); embeddings 2, 4 devices, B 500, 10 epochs")
     ax.set_ylabel("test accuracy")
