@@ -55,7 +55,7 @@ SETTINGS = {
     "mnist1d-e2": {
         "config": dict(dataset="mnist1d", records=30_000, embed_dim=2, batch_size=500, epochs=10),
         "tune_epsilon": 2.0,
-        "epsilons": (2.0, 5.0, INF),
+        "epsilons": (1.0, 2.0, 5.0, 10.0, INF),
     },
     # accuracy vs D at epsilon 5: the 30k setting's tuned knobs (``tuned_on``), 10k and 100k records
     "mnist1d-e2-10k": {
