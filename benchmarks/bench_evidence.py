@@ -418,18 +418,19 @@ def _gap(dpzv: dict, controls: list[dict]) -> dict:
     return out
 
 
+def _fmt_seed(c: dict, seed: int) -> str:
+    """One seed of a table cell: its accuracy (``*``: collapse warning), ``-`` (diverged) or
+    ``not run``."""
+    if seed not in c["accuracy"]:
+        return "not run"
+    a = c["accuracy"][seed]
+    return "-" if a is None else f"{a:.3f}" + "*" * (seed in c.get("collapsed", ()))
+
+
 def _fmt(c: dict | None) -> str:
     if not c or c["mean"] is None:
         return "-"
-    acc = c["accuracy"]
-    per = " / ".join(
-        "not run"
-        if s not in acc
-        else "-"
-        if acc[s] is None
-        else f"{acc[s]:.3f}" + "*" * (s in c.get("collapsed", ()))
-        for s in sorted({*SEEDS, *acc})
-    )
+    per = " / ".join(_fmt_seed(c, s) for s in sorted({*SEEDS, *c["accuracy"]}))
     return f"{c['mean']:.3f} [{per}]"
 
 
