@@ -38,6 +38,7 @@ __all__ = [
     "tradeoff",
 ]
 
+_LOG_2 = math.log(2.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_SQRT_PI_2 = 0.5 * math.log(0.5 * math.pi)
 _SQRT_PI_2 = math.sqrt(0.5 * math.pi)
@@ -51,6 +52,7 @@ _RTOL = 1e-13  # root finding: stop when the bracket is this narrow (relative)
 _LAST_STEP = 1e-4  # root finding: a Halley step this small (relative) is the last one
 _MAX_ITER = 100
 _CHUNK = 1 << 16  # elements per vectorised pass
+_TINY_D = 1e-20  # D below this: log(1 - e^-D) as log D
 _EPS_FLOOR = 1e-12  # epsilon_from_delta: absolute slack (in epsilon) of the stopping rule
 
 
@@ -90,7 +92,8 @@ def _pair(name_a, a, name_b, b, range_a, range_b):
 
 _MU = dict(low=0.0, low_open=True)
 _EPSILON = dict(low=0.0, low_open=False)
-_DELTA = dict(low=0.0, low_open=True, high=1.0, high_open=True)
+# a subnormal delta carries too few bits for the inverses' relative accuracy: refused
+_DELTA = dict(low=float(np.finfo(float).tiny), low_open=False, high=1.0, high_open=True)
 
 
 # ---------------------------------------------------------------- core: log delta and D
@@ -122,8 +125,24 @@ def _log_mills_pos(s: np.ndarray) -> np.ndarray:
 
 
 def _log_delta_parts(epsilon: np.ndarray, mu: np.ndarray):
-    """(log delta, D, h(t), h(t + mu)) for valid 1-D arrays of equal length (module docstring)."""
-    centre = epsilon / mu  # t + mu/2, the midpoint of [t, t + mu]
+    """(log delta, D, h(t), h(t + mu)) for valid 1-D arrays of equal length (module docstring).
+
+    Overflow is the answer, not an error: where t^2 overflows log Phi(a) is -inf (delta is below
+    the smallest float); where t does (epsilon/mu > 1.8e308) the parts are their limits at
+    t = inf (log delta -inf); where t^2 does for t < 0 (mu huge) D is inf and log delta 0.
+    """
+    with np.errstate(over="ignore"):
+        centre = epsilon / mu  # t + mu/2, the midpoint of [t, t + mu]
+        far = np.isinf(centre)
+        if not far.any():
+            return _log_delta_terms(centre, mu)
+        parts = tuple(np.full_like(centre, limit) for limit in (-np.inf, np.inf, -np.inf, -np.inf))
+        for part, near in zip(parts, _log_delta_terms(centre[~far], mu[~far])):
+            part[~far] = near
+        return parts
+
+
+def _log_delta_terms(centre: np.ndarray, mu: np.ndarray):
     t = centre - 0.5 * mu
     pos = t >= 0
     if pos.all():
@@ -139,12 +158,18 @@ def _log_delta_parts(epsilon: np.ndarray, mu: np.ndarray):
     h_end = _log_mills_pos(centre + 0.5 * mu)  # t + mu = eps/mu + mu/2 > 0
     d = h_t - h_end
     cancels = d < _CANCEL * (1.0 + np.abs(h_t) + np.abs(h_end))
+    log_gap = np.empty_like(d)  # log(1 - e^-D)
+    tiny = np.zeros_like(cancels)
     if cancels.any():
         c, half = centre[cancels], 0.5 * mu[cancels]
         nodes = c[:, None] + half[:, None] * _GL_NODES
-        d[cancels] = half * (_neg_dlog_mills(nodes) @ _GL_WEIGHTS)
-    log_delta = log_phi_a + np.log(-np.expm1(-d))
-    return log_delta, d, h_t, h_end
+        integral = _neg_dlog_mills(nodes) @ _GL_WEIGHTS
+        d[cancels] = half * integral
+        tiny[cancels] = d[cancels] < _TINY_D
+        # 1 - e^-D = D to double precision there, and its log survives D's underflow
+        log_gap[tiny] = (np.log(mu[cancels]) - _LOG_2 + np.log(integral))[tiny[cancels]]
+    log_gap[~tiny] = np.log(-np.expm1(-d[~tiny]))
+    return log_phi_a + log_gap, d, h_t, h_end
 
 
 def _log_delta(epsilon: np.ndarray, mu: np.ndarray) -> np.ndarray:
@@ -206,6 +231,7 @@ def _halley(x, lo, hi, step, *params):
             lo_o, hi_o, x_o = lo[off], hi[off], x[off]
             xn[off] = np.where(np.isinf(hi_o), x_o + np.abs(x_o) + 1.0, 0.5 * (lo_o + hi_o))
             done[off] = hi_o - lo_o <= _RTOL * scale[off]
+        xn = np.where(done, np.fmin(np.fmax(xn, lo), hi), xn)  # a last step stays in the bracket
         if done.all():
             out[idx] = xn
             return out
@@ -247,8 +273,8 @@ def epsilon_from_delta(mu, delta):
     it is the root of Phi^-1(delta(eps; mu)) = Phi^-1(delta), found by a bracketed Halley
     iteration from the upper bound eps <= mu^2/2 - mu Phi^-1(delta) (as delta(eps; mu) <=
     Phi(mu/2 - eps/mu)). Relative error ~1e-12 (<= 1e-10; as eps -> 0 the root is
-    ill-conditioned and the error becomes absolute, ~1e-16). mu > 0 and 0 < delta < 1; inf where
-    epsilon exceeds the float range (mu above about 1.9e154).
+    ill-conditioned and the error becomes absolute, ~1e-16). mu > 0 and 2.2e-308 <= delta < 1 (normal); inf where
+    epsilon exceeds the float range (mu above about 1.9e154); never below 0.
     """
     m, d, shape = _pair("mu", mu, "delta", delta, _MU, _DELTA)
     return _out(_chunked(_solve_epsilon, m, d).reshape(shape), mu, delta)
@@ -295,7 +321,7 @@ def mu_from_epsilon(epsilon, delta):
     a = mu/2 - eps/mu (increasing in mu, and Phi^-1(delta) ~ a), from the lower bounds
     a >= Phi^-1(delta) (as delta <= Phi(a)) and mu >= delta sqrt(2 pi) (as delta <= mu phi(0)),
     using d delta / d mu = phi(a). Relative error ~1e-12 (<= 1e-10).
-    epsilon >= 0 and 0 < delta < 1.
+    epsilon >= 0 and 2.2e-308 <= delta < 1 (normal).
     """
     e, d, shape = _pair("epsilon", epsilon, "delta", delta, _EPSILON, _DELTA)
     return _out(_chunked(_solve_mu, e, d).reshape(shape), epsilon, delta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import dp_accounting
@@ -298,3 +299,37 @@ def test_bad_input_names_value_and_range(call, name, value):
         call()
     message = str(info.value)
     assert message.startswith(f"{name}=") and value in message and "must be" in message
+
+
+def test_the_whole_float_range_gives_a_delta_without_nan_or_warning():
+    """epsilon / mu overflowing (1e300 / 1e-300) once gave NaN with overflow warnings; delta is 0
+    there (log delta -inf: below the smallest float), and every other pair is in [0, 1]."""
+    grid = np.concatenate([[0.0], np.logspace(-300, 300, 61)])
+    eps, mu = np.meshgrid(grid, grid[1:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        log_d = gdp.log_delta_from_epsilon(eps, mu)
+        delta = gdp.delta_from_epsilon(eps, mu)
+    assert not np.isnan(log_d).any() and np.all(log_d <= 0.0)
+    assert np.all((delta >= 0.0) & (delta <= 1.0))
+    assert np.all(np.diff(np.maximum(log_d, -1e308), axis=1) <= 0.0)  # delta falls as epsilon grows
+    assert gdp.delta_from_epsilon(1e300, 1e-300) == 0.0
+    assert gdp.log_delta_from_epsilon(1e160, 1e-160) == -math.inf
+    assert gdp.delta_from_epsilon(0.0, 1e300) == 1.0  # mu -> inf: nothing is hidden
+
+
+def test_the_inverses_stay_in_range_and_refuse_a_subnormal_delta():
+    """epsilon_from_delta(1e-300, 1e-310) was -5.4e-300 (a last Halley step left the bracket
+    [0, upper]) and mu_from_epsilon(0, 5e-324) 2e-323, whose delta is 1.6x the target (a
+    subnormal delta has too few bits): now epsilon >= 0 always, and a subnormal delta is refused."""
+    mus = np.array([1e-300, 1e-100, 1e-12, 1e-3, 1.0, 10.0, 1e3])
+    deltas = np.array([2.3e-308, 1e-300, 1e-100, 1e-12, 0.5, 0.999999])
+    m, d = np.meshgrid(mus, deltas)
+    eps = gdp.epsilon_from_delta(m, d)
+    assert np.all(eps >= 0.0)
+    # the round trip, where epsilon's documented absolute error (~1e-16) is below the root
+    assert np.all(gdp.log_delta_from_epsilon(eps, m)[:, 1:] <= np.log(d)[:, 1:] + 1e-9)
+    for bad in (5e-324, 1e-310):
+        for call in (lambda: gdp.epsilon_from_delta(1.0, bad), lambda: gdp.mu_from_epsilon(0.0, bad)):
+            with pytest.raises(PrivzvError, match=f"delta={bad!r}: must be a finite number >= 2.22507e-308"):
+                call()
