@@ -352,7 +352,8 @@ def compose(mus, axis=-1):
     """mu of the composition of mu_i-GDP mechanisms: sqrt(sum mu_i^2) (Dong et al., Cor. 3.3).
 
     Holds for adaptive composition. Reduces over ``axis`` (an empty sequence gives 0); each
-    mu_i >= 0 and finite. Computed without overflow (hypot reduction).
+    mu_i >= 0 and finite. Computed without overflow (hypot reduction); inf, without a warning,
+    only where the answer exceeds the float range.
     """
     m = _array("mu", mus, low=0.0, low_open=False)
     if m.ndim == 0:
@@ -360,7 +361,8 @@ def compose(mus, axis=-1):
     if m.shape[axis] == 0:
         out = np.zeros(np.delete(m.shape, axis))
     else:
-        out = np.hypot.reduce(m, axis=axis)
+        with np.errstate(over="ignore"):
+            out = np.hypot.reduce(m, axis=axis)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -368,7 +370,8 @@ def gaussian_mu(sensitivity, sigma):
     """mu = sensitivity / sigma of the Gaussian mechanism (Dong et al., Thm 2.7).
 
     Adding N(0, sigma^2) noise to a statistic of L2 sensitivity ``sensitivity`` (per coordinate,
-    for vector statistics) is exactly mu-GDP. sensitivity >= 0, sigma > 0, both finite.
+    for vector statistics) is exactly mu-GDP. sensitivity >= 0, sigma > 0, both finite; inf,
+    without a warning, where the ratio exceeds the float range (no privacy to speak of).
     """
     s, g, shape = _pair(
         "sensitivity",
@@ -378,7 +381,8 @@ def gaussian_mu(sensitivity, sigma):
         dict(low=0.0, low_open=False),
         dict(low=0.0, low_open=True),
     )
-    return _out((s / g).reshape(shape), sensitivity, sigma)
+    with np.errstate(over="ignore"):
+        return _out((s / g).reshape(shape), sensitivity, sigma)
 
 
 def tradeoff(alpha, mu):

@@ -333,3 +333,12 @@ def test_the_inverses_stay_in_range_and_refuse_a_subnormal_delta():
         for call in (lambda: gdp.epsilon_from_delta(1.0, bad), lambda: gdp.mu_from_epsilon(0.0, bad)):
             with pytest.raises(PrivzvError, match=f"delta={bad!r}: must be a finite number >= 2.22507e-308"):
                 call()
+
+
+def test_an_answer_beyond_the_float_range_is_inf_without_a_warning():
+    """gaussian_mu(1e300, 1e-12) and compose([1.7e308] * 3) warned of overflow (numpy)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gdp.gaussian_mu(1e300, 1e-12) == math.inf
+        assert gdp.compose([1.7e308] * 3) == math.inf
+        assert gdp.compose([1e300, 1e300]) == pytest.approx(math.sqrt(2) * 1e300)
