@@ -337,12 +337,15 @@ def grid_cells(setting: str, rows: list[dict], seeds=SEEDS, epsilons=None, varia
 def summarize(setting: str, rows: list[dict]) -> dict:
     """Per (variant, epsilon): accuracy per seed, mean, min, max; the tuning runs; the goal check
     (DPZV minus the control, per seed); ``collapsed``: the seeds whose run finished with the
-    trainer's collapse warning (its accuracy fell, or its loss ended above the untrained model's)."""
+    trainer's collapse warning (its accuracy fell, or its loss ended above the untrained model's).
+    A grid row whose knobs are not its variant's chosen ones (a re-tuning since) is left out."""
     grid: dict[tuple, dict] = {}
     collapsed: dict[tuple, list] = {}
+    knobs = chosen(setting, rows)
     for r in rows:
         c = r["cell"]
-        if c["phase"] == "grid":
+        stale = c["variant"] in knobs and _knobs(dict(c["knobs"])) != knobs[c["variant"]]
+        if c["phase"] == "grid" and not stale:
             eps = "inf" if c["epsilon"] is None else c["epsilon"]
             grid.setdefault((c["variant"], eps), {})[c["seed"]] = r["test_accuracy"]
             if r.get("collapse"):

@@ -251,3 +251,17 @@ def test_the_mnist1d_settings_resolve_as_they_were_recorded_untuned(setting, mon
     now = [defaults.resolve(c, ds) for c in configs]
     monkeypatch.setattr(tuned, "lookup", lambda *a: None)
     assert now == [defaults.resolve(c, ds) for c in configs]
+
+
+def test_a_grid_row_of_knobs_no_longer_chosen_is_left_out():
+    """After a re-tuning the file still holds the old knobs' grid rows; they were mixed into the
+    table, seed by seed, with the new ones (whichever came last won)."""
+    tune = bench.tune_cells("digits")
+    rows = [_row(c, 0.9 if i % 3 == 1 else 0.5) for i, c in enumerate(tune)]
+    best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 1}
+    stale = next(c.knobs for i, c in enumerate(tune) if c.variant == "dpzv" and i % 3 == 0)
+    for seed in bench.SEEDS:
+        rows.append(_row(bench.Cell("grid", "digits", "dpzv", 2.0, seed, best["dpzv"]), 0.6))
+        rows.append(_row(bench.Cell("grid", "digits", "dpzv", 2.0, seed, stale), 0.1))
+    cell = next(c for c in bench.summarize("digits", rows)["cells"] if c["variant"] == "dpzv")
+    assert cell["accuracy"] == {0: 0.6, 1: 0.6, 2: 0.6}
