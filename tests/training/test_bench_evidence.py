@@ -22,7 +22,7 @@ def test_every_variant_gets_the_same_number_of_tuning_runs(setting):
     assert len({c.key for c in cells}) == len(cells)
 
 
-@pytest.mark.parametrize("setting", ["digits", "mnist-5k", "mnist1d-e2", "mnist1d-100k"])
+@pytest.mark.parametrize("setting", ["digits", "mnist-5k", "mnist1d-e2", "mnist1d-e2-100k", "mnist1d-100k"])
 def test_the_settings_tune_every_variant(setting):
     assert set(bench.TUNING[setting]) == set(bench.VARIANTS)
 
@@ -151,28 +151,38 @@ def test_the_controls_are_the_variants_whose_epsilon_covers_a_record():
 
 
 def test_a_size_setting_takes_the_knobs_its_tuning_setting_chose(monkeypatch):
-    """accuracy vs D: the 10k / 100k settings run the 30k setting's winning knobs, tune nothing
-    of their own, and the size report puts each variant's mean at its D."""
+    """accuracy vs D: the 10k setting runs the 30k setting's winning knobs and tunes nothing of its
+    own; the 100k setting tunes with the 30k setting's lists; the size report puts each variant's
+    mean at its D."""
     tune = bench.tune_cells("mnist1d-e2")
     rows = [_row(c, 0.9 if i % 3 == 2 else 0.4) for i, c in enumerate(tune)]
     # epsilon 5 only: the ceiling (no noise) has no run there
     best = {c.variant: c.knobs for i, c in enumerate(tune) if i % 3 == 2 if bench.VARIANTS[c.variant].private}
     monkeypatch.setattr(bench, "rows_of", lambda setting, path=None: rows if setting == "mnist1d-e2" else [])
-    for setting in ("mnist1d-e2-10k", "mnist1d-e2-100k"):
-        assert bench.tuned_on(setting) == "mnist1d-e2" and bench.tune_cells(setting) == tune
-        cells = bench.grid_cells(setting, [])
-        assert {c.variant: c.knobs for c in cells} == best
-        assert {c.epsilon for c in cells} == {bench.SIZE_EPSILON} and {c.setting for c in cells} == {setting}
+    assert bench.tuned_on("mnist1d-e2-10k") == "mnist1d-e2" and bench.tune_cells("mnist1d-e2-10k") == tune
+    cells = bench.grid_cells("mnist1d-e2-10k", [])
+    assert {c.variant: c.knobs for c in cells} == best
+    assert {c.epsilon for c in cells} == {bench.SIZE_EPSILON} and {c.setting for c in cells} == {
+        "mnist1d-e2-10k"
+    }
     with pytest.raises(SystemExit):
         bench.main(["mnist1d-e2-10k", "--phase", "tune"])
-    grid = [_row(c, 0.5) for c in bench.grid_cells("mnist1d-e2-100k", [])]
+    # 100k: its own tuning runs, the same knobs listed, the first of each winning there
+    own = bench.tune_cells("mnist1d-e2-100k")
+    assert [(c.variant, c.knobs) for c in own] == [(c.variant, c.knobs) for c in tune]
+    assert {c.setting for c in own} == {"mnist1d-e2-100k"}
+    own_rows = [_row(c, 0.9 if i % 3 == 0 else 0.4) for i, c in enumerate(own)]
+    first = {c.variant: c.knobs for i, c in enumerate(own) if i % 3 == 0}
+    at5 = bench.grid_cells("mnist1d-e2-100k", own_rows, epsilons=(bench.SIZE_EPSILON,))
+    assert {c.variant: c.knobs for c in at5} == {v: k for v, k in first.items() if bench.VARIANTS[v].private}
+    grid = own_rows + [_row(c, 0.5) for c in at5]
     files = {"mnist1d-e2": rows, "mnist1d-e2-100k": grid}
     monkeypatch.setattr(bench, "rows_of", lambda setting, path=None: files.get(setting, []))
     by = bench.size_summary()["by_records"]
     assert set(by) == set(best) and all(set(v) == {100_000} for v in by.values())
     assert by["dpzv"][100_000]["mean"] == pytest.approx(0.5)
     # the ceiling joins at its no-noise runs (--epsilons inf); no private variant's does
-    inf = bench.grid_cells("mnist1d-e2-100k", [], epsilons=(math.inf,))
+    inf = bench.grid_cells("mnist1d-e2-100k", own_rows, epsilons=(math.inf,))
     assert {c.variant for c in inf} >= {"first-order", "dpzv"}
     grid += [_row(c, 0.8) for c in inf]
     by = bench.size_summary()["by_records"]
