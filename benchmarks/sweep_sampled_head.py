@@ -8,7 +8,8 @@ linear_clipped_sum``) over B plus N(0, (z_h 2 C_h / B)^2) per coordinate (replac
 momentum, T = the run's rounds; z_h is the run's calibrated value (``privacy.plan``, whole budget
 on the head). Sample and noise come from torch's generator seeded 0, not the server's keyed
 streams (the same distributions), so a line is about 5x cheaper than ``privzv train``. Settings:
-``SETTINGS`` (mnist1d: 100,000 records, B 500, 20 epochs; digits: B 32, 10 epochs).
+``SETTINGS`` (mnist1d: 100,000 records, B 500, 20 epochs, and the same at B 2,000 and 8,000;
+digits: B 32, 10 epochs).
 
     python benchmarks/sweep_sampled_head.py SETTING EPSILON '[{"clip": 1.0, "lr": 0.1, "mom": 0.9}, ...]' [KIND]
 
@@ -32,6 +33,9 @@ import torch
 SEED = 100
 SETTINGS = {
     "mnist1d": dict(dataset="mnist1d", records=100_000, batch_size=500, epochs=20),
+    # the same budget over larger head batches: q_h and B x4 / x16, T / 4 / 16 (the rounds)
+    "mnist1d-b2000": dict(dataset="mnist1d", records=100_000, batch_size=2000, epochs=20),
+    "mnist1d-b8000": dict(dataset="mnist1d", records=100_000, batch_size=8000, epochs=20),
     "digits": dict(dataset="digits", batch_size=32, epochs=10),
 }
 
