@@ -273,8 +273,8 @@ def epsilon_from_delta(mu, delta):
     it is the root of Phi^-1(delta(eps; mu)) = Phi^-1(delta), found by a bracketed Halley
     iteration from the upper bound eps <= mu^2/2 - mu Phi^-1(delta) (as delta(eps; mu) <=
     Phi(mu/2 - eps/mu)). Relative error ~1e-12 (<= 1e-10; as eps -> 0 the root is
-    ill-conditioned and the error becomes absolute, ~1e-16). mu > 0 and 2.2e-308 <= delta < 1 (normal); inf where
-    epsilon exceeds the float range (mu above about 1.9e154); never below 0.
+    ill-conditioned and the error becomes absolute, ~1e-16), never below 0. mu > 0 and 2.2e-308
+    <= delta < 1 (normal); inf where epsilon exceeds the float range (mu above about 1.9e154).
     """
     m, d, shape = _pair("mu", mu, "delta", delta, _MU, _DELTA)
     return _out(_chunked(_solve_epsilon, m, d).reshape(shape), mu, delta)
