@@ -81,13 +81,19 @@ def seed_noise_multiplier(mu: float, rate: float, steps: int) -> float:
 def clt_mu(z: float, exposure: Exposure) -> float:
     """Bu et al. 2020's CLT mu = q sqrt(k (e^{1/z^2} - 1)); exactly sqrt(k)/z without sampling.
 
-    Computed in log space, so a tiny z gives inf rather than an overflow error.
+    Computed in log space, so a tiny z gives inf rather than an overflow error, and a huge one
+    (1/z^2 underflowing) a tiny mu rather than log(0).
     """
     k, q = exposure.compositions, exposure.sampling_rate
     if q is None:
         return math.sqrt(k) / z
     x = 1.0 / (z * z)
-    log_expm1 = x + math.log1p(-math.exp(-x)) if x > 1.0 else math.log(math.expm1(x))
+    if x > 1.0:
+        log_expm1 = x + math.log1p(-math.exp(-x))
+    elif x > 1e-8:
+        log_expm1 = math.log(math.expm1(x))
+    else:  # log(e^x - 1) = log x + x/2 + O(x^2), where x may underflow to 0 (z above 1e154)
+        log_expm1 = -2.0 * math.log(z) + 0.5 * x
     log_mu = math.log(q) + 0.5 * (math.log(k) + log_expm1)
     return math.exp(log_mu) if log_mu < 700 else math.inf
 
@@ -134,6 +140,7 @@ PLD_SKIP_RATIO = 10.0
 # plain FFT composition was erratic below ~1e-13; the tilted one is not, but is not measured
 # there.)
 PLD_MIN_DELTA = 1e-12
+PLD_MIN_SPAN = 1e-280  # a release's loss range below this (noise multiplier ~1e280 / q): no grid
 
 
 def clear_caches() -> None:
@@ -196,6 +203,8 @@ def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: fl
     than asked for is still an upper bound, only a looser one; beyond that CannotAnswer (the
     next rigorous accountant answers, faster)."""
     span = release_span(z, exposure, delta)
+    if not span > PLD_MIN_SPAN:
+        raise CannotAnswer(f"one release's privacy losses span {span:.3g}: below a representable grid")
     step = min(discretization, span / 20.0)
     if not _fits(span, step):
         raise CannotAnswer(
@@ -209,7 +218,7 @@ def pld_grid_fits(z: float, exposure: Exposure, delta: float, discretization: fl
     """False where :func:`pld_grid_step` declines ``discretization`` (a release grid more than
     PLD_MAX_COARSENING times over PLD_MAX_POINTS), and so every finer one."""
     span = release_span(z, exposure, delta)
-    return _fits(span, min(discretization, span / 20.0))
+    return span > PLD_MIN_SPAN and _fits(span, min(discretization, span / 20.0))
 
 
 def _fits(span: float, step: float) -> bool:

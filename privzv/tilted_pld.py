@@ -87,6 +87,7 @@ def _log_weights(probs: np.ndarray) -> np.ndarray:
 # release's privacy loss): Chernoff's optimal theta for k releases is about
 # sqrt(2 log(1/tail) / k) / std, which this covers for k = 1 to 1e10
 _THETAS = np.geomspace(1e-4, 1e2, 13)
+_MIN_STD = 1e-290  # below: the std is treated as 0 (_THETAS[-1] / std would overflow)
 
 
 def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: float, t: float) -> TiltedPmf:
@@ -99,17 +100,26 @@ def tilt(discretization: float, lower: int, probs: np.ndarray, infinity_mass: fl
     losses = (lower + np.arange(len(probs))) * discretization
     finite = np.isfinite(log_p)
     log_q, at = log_p[finite], losses[finite]
-    std = _std(np.exp(log_q - log_q.max()), at) or discretization
+    std = _scale(np.exp(log_q - log_q.max()), at, discretization)
     log_w = log_p + t * losses
     top = float(np.max(log_w))
     w = np.exp(log_w - top)
     total = float(np.sum(w))
     grid = _THETAS / std
-    thetas = np.concatenate((-grid, grid, t + _THETAS / (_std(w, losses) or discretization)))
+    thetas = np.concatenate((-grid, grid, t + _THETAS / _scale(w, losses, discretization)))
     log_mgf = _log_mgf(log_q, at, thetas)
     return TiltedPmf(
         discretization, lower, w / total, top + math.log(total), t, infinity_mass, thetas, log_mgf
     )
+
+
+def _scale(weights: np.ndarray, losses: np.ndarray, discretization: float) -> float:
+    """The losses' standard deviation, or ``discretization`` where it is 0; never below _MIN_STD,
+    where the theta grid over it would overflow (a point mass on a subnormal grid: noise
+    multipliers above about 1e150). A Chernoff bound holds at any theta > 0: only its tightness
+    depends on the grid."""
+    std = _std(weights, losses)
+    return max(std if std > _MIN_STD else discretization, _MIN_STD)
 
 
 def _std(weights: np.ndarray, losses: np.ndarray) -> float:

@@ -311,3 +311,23 @@ def test_a_delta_one_ulp_below_the_chance_of_being_sampled_is_not_epsilon_0():
         neighbors="add-remove",
     )
     assert r.accountant != "sampling" and r.epsilon > 1.0
+
+
+@pytest.mark.parametrize("accountant", ["best", "pld", "rdp", "gdp-clt"])
+@pytest.mark.parametrize("z", [1e160, 1e300])
+def test_a_noise_multiplier_near_the_float_maximum_answers_without_error_or_warning(accountant, z):
+    """gdp-clt raised ValueError (log of e^{1/z^2} - 1 = 0: 1/z^2 underflows), pld warned of
+    overflow (its release grid's step was subnormal) and then divided by zero: any noise is a
+    valid input, and this much leaks nothing a float can show (epsilon 0 at delta 1e-12)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for steps, how in (
+            (1, dict(threat="eavesdropper", sample_rate=1e-9)),
+            (10**9, dict(threat="eavesdropper", sample_rate=1e-9)),
+            (100, dict(threat="device", dataset_size=1000, batch_size=10)),
+        ):
+            r = privzv.epsilon(noise_multiplier=z, delta=1e-12, steps=steps, accountant=accountant, **how)
+            assert r.epsilon == 0.0
+    assert accountants.clt_mu(1e300, Exposure(4, 1e-3)) == pytest.approx(1e-3 * 2 / 1e300)
