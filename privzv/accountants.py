@@ -99,12 +99,19 @@ def clt_mu(z: float, exposure: Exposure) -> float:
 
 
 def clt_noise_multiplier(mu: float, exposure: Exposure) -> float:
-    """Inverse of :func:`clt_mu`: z = 1 / sqrt(log(1 + mu^2 / (q^2 k))), or sqrt(k)/mu."""
+    """Inverse of :func:`clt_mu`: z = 1 / sqrt(log(1 + mu^2 / (q^2 k))), or sqrt(k)/mu; inf for
+    mu 0 or where z exceeds the float range (log space: a tiny mu is no error)."""
     k, q = exposure.compositions, exposure.sampling_rate
+    if mu <= 0.0:
+        return math.inf
     if q is None:
-        return math.sqrt(k) / mu
-    log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)  # x = mu^2 / (q^2 k)
-    return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
+        log_z = 0.5 * math.log(k) - math.log(mu)
+    else:
+        log_x = 2.0 * (math.log(mu) - math.log(q)) - math.log(k)  # x = mu^2 / (q^2 k)
+        if log_x >= -700:
+            return 1.0 / math.sqrt(log_x if log_x > 700 else math.log1p(math.exp(log_x)))
+        log_z = -0.5 * log_x  # log(1 + x) = x there: z = x^(-1/2)
+    return math.exp(log_z) if log_z < 709 else math.inf
 
 
 # PLD value discretisation: pld_discretization gives the step the answer needs. A single

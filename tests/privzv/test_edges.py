@@ -331,3 +331,28 @@ def test_a_noise_multiplier_near_the_float_maximum_answers_without_error_or_warn
             r = privzv.epsilon(noise_multiplier=z, delta=1e-12, steps=steps, accountant=accountant, **how)
             assert r.epsilon == 0.0
     assert accountants.clt_mu(1e300, Exposure(4, 1e-3)) == pytest.approx(1e-3 * 2 / 1e300)
+
+
+@pytest.mark.parametrize("rate", [1e-300, 1e-6])
+@pytest.mark.parametrize("accountant", ["best", "pld", "rdp"])
+def test_a_target_epsilon_of_1e_300_is_refused_in_one_line(accountant, rate):
+    """The CLT model's inverse (the calibration's first guess) divided by zero (log(1 + x) = 0 for
+    x = mu^2 / (q^2 k) below e^-745) or took log(0): ZeroDivisionError / ValueError, not
+    PrivzvError. Now it answers in log space and the target is refused as unreachable."""
+    with pytest.raises(privzv.PrivzvError, match="epsilon 1e-300: unreachable"):
+        privzv.noise_multiplier(
+            target_epsilon=1e-300,
+            target_delta=1e-300,
+            steps=1,
+            accountant=accountant,
+            threat="eavesdropper",
+            sample_rate=rate,
+        )
+    model = Exposure(4, 1e-6)
+    z = accountants.clt_noise_multiplier(1e-300, model)
+    assert accountants.clt_mu(z, model) == pytest.approx(1e-300, rel=1e-9)
+    assert (
+        accountants.clt_noise_multiplier(0.0, model)
+        == accountants.clt_noise_multiplier(1e-320, Exposure(4, None))
+        == np.inf
+    )
