@@ -81,16 +81,17 @@ def test_a_whole_run_with_a_dp_mlp_head_stays_below_its_ledgers_epsilon():
 def test_the_final_model_attacker_reads_canaries_without_noise_and_not_under_whole_run_dp():
     """White-box label inference on the trained models the run ends with (the DP head's updates
     included, which the transcript attacker cannot read behind an MLP): without noise it proves
-    eps >= 1 from the same 400 canaries (mostly what the device models memorise); under whole-run
+    eps >= 1 from the same 400 canaries after 20 epochs (mostly what the device models memorise;
+    at 10 it was 1.016, mu 0.37 on one machine and above 0.4 on another: too close); under whole-run
     DP at epsilon 1 its bounds stay below the ledger's epsilon. It is not strong enough to catch
     a head alone trained on clean labels (measured: a run whose head skipped its noise, or took
     the clean path at the private learning rate, still gave eps >= 0 at epsilon 0.1 and 1)."""
     leak = canary_audit.run(
-        "fo-vector", epsilon=math.inf, epochs=10.0, secret_seed=0, server_kind="mlp", attacker="model"
+        "fo-vector", epsilon=math.inf, epochs=20.0, secret_seed=0, server_kind="mlp", attacker="model"
     )
     assert leak["attacker"] == "model" and leak["eps_lb"] > 1.0 and leak["mu_lb"] > 0.4
     private = canary_audit.run(
-        "fo-vector", epsilon=1.0, epochs=10.0, secret_seed=0, server_kind="mlp", attacker="model"
+        "fo-vector", epsilon=1.0, epochs=20.0, secret_seed=0, server_kind="mlp", attacker="model"
     )
     assert private["head_sigma"] > 0 and 0 < private["epsilon_upper"] <= 1.0
     assert private["eps_lb"] <= private["epsilon_upper"]
