@@ -144,3 +144,19 @@ class _Processes:
 def procs():
     """The helpers of :class:`_Processes` (processes inside a folder, command lines, waits)."""
     return _Processes
+
+
+def _curve_after_resume(got: list[dict], ref: list[dict]) -> None:
+    """A resumed run's evaluations against an unbroken run's: the same, but an evaluation between
+    the checkpoint and the kill already counts the releases the killed run made after it
+    (docs/training.md: they stay counted), so its epsilon spent may be more, never less."""
+    for ours, theirs in zip(got, ref, strict=True):
+        ours, theirs = dict(ours), dict(theirs)
+        spent, spent_ref = ours.pop("epsilon_spent"), theirs.pop("epsilon_spent")
+        assert ours == pytest.approx(theirs, rel=1e-6) and spent >= spent_ref * (1 - 1e-9)
+
+
+@pytest.fixture
+def curve_after_resume():
+    """:func:`_curve_after_resume`: a resumed run's curve checked against an unbroken run's."""
+    return _curve_after_resume
