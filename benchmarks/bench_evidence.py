@@ -402,7 +402,7 @@ def summarize(setting: str, rows: list[dict]) -> dict:
             "runs_per_variant": runs,
             "runs": tuning,
         },
-        "chosen": {v: dict(k) for v, k in chosen(setting, rows).items()},
+        "chosen": {v: dict(k) for v, k in knobs.items()},
         "cells": cells,
         "dpzv_minus_control": gaps,
         "dpzv_minus_best_control": best,

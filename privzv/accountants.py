@@ -210,12 +210,12 @@ def pld_grid_step(z: float, exposure: Exposure, delta: float, discretization: fl
     than asked for is still an upper bound, only a looser one; beyond that CannotAnswer (the
     next rigorous accountant answers, faster)."""
     span = release_span(z, exposure, delta)
-    if not span > PLD_MIN_SPAN:
-        raise CannotAnswer(f"one release's privacy losses span {span:.3g}: below a representable grid")
     step = min(discretization, span / 20.0)
     if not _fits(span, step):
         raise CannotAnswer(
-            f"one release's privacy-loss grid would need about "
+            f"one release's privacy losses span {span:.3g}: below a representable grid"
+            if not span > PLD_MIN_SPAN
+            else f"one release's privacy-loss grid would need about "
             f"{span / step:.3g} points at discretisation {step:.3g}"
         )
     return float(max(step, span / PLD_MAX_POINTS))
@@ -225,11 +225,11 @@ def pld_grid_fits(z: float, exposure: Exposure, delta: float, discretization: fl
     """False where :func:`pld_grid_step` declines ``discretization`` (a release grid more than
     PLD_MAX_COARSENING times over PLD_MAX_POINTS), and so every finer one."""
     span = release_span(z, exposure, delta)
-    return span > PLD_MIN_SPAN and _fits(span, min(discretization, span / 20.0))
+    return _fits(span, min(discretization, span / 20.0))
 
 
 def _fits(span: float, step: float) -> bool:
-    return span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS
+    return span > PLD_MIN_SPAN and span / (PLD_MAX_COARSENING * step) <= PLD_MAX_POINTS
 
 
 def sampled_at_all(exposure: Exposure) -> float:

@@ -165,9 +165,10 @@ def _log_delta_terms(centre: np.ndarray, mu: np.ndarray):
         nodes = c[:, None] + half[:, None] * _GL_NODES
         integral = _neg_dlog_mills(nodes) @ _GL_WEIGHTS
         d[cancels] = half * integral
-        tiny[cancels] = d[cancels] < _TINY_D
-        # 1 - e^-D = D to double precision there, and its log survives D's underflow
-        log_gap[tiny] = (np.log(mu[cancels]) - _LOG_2 + np.log(integral))[tiny[cancels]]
+        small = d[cancels] < _TINY_D
+        if small.any():  # 1 - e^-D = D to double precision there; its log survives D's underflow
+            tiny[cancels] = small
+            log_gap[tiny] = np.log(mu[cancels][small]) - _LOG_2 + np.log(integral[small])
     log_gap[~tiny] = np.log(-np.expm1(-d[~tiny]))
     return log_phi_a + log_gap, d, h_t, h_end
 
